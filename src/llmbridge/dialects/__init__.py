@@ -1,0 +1,57 @@
+"""The wire dialects. Every dialect module has the same small surface:
+
+``NAME``
+    The dialect's name (``"openai-chat"`` ...).
+``STREAM_CONTENT_TYPE``
+    The media type of its streamed responses.
+``decode_request(body: dict, *, model: str | None = None) -> hub.Request``
+    A client's request body (already JSON-parsed) to the hub; raises
+    :class:`llmbridge.errors.RequestError` naming the field.  ``model`` comes
+    from the URL where the dialect puts it there (Gemini).
+``encode_request(request: hub.Request) -> dict``
+    The hub request as this dialect's body.
+``endpoint(request, *, base_url, api_key) -> tuple[str, dict[str, str]]``
+    Upstream URL and headers for sending ``request`` (streaming per ``request.stream``).
+``StreamDecoder()``
+    ``feed(bytes) -> list[hub.Event]``, ``close() -> list[hub.Event]``,
+    ``violations: list[hub.Violation]``.  Lenient: real-world quirks decode;
+    grammar breaks are recorded as violations; a missing terminal event
+    becomes ``Error(type="incomplete_stream")`` + ``ResponseEnd``.
+``StreamEncoder()``
+    ``encode(event) -> bytes`` for one hub event (may return ``b""`` while it
+    buffers); an ``Error`` becomes the dialect's error event followed by its
+    terminal event.
+``decode_response(body: dict) -> list[hub.Event]``
+    A non-streaming response body as a hub stream.
+``encode_response(response: hub.Response) -> dict``
+    An assembled response as this dialect's non-streaming body.
+``encode_error(error: hub.Error) -> tuple[int, dict]``
+    HTTP status and error body in this dialect's shape.
+``decode_error(status: int, body: bytes) -> hub.Error``
+    An upstream's HTTP error response to the hub.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+NAMES = ("llm-stream", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "mmsp")
+
+_MODULES = {
+    "llm-stream": "llm_stream",
+    "openai-chat": "openai_chat",
+    "openai-responses": "openai_responses",
+    "anthropic-messages": "anthropic_messages",
+    "gemini": "gemini",
+    "mmsp": "mmsp",
+}
+
+
+def get(name: str) -> ModuleType:
+    """The module of dialect ``name``; ``KeyError`` with the known names otherwise."""
+    try:
+        module = _MODULES[name]
+    except KeyError:
+        raise KeyError(f"unknown dialect {name!r}; known: {', '.join(NAMES)}") from None
+    return importlib.import_module(f"{__name__}.{module}")

@@ -1,0 +1,94 @@
+"""Shared machinery for SSE dialect codecs: event counting, violations, truncation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .. import hub, sse
+
+json_decode = msgspec.json.decode
+json_encode = msgspec.json.encode
+
+
+class SSEStreamDecoder:
+    """Base of the stream decoders of SSE dialects.
+
+    Subclasses implement :meth:`on_event` and call :meth:`emit`, :meth:`violation`,
+    :meth:`finish_stream` (terminal event seen) and :meth:`fail` (error).  ``event_number``
+    is the 0-based number of the SSE event being handled, for messages and violations.
+    """
+
+    dialect = ""
+
+    def __init__(self) -> None:
+        self._sse = sse.Decoder()
+        self._out: list[hub.Event] = []
+        self.violations: list[hub.Violation] = []
+        self.event_number = -1
+        self.ended = False  # ResponseEnd emitted
+
+    def feed(self, data: bytes) -> list[hub.Event]:
+        for event in self._sse.feed(data):
+            self._dispatch(event)
+        out, self._out = self._out, []
+        return out
+
+    def close(self) -> list[hub.Event]:
+        for event in self._sse.close():
+            self._dispatch(event)
+        if not self.ended:
+            self.on_truncated()
+        out, self._out = self._out, []
+        return out
+
+    def _dispatch(self, event: sse.Event) -> None:
+        self.event_number += 1
+        if self.ended:
+            if event.data.strip() not in ("[DONE]", ""):
+                self.violation("after-terminal", f"event {event.event!r} after the terminal event")
+            return
+        self.on_event(event)
+
+    # -- for subclasses
+
+    def on_event(self, event: sse.Event) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def on_truncated(self) -> None:
+        """Input ended before the terminal event: an error, never a clean end."""
+        self.violation("truncated", "stream ended before its terminal event", event=-1)
+        self.fail(hub.Error("upstream stream ended before its terminal event", "incomplete_stream"))
+
+    def parse_json(self, event: sse.Event) -> Any:
+        """The event's data as JSON; a violation and ``None`` when it is not."""
+        try:
+            return json_decode(event.data)
+        except msgspec.DecodeError as exc:
+            self.violation("json", f"data is not valid JSON ({exc})")
+            return None
+
+    def emit(self, event: hub.Event) -> None:
+        self._out.append(event)
+
+    def violation(self, rule: str, message: str, event: int | None = None) -> None:
+        self.violations.append(hub.Violation(self.event_number if event is None else event, rule, message))
+
+    def finish_stream(self, request_id: str | None = None) -> None:
+        self._out.append(hub.ResponseEnd(request_id))
+        self.ended = True
+
+    def fail(self, error: hub.Error) -> None:
+        self._out.append(error)
+        self.finish_stream()
+
+
+def encode_all(encoder: Any, events: list[hub.Event]) -> bytes:
+    """Run a whole hub stream through a stream encoder."""
+    return b"".join([encoder.encode(e) for e in events])
+
+
+def decode_all(decoder: Any, data: bytes) -> list[hub.Event]:
+    """Run a whole body through a stream decoder."""
+    return decoder.feed(data) + decoder.close()

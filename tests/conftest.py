@@ -1,0 +1,26 @@
+"""Shared fixtures: the corpus of real provider streams, deterministic hypothesis."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("LLMBRIDGE_CORPUS", ROOT.parent / "shared" / "corpus"))
+
+settings.register_profile(
+    "default", derandomize=True, max_examples=25, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("thorough", max_examples=500, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def corpus_files(dialect: str | None = None, suffix: str = ".sse") -> list[Path]:
+    """Corpus bodies, for one dialect folder or all; fails loudly when the corpus is missing."""
+    if not CORPUS.is_dir():
+        raise RuntimeError(f"corpus not found at {CORPUS}; set LLMBRIDGE_CORPUS")
+    folders = [CORPUS / dialect] if dialect else sorted(p for p in CORPUS.iterdir() if p.is_dir())
+    return sorted(f for folder in folders for f in folder.iterdir() if f.name.endswith(suffix))

@@ -1,0 +1,105 @@
+"""The SSE decoder against the WHATWG algorithm, real corpus files and arbitrary chunking."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmbridge import sse
+from tests.conftest import corpus_files
+
+SSE_FILES = corpus_files(suffix=".sse")
+
+
+def decode(chunks: list[bytes]) -> tuple[list[sse.Event], bool]:
+    d = sse.Decoder()
+    out = []
+    for c in chunks:
+        out += d.feed(c)
+    out += d.close()
+    return out, d.unterminated
+
+
+def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+def test_basic_fields():
+    events, unterminated = decode([b"event: x\ndata: a\ndata:b\nid: 7\nretry: 10\n\n: comment\ndata: c\n\n"])
+    assert events == [sse.Event("x", "a\nb", "7", 10), sse.Event("message", "c", "7", None)]
+    assert not unterminated
+
+
+@pytest.mark.parametrize("sep", [b"\n", b"\r", b"\r\n"])
+def test_line_endings(sep):
+    body = sep.join([b"event: e", b"data: 1", b"", b"data: 2", b"", b""])
+    events, _ = decode([body])
+    assert [(e.event, e.data) for e in events] == [("e", "1"), ("message", "2")]
+
+
+def test_crlf_split_between_chunks():
+    events, _ = decode([b"data: a\r", b"\n\r", b"\ndata: b\r\n\r\n"])
+    assert [e.data for e in events] == ["a", "b"]
+
+
+def test_bom_only_at_start_and_split():
+    events, _ = decode([b"\xef", b"\xbb", b"\xbfdata: a\n\n\xef\xbb\xbfdata: b\n\n"])
+    # a BOM after the start is part of the field name, so that line is an unknown field
+    assert [e.data for e in events] == ["a"]
+
+
+def test_utf8_split_inside_character():
+    body = "data: größe €\n\n".encode()
+    events, _ = decode([body[i : i + 1] for i in range(len(body))])
+    assert events[0].data == "größe €"
+
+
+def test_unterminated_last_event_is_dispatched_and_reported():
+    events, unterminated = decode([b"data: a\n\ndata: b"])
+    assert [e.data for e in events] == ["a", "b"]
+    assert unterminated
+
+
+def test_edge_cases_of_the_algorithm():
+    body = b"data\n\ndata:\ndata\n\nid: a\x00b\ndata: x\n\nfield-without-colon\ndata:  two spaces\n\nevent: only\n\n"
+    events, _ = decode([body])
+    assert [e.data for e in events] == ["", "\n", "x", " two spaces"]
+    assert events[2].id == ""  # an id holding NUL is ignored
+    bad_retry, _ = decode([b"retry: 1x\ndata: a\n\n"])
+    assert bad_retry[0].retry is None
+
+
+def test_encode_round_trip_multiline():
+    raw = sse.encode("line1\nline2\r\nline3", event="e", id="1")
+    events, _ = decode([raw])
+    assert events == [sse.Event("e", "line1\nline2\nline3", "1", None)]
+    assert decode([sse.encode_comment("keep-alive")])[0] == []
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.text(alphabet=st.characters(blacklist_characters="\r\n:\x00"), min_size=1)),
+            st.text(alphabet=st.characters(blacklist_characters="\r\x00"), max_size=40),
+        ),
+        max_size=8,
+    ),
+    st.lists(st.integers(min_value=0), max_size=12),
+)
+def test_encode_decode_round_trip(items, cuts):
+    body = b"".join(sse.encode(data, event=ev) for ev, data in items)
+    events, _ = decode(split_at(body, cuts))
+    assert [(e.event, e.data) for e in events] == [(ev or "message", data) for ev, data in items]
+
+
+@pytest.mark.parametrize("path", SSE_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@given(cuts=st.lists(st.integers(min_value=0), max_size=40))
+def test_corpus_any_chunking_same_events(path, cuts):
+    body = path.read_bytes()
+    whole, unterminated = decode([body])
+    if not body.lstrip().startswith(b"["):  # Gemini JSON-array streams are not SSE
+        assert whole, "no events decoded"
+    assert decode(split_at(body, cuts)) == (whole, unterminated)
+    assert decode([body[i : i + 1] for i in range(len(body))]) == (whole, unterminated)
