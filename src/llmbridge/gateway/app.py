@@ -1,0 +1,348 @@
+"""The gateway's ASGI app: every dialect's endpoints, routed by model name to upstreams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import json
+import logging
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import dialects, errors, hub
+from ..dialects.base import json_decode
+from . import negotiation, replies
+from .config import Config, UpstreamConfig, default_config
+from .streaming import Exchange, Puller, StreamResponse, event_batches, http_batches
+from .upstream import HTTPUpstream, Upstream, UpstreamFailed, as_hub_error, build, retryable, timeouts_of
+
+log = logging.getLogger("llmbridge.gateway")
+
+# endpoint path -> the dialect it speaks
+ENDPOINTS = {
+    "/v1/chat/completions": "openai-chat",
+    "/v1/responses": "openai-responses",
+    "/v1/messages": "anthropic-messages",
+    "/v1/stream": "llm-stream",
+    "/mmsp/v1/stream": "mmsp",
+}
+GEMINI = "gemini"
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class Gateway:
+    """Config + upstream objects + the request handlers."""
+
+    def __init__(self, config: Config, upstreams: dict[str, Upstream] | None = None):
+        self.config = config
+        self.upstreams: dict[str, Upstream] = upstreams if upstreams is not None else {
+            name: build(cfg) for name, cfg in config.upstreams.items()
+        }
+        self.api_keys = [k.encode() for k in config.gateway.api_keys]
+        self.record_dir = Path(config.gateway.record_dir) if config.gateway.record_dir else None
+        self._recorded = 0
+
+    # -- plumbing
+
+    def authorized(self, request: Request) -> bool:
+        if not self.api_keys:
+            return True
+        h = request.headers
+        auth = h.get("authorization", "")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        key = key or h.get("x-api-key") or h.get("x-goog-api-key") or request.query_params.get("key")
+        if not key:
+            return False
+        presented = key.encode()
+        return any(hmac.compare_digest(presented, k) for k in self.api_keys)
+
+    async def read_body(self, request: Request) -> bytes:
+        limit = self.config.gateway.max_body_bytes
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > limit:
+            raise _BodyTooLarge
+        parts, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _BodyTooLarge
+            parts.append(chunk)
+        return b"".join(parts)
+
+    # -- endpoints
+
+    async def models(self, request: Request) -> Response:
+        path = request.url.path
+        if path.startswith("/v1beta"):
+            dialect, shape = GEMINI, replies.gemini_models
+        elif path.startswith("/mmsp"):
+            dialect, shape = "mmsp", replies.mmsp_models
+        elif "anthropic-version" in request.headers:
+            dialect, shape = "anthropic-messages", replies.anthropic_models
+        else:
+            dialect, shape = "openai-chat", replies.openai_models
+        if not self.authorized(request):
+            return replies.error(dialect, "invalid or missing API key", "authentication")
+        return replies.json_response(shape(list(self.config.models)))
+
+    async def healthz(self, request: Request) -> Response:
+        return replies.json_response({"status": "ok", "models": len(self.config.models)})
+
+    async def generate(self, request: Request) -> Response:
+        return await self.handle(request, ENDPOINTS[request.url.path])
+
+    async def gemini(self, request: Request) -> Response:
+        target = request.path_params["target"]
+        model, _, action = target.rpartition(":")
+        if action not in ("generateContent", "streamGenerateContent") or not model:
+            return replies.error(GEMINI, f"unknown method {target!r}", "not_found")
+        stream = action == "streamGenerateContent"
+        json_array = stream and request.query_params.get("alt") != "sse"
+        return await self.handle(request, GEMINI, url_model=model.removeprefix("models/"), stream=stream,
+                                 json_array=json_array)
+
+    async def handle(self, request: Request, endpoint: str, *, url_model: str | None = None,
+                     stream: bool | None = None, json_array: bool = False) -> Response:
+        content_type = request.headers.get("content-type")
+        accept = request.headers.get("accept")
+        dialect = negotiation.error_dialect(endpoint, content_type, accept)
+        try:
+            return await self._handle(request, endpoint, dialect, url_model, stream, json_array)
+        except Exception:  # a bug must still answer in the client's dialect, without a traceback
+            log.exception("internal error on %s", request.url.path)
+            return replies.error(dialect, "internal gateway error", "api_error", 500)
+
+    async def _handle(self, request: Request, endpoint: str, dialect: str, url_model: str | None,
+                      stream: bool | None, json_array: bool) -> Response:
+        if not self.authorized(request):
+            return replies.error(dialect, "invalid or missing API key", "authentication")
+        content_type = request.headers.get("content-type")
+        try:
+            request_dialect = negotiation.request_dialect(content_type, endpoint)
+        except negotiation.UnsupportedMediaType as exc:
+            return replies.error(dialect, str(exc), "unsupported_media_type")
+        out_dialect = negotiation.response_dialect(endpoint, request_dialect, request.headers.get("accept"))
+        if out_dialect != endpoint:
+            json_array = False  # the standard stream is SSE
+        try:
+            raw = await self.read_body(request)
+        except _BodyTooLarge:
+            limit = self.config.gateway.max_body_bytes
+            return replies.error(out_dialect, f"request body exceeds {limit} bytes", "request_too_large")
+        try:
+            body = json_decode(raw)
+        except msgspec.DecodeError as exc:
+            return replies.error(out_dialect, f"request body is not valid JSON: {exc}", "invalid_request")
+        if not isinstance(body, dict):
+            return replies.error(out_dialect, "request body must be a JSON object", "invalid_request")
+        try:
+            hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
+        except errors.RequestError as exc:
+            return replies.error(out_dialect, str(exc), exc.type, exc.status)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            return replies.error(out_dialect, f"malformed request: {type(exc).__name__}: {exc}", "invalid_request")
+        if url_model and not hreq.model:
+            hreq.model = url_model
+        if stream is not None:
+            hreq.stream = stream
+        if out_dialect == negotiation.STANDARD and negotiation.wants_standard_stream(request.headers.get("accept")):
+            hreq.stream = True
+        model = self.config.models.get(hreq.model or "")
+        if model is None:
+            return replies.error(out_dialect, f"model {hreq.model!r} not found", "not_found")
+        request_id = (hreq.metadata or {}).get("request_id") or request.scope["state"]["request_id"]
+        return await self.route(hreq, model.routes, out_dialect, str(request_id), json_array)
+
+    async def route(self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str,
+                    json_array: bool) -> Response:
+        """Try the model's upstreams in order; fall back only while the client has seen nothing."""
+        codec = dialects.get(out_dialect)
+        last: hub.Error | None = None
+        for n, route in enumerate(routes):
+            upstream = self.upstreams[route.upstream]
+            upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
+            try:
+                exchange = await self.open(upstream, upstream_request, codec, out_dialect, request_id,
+                                           hreq.stream, json_array)
+            except UpstreamFailed as exc:
+                last = exc.error
+            else:
+                last = await exchange.prime()
+                if last is None:
+                    return await self.answer(exchange, codec, out_dialect, hreq.stream, json_array, request_id)
+                await exchange.aclose()
+            if not retryable(last) or n == len(routes) - 1:
+                break
+            log.info("upstream %s failed (%s), trying %s", route.upstream, last.message, routes[n + 1].upstream)
+        assert last is not None
+        if last.status is None:
+            last.status = hub.ERROR_STATUS.get(last.type, 502)
+        return replies.error_response(out_dialect, last)
+
+    async def open(self, upstream: Upstream, hreq: hub.Request, codec: Any, out_dialect: str, request_id: str,
+                   stream: bool, json_array: bool) -> Exchange:
+        started = asyncio.get_running_loop().time()
+        record = None
+        if isinstance(upstream, HTTPUpstream):
+            raw = await upstream.open(hreq)
+            recorder = Recorder.start(self, upstream.config, hreq, request_id) if self.record_dir else None
+            record = recorder.write if recorder else None
+            batches = http_batches(raw, upstream.dialect.StreamDecoder(), record)
+            relay = stream and not json_array and upstream.format == out_dialect
+        else:
+            batches = event_batches(_guarded(upstream, hreq))
+            relay = recorder = None
+        puller = Puller(batches, timeouts_of(upstream), upstream.name, started)
+        keepalive = self.config.gateway.keepalive_seconds if stream and not json_array else None
+        return Exchange(puller, codec.StreamEncoder, relay=bool(relay), keepalive=keepalive, json_array=json_array,
+                        request_id=request_id, on_end=recorder.finish if recorder else None)
+
+    async def answer(self, exchange: Exchange, codec: Any, out_dialect: str, stream: bool, json_array: bool,
+                     request_id: str) -> Response:
+        if stream:
+            media = "application/json" if json_array else getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
+            return StreamResponse(exchange.body(), media_type=media)
+        response = await exchange.collect()
+        if response.error is not None:
+            error = response.error
+            if error.status is None:
+                error.status = hub.ERROR_STATUS.get(error.type, 502)
+            return replies.error_response(out_dialect, error)
+        response.request_id = response.request_id or request_id
+        return replies.json_response(codec.encode_response(response))
+
+    async def aclose(self) -> None:
+        for upstream in self.upstreams.values():
+            aclose = getattr(upstream, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+
+async def _guarded(upstream: Upstream, hreq: hub.Request):
+    """An in-process upstream's events; its exceptions become hub errors."""
+    try:
+        async for event in upstream.stream(hreq):
+            yield event
+    except (errors.UpstreamError, OSError, RuntimeError) as exc:
+        error = as_hub_error(exc, upstream.name)
+        yield error
+        yield hub.ResponseEnd()
+
+
+class Recorder:
+    """Writes one upstream response body to ``record_dir/<name>.sse`` plus a ``.json`` of facts."""
+
+    def __init__(self, path: Path, meta: dict):
+        self.path = path
+        self.meta = meta
+        self.parts: list[bytes] = []
+
+    @classmethod
+    def start(cls, gateway: Gateway, upstream: UpstreamConfig, hreq: hub.Request, request_id: str) -> Recorder:
+        gateway._recorded += 1
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        name = safe_name(f"{stamp}-{gateway._recorded}-{upstream.name}-{hreq.model}-{request_id}")
+        meta = {"dialect": upstream.format, "upstream": upstream.name, "model": hreq.model,
+                "request_id": request_id, "status": 200}
+        return cls(confined(gateway.record_dir, name + ".sse"), meta)
+
+    def write(self, chunk: bytes) -> None:
+        self.parts.append(chunk)
+
+    def finish(self, exchange: Exchange) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_bytes(b"".join(self.parts))
+            meta = dict(self.meta, complete=exchange.ended and exchange.error is None,
+                        error=exchange.error.message if exchange.error else None)
+            self.path.with_suffix(".json").write_text(json.dumps(meta, indent=1))
+        except OSError:
+            log.exception("cannot record to %s", self.path)
+
+
+def safe_name(text: str) -> str:
+    """A file name that cannot leave its directory: ``[A-Za-z0-9._-]``, no leading dot, bounded."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).lstrip(".")[:150]
+    return name or "unnamed"
+
+
+def confined(directory: Path, name: str) -> Path:
+    base = directory.resolve()
+    path = (base / safe_name(name)).resolve()
+    if path.parent != base:
+        raise ValueError(f"{name!r} escapes {base}")
+    return path
+
+
+class RequestIdMiddleware:
+    """Every response carries ``x-request-id``: the client's (if sane) or a fresh one."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        rid = None
+        for k, v in scope["headers"]:
+            if k == b"x-request-id":
+                rid = v.decode("latin-1")
+                break
+        if rid is None or not _REQUEST_ID.fullmatch(rid):
+            rid = "req_" + uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        header = (b"x-request-id", rid.encode())
+
+        async def send_with_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream] | None = None) -> Any:
+    """The gateway as an ASGI app (a Starlette app wrapped to stamp ``x-request-id``)."""
+    if config is None:
+        config = default_config()
+    elif isinstance(config, str | Path):
+        from .config import load
+
+        config = load(config)
+    gateway = Gateway(config, upstreams)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        yield
+        await gateway.aclose()
+
+    routes = [Route(path, gateway.generate, methods=["POST"]) for path in ENDPOINTS]
+    routes += [
+        Route("/v1beta/models/{target:path}", gateway.gemini, methods=["POST"]),
+        Route("/v1/models", gateway.models, methods=["GET"]),
+        Route("/v1beta/models", gateway.models, methods=["GET"]),
+        Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
+        Route("/healthz", gateway.healthz, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.gateway = gateway
+    wrapped = RequestIdMiddleware(app)
+    wrapped.state = app.state  # type: ignore[attr-defined]
+    wrapped.gateway = gateway  # type: ignore[attr-defined]
+    return wrapped

@@ -1,0 +1,246 @@
+"""Gateway configuration: a TOML file (stdlib ``tomllib``), secrets from the environment.
+
+Every problem is reported at start as a :class:`ConfigError` that names the key, e.g.
+``models[1].upstream: unknown upstream 'opneai' (known: openai, local)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import dialects
+
+LOCAL = "local"  # the format of the in-process local model upstream
+FORMATS = (*dialects.NAMES, LOCAL)
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(ValueError):
+    """A config problem; ``key`` is the dotted path of the offending key."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds; ``None`` means no limit."""
+
+    connect: float | None = 10.0
+    first_byte: float | None = 120.0  # request sent -> first body bytes
+    idle: float | None = 120.0  # between two chunks of the body
+    total: float | None = 900.0  # the whole exchange
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    name: str
+    format: str  # a dialect name or "local"
+    base_url: str | None = None
+    api_key: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    headers: dict[str, str] = field(default_factory=dict)  # extra headers sent upstream
+
+
+@dataclass(frozen=True)
+class Route:
+    upstream: str
+    upstream_model: str
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str  # what clients ask for
+    routes: tuple[Route, ...]  # tried in order (fallback)
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    keepalive_seconds: float = 15.0
+    max_body_bytes: int = 10 * 1024 * 1024
+    api_keys: tuple[str, ...] = ()
+    record_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    upstreams: dict[str, UpstreamConfig] = field(default_factory=dict)
+    models: dict[str, ModelConfig] = field(default_factory=dict)
+
+
+def default_config() -> Config:
+    """No config file: the embedded local model, served as model ``local``."""
+    return Config(
+        upstreams={LOCAL: UpstreamConfig(LOCAL, LOCAL)},
+        models={LOCAL: ModelConfig(LOCAL, (Route(LOCAL, LOCAL),))},
+    )
+
+
+def load(path: str | os.PathLike) -> Config:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read config file ({exc.strerror})") from None
+    return loads(text)
+
+
+def loads(text: str, env: dict[str, str] | None = None) -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("<toml>", str(exc)) from None
+    return parse(raw, os.environ if env is None else env)
+
+
+def parse(raw: dict[str, Any], env: Any = None) -> Config:
+    """A parsed TOML document to a validated :class:`Config`."""
+    env = os.environ if env is None else env
+    _known(raw, "", {"gateway", "upstreams", "models"})
+    gateway = _gateway(_table(raw, "gateway", ""), env)
+    upstreams = {}
+    for name, value in _table(raw, "upstreams", "").items():
+        upstreams[name] = _upstream(name, _as_table(value, f"upstreams.{name}"), env)
+    models: dict[str, ModelConfig] = {}
+    entries = raw.get("models", [])
+    if not isinstance(entries, list):
+        raise ConfigError("models", "must be an array of tables ([[models]])")
+    for i, entry in enumerate(entries):
+        model = _model(_as_table(entry, f"models[{i}]"), f"models[{i}]", upstreams)
+        if model.name in models:
+            raise ConfigError(f"models[{i}].name", f"model {model.name!r} is defined twice")
+        models[model.name] = model
+    return Config(gateway, upstreams, models)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _gateway(t: dict, env: Any) -> GatewayConfig:
+    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir"})
+    keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
+    if keepalive is None or keepalive <= 0:
+        raise ConfigError("gateway.keepalive_seconds", "must be a positive number")
+    max_body = t.get("max_body_bytes", 10 * 1024 * 1024)
+    if type(max_body) is not int or max_body <= 0:
+        raise ConfigError("gateway.max_body_bytes", "must be a positive integer")
+    keys = t.get("api_keys", [])
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ConfigError("gateway.api_keys", "must be an array of strings")
+    keys = tuple(k for i, key in enumerate(keys) if (k := _expand(key, f"gateway.api_keys[{i}]", env)))
+    record_dir = t.get("record_dir")
+    if record_dir is not None and not isinstance(record_dir, str):
+        raise ConfigError("gateway.record_dir", "must be a string (a directory path)")
+    return GatewayConfig(keepalive, max_body, keys, record_dir or None)
+
+
+def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
+    where = f"upstreams.{name}"
+    _known(t, where, {"format", "base_url", "api_key", "timeouts", "headers"})
+    fmt = t.get("format")
+    if not isinstance(fmt, str):
+        raise ConfigError(f"{where}.format", f"missing; one of {', '.join(FORMATS)}")
+    if fmt not in FORMATS:
+        raise ConfigError(f"{where}.format", f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    base_url = t.get("base_url")
+    if fmt != LOCAL:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where}.base_url", "must be an http:// or https:// URL")
+        base_url = base_url.rstrip("/")
+    api_key = t.get("api_key")
+    if api_key is not None:
+        if not isinstance(api_key, str):
+            raise ConfigError(f"{where}.api_key", "must be a string")
+        api_key = _expand(api_key, f"{where}.api_key", env) or None
+    headers = t.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ConfigError(f"{where}.headers", "must be a table of strings")
+    headers = {k: _expand(v, f"{where}.headers.{k}", env) for k, v in headers.items()}
+    tt = _table(t, "timeouts", where)
+    _known(tt, f"{where}.timeouts", {"connect", "first_byte", "idle", "total"})
+    d = Timeouts()
+    timeouts = Timeouts(
+        *(_number(tt, k, f"{where}.timeouts", getattr(d, k)) for k in ("connect", "first_byte", "idle", "total"))
+    )
+    return UpstreamConfig(name, fmt, base_url, api_key, timeouts, headers)
+
+
+def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
+    _known(t, where, {"name", "upstream", "upstreams", "upstream_model"})
+    name = t.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name", "missing (the model name clients ask for)")
+    if ("upstream" in t) == ("upstreams" in t):
+        raise ConfigError(f"{where}.upstream", "set exactly one of upstream = \"NAME\" or upstreams = [\"A\", \"B\"]")
+    if "upstream" in t:
+        key, names = f"{where}.upstream", [t["upstream"]]
+    else:
+        key, names = f"{where}.upstreams", t["upstreams"]
+        if not isinstance(names, list) or not names:
+            raise ConfigError(key, "must be a non-empty array of upstream names")
+    upstream_model = t.get("upstream_model", name)
+    routes = []
+    for i, up in enumerate(names):
+        k = key if "upstream" in t else f"{key}[{i}]"
+        if not isinstance(up, str):
+            raise ConfigError(k, "must be a string (an upstream name)")
+        if up not in upstreams:
+            known = ", ".join(upstreams) or "none defined"
+            raise ConfigError(k, f"unknown upstream {up!r} (known: {known})")
+        if isinstance(upstream_model, dict):  # per-upstream names: {openai = "gpt-4o", azure = "gpt4o-prod"}
+            target = upstream_model.get(up, name)
+        else:
+            target = upstream_model
+        if not isinstance(target, str):
+            raise ConfigError(f"{where}.upstream_model", "must be a string or a table of strings by upstream")
+        routes.append(Route(up, target))
+    return ModelConfig(name, tuple(routes))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _expand(value: str, key: str, env: Any) -> str:
+    """``${VAR}`` and ``${VAR:-default}`` from the environment; an unset VAR is an error."""
+
+    def sub(m: re.Match) -> str:
+        var, default = m.group(1), m.group(2)
+        if var in env:
+            return env[var]
+        if default is not None:
+            return default
+        raise ConfigError(key, f"environment variable {var} is not set")
+
+    return _ENV.sub(sub, value)
+
+
+def _table(t: dict, name: str, where: str) -> dict:
+    return _as_table(t.get(name, {}), f"{where}.{name}" if where else name)
+
+
+def _as_table(value: Any, key: str) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"must be a table, not {type(value).__name__}")
+    return value
+
+
+def _number(t: dict, name: str, where: str, default: float | None) -> float | None:
+    value = t.get(name, default)
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
+        return None if value is None else float(value)
+    if value == 0 and not isinstance(value, bool):
+        return None  # 0 turns a timeout off
+    raise ConfigError(f"{where}.{name}", f"must be a positive number of seconds, not {value!r}")
+
+
+def _known(t: dict, where: str, keys: set[str]) -> None:
+    for key in t:
+        if key not in keys:
+            prefix = f"{where}." if where else ""
+            raise ConfigError(f"{prefix}{key}", f"unknown key; known: {', '.join(sorted(keys))}")

@@ -1,0 +1,74 @@
+"""Content negotiation (seed 000 §7): which dialect reads the request, which one answers.
+
+* ``Content-Type: application/llm-request+json`` on any endpoint: the body is a standard
+  (``llm-stream``) request, and the answer is the standard stream, since the seed signals
+  conformance by that request type plus a ``stream.start`` first event.
+* ``Accept: text/event-stream; profile="llm-stream-1.0"`` on any endpoint: answer with the
+  standard stream, whatever dialect the request body is in.
+* ``application/json`` (any parameters) or no ``Content-Type``: the endpoint's own dialect.
+* Anything else: 415, in the error shape of the dialect that would have answered.
+"""
+
+from __future__ import annotations
+
+LLM_REQUEST = "application/llm-request+json"
+PROFILE = "llm-stream-1.0"
+STANDARD = "llm-stream"
+_JSON_TYPES = ("application/json", "text/json")
+
+
+class UnsupportedMediaType(Exception):
+    def __init__(self, media_type: str):
+        self.media_type = media_type
+        super().__init__(
+            f"unsupported request media type {media_type!r}; send application/json or {LLM_REQUEST}"
+        )
+
+
+def parse_media_type(value: str) -> tuple[str, dict[str, str]]:
+    """``'text/event-stream; profile="x"'`` -> ``('text/event-stream', {'profile': 'x'})``."""
+    kind, _, rest = value.partition(";")
+    params = {}
+    for item in rest.split(";"):
+        name, eq, val = item.partition("=")
+        if eq:
+            params[name.strip().lower()] = val.strip().strip('"')
+    return kind.strip().lower(), params
+
+
+def wants_standard_stream(accept: str | None) -> bool:
+    if not accept or PROFILE not in accept:
+        return False
+    for item in accept.split(","):
+        kind, params = parse_media_type(item)
+        if kind in ("text/event-stream", "*/*") and params.get("profile") == PROFILE:
+            return True
+    return False
+
+
+def request_dialect(content_type: str | None, endpoint_dialect: str) -> str:
+    """The dialect that decodes the body; raises :class:`UnsupportedMediaType`."""
+    if not content_type:
+        return endpoint_dialect
+    kind, _ = parse_media_type(content_type)
+    if kind == LLM_REQUEST:
+        return STANDARD
+    if kind in _JSON_TYPES or (kind.startswith("application/") and kind.endswith("+json") and kind != LLM_REQUEST):
+        return endpoint_dialect
+    raise UnsupportedMediaType(kind)
+
+
+def response_dialect(endpoint_dialect: str, request_dialect: str, accept: str | None) -> str:
+    """The dialect of the answer."""
+    if request_dialect == STANDARD or wants_standard_stream(accept):
+        return STANDARD
+    return endpoint_dialect
+
+
+def error_dialect(endpoint_dialect: str, content_type: str | None, accept: str | None) -> str:
+    """The dialect to report an error in before the request was read."""
+    if wants_standard_stream(accept):
+        return STANDARD
+    if content_type and parse_media_type(content_type)[0] == LLM_REQUEST:
+        return STANDARD
+    return endpoint_dialect

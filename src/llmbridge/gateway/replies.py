@@ -1,0 +1,65 @@
+"""Answers in the client's dialect: error bodies and model lists."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.responses import Response
+
+from .. import dialects, hub
+from ..dialects.base import json_encode
+
+log = logging.getLogger("llmbridge.gateway")
+
+
+def json_response(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(json_encode(body), status, headers, media_type="application/json")
+
+
+def error_body(dialect: str, error: hub.Error) -> tuple[int, object]:
+    """Status and body of ``error`` in ``dialect``'s shape (a generic shape if its codec fails)."""
+    status = error.status or hub.ERROR_STATUS.get(error.type, 500)
+    try:
+        encoded_status, body = dialects.get(dialect).encode_error(error)
+    except Exception:  # a missing or broken codec must not turn an error into a 500
+        log.exception("encode_error failed for %s", dialect)
+        body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
+    else:
+        status = error.status or encoded_status
+    return status, body
+
+
+def error_response(dialect: str, error: hub.Error, headers: dict[str, str] | None = None) -> Response:
+    status, body = error_body(dialect, error)
+    return json_response(body, status, headers)
+
+
+def error(dialect: str, message: str, type: str, status: int | None = None, code: str | None = None) -> Response:
+    return error_response(dialect, hub.Error(message, type, code, status or hub.ERROR_STATUS[type]))
+
+
+# --------------------------------------------------------------------------- model lists
+
+
+def openai_models(names: list[str]) -> dict:
+    data = [{"id": n, "object": "model", "created": 0, "owned_by": "llmbridge"} for n in names]
+    return {"object": "list", "data": data}
+
+
+def anthropic_models(names: list[str]) -> dict:
+    data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
+    return {"data": data, "has_more": False, "first_id": names[0] if names else None,
+            "last_id": names[-1] if names else None}
+
+
+def gemini_model(name: str) -> dict:
+    return {"name": f"models/{name}", "version": "1", "displayName": name,
+            "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]}
+
+
+def gemini_models(names: list[str]) -> dict:
+    return {"models": [gemini_model(n) for n in names]}
+
+
+def mmsp_models(names: list[str]) -> dict:
+    return {"models": [{"id": n, "name": n} for n in names]}

@@ -1,0 +1,216 @@
+"""``llmbridge replay DIR``: an upstream of every dialect that serves captured stream bodies.
+
+A request for model ``NAME`` on any gateway endpoint gets the body of ``NAME.sse`` found
+anywhere under DIR (the corpus layout ``DIR/<dialect>/<NAME>.sse``: the folder names the
+dialect and so the content type), cut into chunks at random byte boundaries (inside UTF-8
+characters too) from a seeded generator, optionally paced.  A non-streaming request gets the
+captured stream assembled into that dialect's response body.
+
+Fault injection through suffixes of the model name, combinable (``NAME@truncate=300@stall=2``):
+
+``@truncate=N``  send only the first N bytes, then end the body (a truncated stream)
+``@stall=S``     after the first chunk, send nothing for S seconds, then go on
+``@status=C``    answer HTTP status C with the dialect's error body (429, 500, 503 ...)
+``@delay-ms=D``  sleep D milliseconds before each chunk
+``@chunk=N``     chunks of at most N bytes (default 256)
+
+``stats`` on the app records what happened (requests, completed and cancelled streams), so
+tests can see a client disconnect arrive here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from . import dialects, hub
+from .dialects.base import decode_all, json_decode
+from .gateway import replies
+from .gateway.app import ENDPOINTS, GEMINI
+from .gateway.streaming import StreamResponse
+
+DEFAULT_CHUNK = 256
+
+
+@dataclass
+class Stats:
+    requests: list[str] = field(default_factory=list)  # model names as requested, faults included
+    completed: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)  # the client went away mid-body
+    active: int = 0
+
+
+@dataclass
+class Faults:
+    truncate: int | None = None
+    stall: float = 0.0
+    status: int | None = None
+    delay_ms: float = 0.0
+    chunk: int = DEFAULT_CHUNK
+
+
+def parse_model(model: str) -> tuple[str, Faults]:
+    """``'name@truncate=10@stall=1'`` -> ``('name', Faults(truncate=10, stall=1.0))``."""
+    name, *suffixes = model.split("@")
+    faults = Faults()
+    for suffix in suffixes:
+        key, _, value = suffix.partition("=")
+        try:
+            if key == "truncate":
+                faults.truncate = int(value)
+            elif key == "stall":
+                faults.stall = float(value)
+            elif key == "status":
+                faults.status = int(value)
+            elif key == "delay-ms":
+                faults.delay_ms = float(value)
+            elif key == "chunk":
+                faults.chunk = max(1, int(value))
+            else:
+                raise ValueError(key)
+        except ValueError:
+            raise ValueError(f"bad fault suffix {suffix!r} in model {model!r}") from None
+    return name, faults
+
+
+def index(directory: str | Path, dialect: str | None = None) -> dict[str, list[tuple[str | None, Path]]]:
+    """Every ``*.sse`` under ``directory``: name -> [(dialect or None, path)]."""
+    found: dict[str, list[tuple[str | None, Path]]] = {}
+    for path in sorted(Path(directory).rglob("*.sse")):
+        folder = dialect or (path.parent.name if path.parent.name in dialects.NAMES else None)
+        found.setdefault(path.stem, []).append((folder, path))
+    return found
+
+
+def chunks(data: bytes, rng: random.Random, largest: int) -> list[bytes]:
+    out, i = [], 0
+    while i < len(data):
+        n = rng.randint(1, largest)
+        out.append(data[i : i + n])
+        i += n
+    return out
+
+
+class Replay:
+    def __init__(self, directory: str | Path, seed: int = 0, dialect: str | None = None, delay_ms: float = 0.0):
+        self.files = index(directory, dialect)
+        self.seed = seed
+        self.delay_ms = delay_ms
+        self.stats = Stats()
+
+    def find(self, name: str, endpoint: str) -> tuple[str | None, Path] | None:
+        candidates = self.files.get(name)
+        if not candidates:
+            return None
+        return next((c for c in candidates if c[0] == endpoint), candidates[0])
+
+    async def models(self, request: Request) -> Response:
+        names = sorted(self.files)
+        path = request.url.path
+        if path.startswith("/v1beta"):
+            return replies.json_response(replies.gemini_models(names))
+        if path.startswith("/mmsp"):
+            return replies.json_response(replies.mmsp_models(names))
+        if "anthropic-version" in request.headers:
+            return replies.json_response(replies.anthropic_models(names))
+        return replies.json_response(replies.openai_models(names))
+
+    async def generate(self, request: Request) -> Response:
+        endpoint = ENDPOINTS[request.url.path]
+        return await self.serve_request(request, endpoint, None, None)
+
+    async def gemini(self, request: Request) -> Response:
+        model, _, action = request.path_params["target"].rpartition(":")
+        if action not in ("generateContent", "streamGenerateContent"):
+            return replies.error(GEMINI, f"unknown method {action!r}", "not_found")
+        return await self.serve_request(request, GEMINI, model.removeprefix("models/"), action != "generateContent")
+
+    async def serve_request(self, request: Request, endpoint: str, model: str | None, stream: bool | None) -> Response:
+        try:
+            body = json_decode(await request.body())
+        except Exception:
+            return replies.error(endpoint, "request body is not valid JSON", "invalid_request")
+        if not isinstance(body, dict):
+            return replies.error(endpoint, "request body must be a JSON object", "invalid_request")
+        model = model or body.get("model")
+        if not isinstance(model, str):
+            return replies.error(endpoint, "no model in the request", "invalid_request")
+        if stream is None:
+            stream = bool(body.get("stream", endpoint in ("llm-stream", "mmsp")))
+        self.stats.requests.append(model)
+        try:
+            name, faults = parse_model(model)
+        except ValueError as exc:
+            return replies.error(endpoint, str(exc), "invalid_request")
+        if faults.status is not None:
+            error = hub.Error(f"injected status {faults.status}", hub.error_type_for_status(faults.status),
+                              status=faults.status)
+            return replies.error_response(endpoint, error)
+        found = self.find(name, endpoint)
+        if found is None:
+            return replies.error(endpoint, f"model {name!r} not found (no {name}.sse)", "not_found")
+        dialect, path = found
+        data = path.read_bytes()
+        if faults.truncate is not None:
+            data = data[: faults.truncate]
+        if not stream:
+            return self.assembled(dialect or endpoint, data)
+        codec = dialects.get(dialect) if dialect else None
+        media = getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
+        rng = random.Random(f"{self.seed}:{model}")
+        pieces = chunks(data, rng, faults.chunk)
+        return StreamResponse(self.paced(model, pieces, faults), media_type=media)
+
+    async def paced(self, model: str, pieces: list[bytes], faults: Faults):
+        delay = (faults.delay_ms or self.delay_ms) / 1000
+        self.stats.active += 1
+        done = False
+        try:
+            for n, piece in enumerate(pieces):
+                if delay:
+                    await asyncio.sleep(delay)
+                yield piece
+                if n == 0 and faults.stall:
+                    await asyncio.sleep(faults.stall)
+            done = True
+        finally:
+            self.stats.active -= 1
+            (self.stats.completed if done else self.stats.cancelled).append(model)
+
+    def assembled(self, dialect: str, data: bytes) -> Response:
+        codec = dialects.get(dialect)
+        response = hub.assemble(decode_all(codec.StreamDecoder(), data))
+        if response.error is not None:
+            return replies.error_response(dialect, response.error)
+        return replies.json_response(codec.encode_response(response))
+
+
+def create_app(directory: str | Path, seed: int = 0, dialect: str | None = None, delay_ms: float = 0.0) -> Starlette:
+    """The replay server as an ASGI app; ``app.state.replay.stats`` records what it served."""
+    replay = Replay(directory, seed, dialect, delay_ms)
+    routes = [Route(path, replay.generate, methods=["POST"]) for path in ENDPOINTS]
+    routes += [
+        Route("/v1beta/models/{target:path}", replay.gemini, methods=["POST"]),
+        Route("/v1/models", replay.models, methods=["GET"]),
+        Route("/v1beta/models", replay.models, methods=["GET"]),
+        Route("/mmsp/v1/models", replay.models, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.replay = replay
+    return app
+
+
+def serve(directory: str, host: str = "127.0.0.1", port: int = 8001, seed: int = 0, dialect: str | None = None,
+          delay_ms: float = 0.0) -> None:
+    import uvicorn
+
+    uvicorn.run(create_app(directory, seed, dialect, delay_ms), host=host, port=port, log_level="info")
+
+
