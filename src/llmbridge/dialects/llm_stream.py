@@ -478,10 +478,18 @@ class StreamDecoder(SSEStreamDecoder):
         info = info if type(info) is dict else {}
         choice = info.get("choice") if type(info.get("choice")) is int else 0
         mime = info.get("mime_type")
-        self.emit(hub.BlockStart(
-            index, kind, info.get("id"), info.get("name"), choice,
-            mime if type(mime) is str else None, info.get("fidelity") or None, info.get("extensions") or None,
-        ))
+        self.emit(
+            hub.BlockStart(
+                index,
+                kind,
+                info.get("id"),
+                info.get("name"),
+                choice,
+                mime if type(mime) is str else None,
+                info.get("fidelity") or None,
+                info.get("extensions") or None,
+            )
+        )
         self._keys[index] = key
         self._choice[index] = choice
         if implicit:
@@ -491,8 +499,11 @@ class StreamDecoder(SSEStreamDecoder):
     def _stop_block(self, index: int, fidelity: Any = None, extensions: Any = None) -> None:
         del self._keys[index]
         self._implicit.discard(index)
-        self.emit(hub.BlockStop(index, fidelity if type(fidelity) is dict else None,
-                                extensions if type(extensions) is dict else None))
+        self.emit(
+            hub.BlockStop(
+                index, fidelity if type(fidelity) is dict else None, extensions if type(extensions) is dict else None
+            )
+        )
 
     # -- event handlers
 
@@ -500,10 +511,15 @@ class StreamDecoder(SSEStreamDecoder):
         self._request_id = self._field(obj, "request_id", str)
         self._response_id = self._field(obj, "id", str)
         ext = obj.get("llmbridge:extensions")
-        self._start_hub(hub.ResponseStart(
-            self._response_id, self._field(obj, "model", str), self._field(obj, "created", int),
-            self._request_id, ext if type(ext) is dict and ext else None,
-        ))
+        self._start_hub(
+            hub.ResponseStart(
+                self._response_id,
+                self._field(obj, "model", str),
+                self._field(obj, "created", int),
+                self._request_id,
+                ext if type(ext) is dict and ext else None,
+            )
+        )
         self._annotations(obj)
 
     def _on_content_delta(self, obj: dict) -> None:
@@ -592,11 +608,14 @@ class StreamDecoder(SSEStreamDecoder):
             self.violation("stop-reason", f"a second stop_reason for choice {choice}; the first one stands")
             return
         self._finished.add(choice)
-        self.emit(hub.Finish(
-            reason if known else "other", choice,
-            raw if type(raw) is str else (None if known else reason),
-            sequence if type(sequence) is str else None,
-        ))
+        self.emit(
+            hub.Finish(
+                reason if known else "other",
+                choice,
+                raw if type(raw) is str else (None if known else reason),
+                sequence if type(sequence) is str else None,
+            )
+        )
 
     def _on_usage(self, obj: dict) -> None:
         self._annotations(obj)
@@ -623,14 +642,17 @@ class StreamDecoder(SSEStreamDecoder):
         error_type = err.get("type")
         code = err.get("code")
         status = obj.get("llmbridge:status")
-        self.emit(hub.Error(
-            message if type(message) is str else "error event without a message",
-            error_type if error_type in hub.ERROR_TYPES else "api_error",
-            str(code) if code is not None else (error_type if type(error_type) is str and error_type not in
-                                                hub.ERROR_TYPES else None),
-            status if type(status) is int else None,
-            obj.get("llmbridge:body"),
-        ))
+        self.emit(
+            hub.Error(
+                message if type(message) is str else "error event without a message",
+                error_type if error_type in hub.ERROR_TYPES else "api_error",
+                str(code)
+                if code is not None
+                else (error_type if type(error_type) is str and error_type not in hub.ERROR_TYPES else None),
+                status if type(status) is int else None,
+                obj.get("llmbridge:body"),
+            )
+        )
 
     def _on_stream_end(self, obj: dict) -> None:
         self._annotations(obj)
@@ -693,8 +715,15 @@ def _expect(value: Any, types: tuple[type, ...], field: str, what: str) -> Any:
 
 
 def _json_type(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def _opt_str(obj: dict, key: str, field: str) -> str | None:
@@ -763,8 +792,9 @@ def _decode_extra_parts(parts: list[hub.Part], extra: Any, field: str) -> list[h
                 _expect(fidelity, (dict,), f"{where}.fidelity", "an object") if fidelity is not None else None,
             )
         elif kind == "native":
-            part = hub.NativePart(_expect(item.get("namespace"), (str,), f"{where}.namespace", "a string"),
-                                  item.get("data"))
+            part = hub.NativePart(
+                _expect(item.get("namespace"), (str,), f"{where}.namespace", "a string"), item.get("data")
+            )
         else:
             raise _fail(f"{where}.type", f"unknown extension part type {kind!r}")
         parts.insert(at, part)
@@ -785,7 +815,8 @@ def _decode_message(msg: Any, field: str) -> hub.Message:
         if content is None:
             raise _fail(f"{field}.content", "is required in a tool message")
         result = hub.ToolResultPart(
-            call_id, _decode_content(content, f"{field}.content"),
+            call_id,
+            _decode_content(content, f"{field}.content"),
             _expect(msg.get("llmbridge:is_error", False), (bool,), f"{field}.llmbridge:is_error", "a boolean"),
             _opt_str(msg, "llmbridge:tool_name", field),
         )
@@ -824,7 +855,7 @@ def _decode_tool(tool: Any, field: str) -> hub.Tool:
 def _decode_tool_choice(choice: Any) -> hub.ToolChoice:
     if type(choice) is str:
         if choice not in TOOL_CHOICE_MODES:
-            raise _fail("tool_choice", f"must be one of {', '.join(TOOL_CHOICE_MODES)} or {{\"name\": ...}}")
+            raise _fail("tool_choice", f'must be one of {", ".join(TOOL_CHOICE_MODES)} or {{"name": ...}}')
         return hub.ToolChoice(choice)
     _expect(choice, (dict,), "tool_choice", 'a string or {"name": "<tool>"}')
     name = choice.get("name")
@@ -935,8 +966,11 @@ def _encode_message(message: hub.Message) -> list[dict]:
     rest = [p for p in message.parts if type(p) is not hub.ToolResultPart]
     out: list[dict] = []
     for result in results:
-        wire: dict[str, Any] = {"role": "tool", "tool_call_id": result.tool_call_id,
-                                "content": _encode_content(result.content)}
+        wire: dict[str, Any] = {
+            "role": "tool",
+            "tool_call_id": result.tool_call_id,
+            "content": _encode_content(result.content),
+        }
         if result.is_error:
             wire["llmbridge:is_error"] = True
         if result.name is not None:
@@ -1025,8 +1059,10 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None = None)
     """``POST {base_url}/v1/stream`` (``/stream`` when ``base_url`` already ends in ``/v1``)."""
     base = base_url.rstrip("/")
     url = base + ("/stream" if base.endswith("/v1") else "/v1/stream")
-    headers = {"Content-Type": REQUEST_CONTENT_TYPE,
-               "Accept": ACCEPT_STREAM if request.stream else RESPONSE_CONTENT_TYPE}
+    headers = {
+        "Content-Type": REQUEST_CONTENT_TYPE,
+        "Accept": ACCEPT_STREAM if request.stream else RESPONSE_CONTENT_TYPE,
+    }
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     return url, headers
@@ -1104,9 +1140,12 @@ def _finish_from(obj: dict, choice: int) -> hub.Finish | None:
     known = reason in STOP_REASONS
     raw = obj.get("llmbridge:raw_reason")
     sequence = obj.get("llmbridge:stop_sequence")
-    return hub.Finish(reason if known else "other", choice,
-                      raw if type(raw) is str else (None if known else reason),
-                      sequence if type(sequence) is str else None)
+    return hub.Finish(
+        reason if known else "other",
+        choice,
+        raw if type(raw) is str else (None if known else reason),
+        sequence if type(sequence) is str else None,
+    )
 
 
 def decode_response(body: dict) -> list[hub.Event]:
@@ -1114,29 +1153,58 @@ def decode_response(body: dict) -> list[hub.Event]:
     _expect(body, (dict,), "body", "a JSON object")
     if "error" in body and "content" not in body:
         return [hub.ResponseStart(), _response_error(body), hub.ResponseEnd()]
-    r = hub.Response(_opt_str(body, "id", "body"), _opt_str(body, "model", "body"),
-                     body.get("created") if type(body.get("created")) is int else None,
-                     _opt_str(body, "request_id", "body"))
+    r = hub.Response(
+        _opt_str(body, "id", "body"),
+        _opt_str(body, "model", "body"),
+        body.get("created") if type(body.get("created")) is int else None,
+        _opt_str(body, "request_id", "body"),
+    )
     blocks: list[hub.Block] = []
     content = body.get("content") or []
     _expect(content, (list,), "content", "an array")
     for i, item in enumerate(content):
         _expect(item, (dict,), f"content[{i}]", "an object")
         text = _expect(item.get("text", ""), (str,), f"content[{i}].text", "a string")
-        blocks.append(hub.Block(item.get("index", i) if type(item.get("index")) is int else i, "text", text=text,
-                                fidelity=item.get("llmbridge:fidelity"), extensions=item.get("llmbridge:extensions")))
+        blocks.append(
+            hub.Block(
+                item.get("index", i) if type(item.get("index")) is int else i,
+                "text",
+                text=text,
+                fidelity=item.get("llmbridge:fidelity"),
+                extensions=item.get("llmbridge:extensions"),
+            )
+        )
     calls = body.get("tool_calls") or []
     _expect(calls, (list,), "tool_calls", "an array")
     for i, call in enumerate(calls):
         part = _decode_tool_call(call, f"tool_calls[{i}]")
         index = call.get("index") if type(call.get("index")) is int else len(content) + i
-        blocks.append(hub.Block(index, "tool_call", part.id, part.name, text=part.arguments,
-                                fidelity=call.get("llmbridge:fidelity"), extensions=call.get("llmbridge:extensions")))
+        blocks.append(
+            hub.Block(
+                index,
+                "tool_call",
+                part.id,
+                part.name,
+                text=part.arguments,
+                fidelity=call.get("llmbridge:fidelity"),
+                extensions=call.get("llmbridge:extensions"),
+            )
+        )
     for i, item in enumerate(body.get("llmbridge:blocks") or []):
         _expect(item, (dict,), f"llmbridge:blocks[{i}]", "an object")
-        blocks.append(hub.Block(item.get("index", len(blocks)), item.get("kind", "text"), item.get("id"),
-                                item.get("name"), item.get("choice", 0), item.get("mime_type"), item.get("text", ""),
-                                item.get("fidelity"), item.get("extensions")))
+        blocks.append(
+            hub.Block(
+                item.get("index", len(blocks)),
+                item.get("kind", "text"),
+                item.get("id"),
+                item.get("name"),
+                item.get("choice", 0),
+                item.get("mime_type"),
+                item.get("text", ""),
+                item.get("fidelity"),
+                item.get("extensions"),
+            )
+        )
     blocks.sort(key=lambda b: b.index)
     by_index = {b.index: b for b in blocks}
     for a in body.get("llmbridge:annotations") or []:
@@ -1153,8 +1221,11 @@ def decode_response(body: dict) -> list[hub.Event]:
             r.finishes[f["choice"]] = finish
     usage = body.get("usage")
     if type(usage) is dict:
-        r.usage = hub.Usage(*(usage.get(k) for k in ("input_tokens", "output_tokens")),
-                            *(usage.get(NS + k) for k in USAGE_DETAILS), extensions=usage.get("llmbridge:extensions"))
+        r.usage = hub.Usage(
+            *(usage.get(k) for k in ("input_tokens", "output_tokens")),
+            *(usage.get(NS + k) for k in USAGE_DETAILS),
+            extensions=usage.get("llmbridge:extensions"),
+        )
     if body.get("error") is not None:
         r.error = _response_error(body)
     ext = body.get("llmbridge:extensions")

@@ -1,0 +1,206 @@
+"""The ``llmbridge`` command: translate, validate, serve, replay, dialects.
+
+Exit codes: 0 success; 1 ``validate`` found violations; 2 the input is malformed or
+truncated (``translate``), or bad usage; 3 a dialect or subsystem is not available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import BinaryIO
+
+from . import __version__, dialects, hub
+
+CHUNK = 64 * 1024
+EXIT_OK, EXIT_VIOLATIONS, EXIT_MALFORMED, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+class CLIError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _dialect(name: str, *needs: str) -> ModuleType:
+    """Dialect ``name``'s module, which must have the attributes ``needs`` (modules land one by one)."""
+    try:
+        module = dialects.get(name)
+    except KeyError as exc:
+        raise CLIError(str(exc.args[0]), EXIT_MALFORMED) from None
+    except ImportError as exc:
+        raise CLIError(f"dialect {name!r} is not available in this build ({exc})", EXIT_UNAVAILABLE) from None
+    missing = [n for n in needs if not hasattr(module, n)]
+    if missing:
+        raise CLIError(f"dialect {name!r} is not available yet (no {', '.join(missing)})", EXIT_UNAVAILABLE)
+    return module
+
+
+def _open_input(path: str) -> BinaryIO:
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise CLIError(f"cannot read {path}: {exc.strerror}", EXIT_MALFORMED) from None
+
+
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    """What is available, as it arrives: a pipe's bytes are not held back until CHUNK fills."""
+    read = getattr(stream, "read1", stream.read)
+    while chunk := read(CHUNK):
+        yield chunk
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_dialects(args: argparse.Namespace) -> int:
+    for name in dialects.NAMES:
+        try:
+            module = dialects.get(name)
+            note = "" if hasattr(module, "StreamDecoder") and hasattr(module, "StreamEncoder") else "  (partial)"
+        except ImportError:
+            note = "  (not available)"
+        print(f"{name}{note}")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    decoder = _dialect(args.format, "StreamDecoder").StreamDecoder()
+    events: list[hub.Event] = []
+    source = _open_input(args.file)
+    try:
+        for chunk in _chunks(source):
+            events += decoder.feed(chunk)
+        events += decoder.close()
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    problems = [str(v) for v in decoder.violations]
+    problems += [f"{v} (hub)" for v in hub.validate(events)]
+    for line in problems:
+        print(line)
+    return EXIT_VIOLATIONS if problems else EXIT_OK
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    decoder = _dialect(args.source, "StreamDecoder").StreamDecoder()
+    encoder = _dialect(args.target, "StreamEncoder").StreamEncoder()
+    out = sys.stdout.buffer
+    source = _open_input(args.file)
+    try:
+        for chunk in _chunks(source):
+            data = b"".join([encoder.encode(e) for e in decoder.feed(chunk)])
+            if data:
+                out.write(data)
+                out.flush()
+        out.write(b"".join([encoder.encode(e) for e in decoder.close()]))
+        out.flush()
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    if decoder.violations:
+        first = decoder.violations[0]
+        more = len(decoder.violations) - 1
+        extra = f" (and {more} more; run `llmbridge validate --format {args.source}`)" if more else ""
+        raise CLIError(f"malformed {args.source} input: {first}{extra}", EXIT_MALFORMED)
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from . import gateway
+    except ImportError as exc:
+        raise CLIError(f"the gateway is not available in this build ({exc})", EXIT_UNAVAILABLE) from None
+    gateway.serve(args.config, args.host, args.port)
+    return EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    try:
+        from . import replay
+    except ImportError as exc:
+        raise CLIError(f"replay is not available in this build ({exc})", EXIT_UNAVAILABLE) from None
+    if args.format is not None:
+        _dialect(args.format)
+    replay.serve(args.directory, args.host, args.port, args.seed, args.format)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    names = ", ".join(dialects.NAMES)
+    parser = argparse.ArgumentParser(prog="llmbridge", description="LLM streaming wire formats, bridged.")
+    parser.add_argument("--version", action="version", version=f"llmbridge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "translate",
+        help="translate a streamed response body between dialects",
+        description=f"Decode FILE as --from and write it encoded as --to. Dialects: {names}.",
+    )
+    p.add_argument("--from", dest="source", required=True, metavar="DIALECT")
+    p.add_argument("--to", dest="target", required=True, metavar="DIALECT")
+    p.add_argument("file", nargs="?", default="-", metavar="FILE", help="input body; - or nothing for stdin")
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser(
+        "validate",
+        help="check a streamed response body against its dialect's grammar",
+        description=f"Exit 0 when FILE conforms to --format, else list the violations. Dialects: {names}.",
+    )
+    p.add_argument("--format", required=True, metavar="DIALECT")
+    p.add_argument("file", nargs="?", default="-", metavar="FILE", help="input body; - or nothing for stdin")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("serve", help="run the gateway")
+    p.add_argument("--config", default=None, metavar="FILE", help="TOML config; none serves the embedded model")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("replay", help="serve recorded streams (a directory of bodies) as a fake upstream")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--format", default=None, metavar="DIALECT")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("dialects", help="list the dialect names")
+    p.set_defaults(func=cmd_dialects)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CLIError as exc:
+        print(f"llmbridge {args.command}: {exc}", file=sys.stderr)
+        return exc.code
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error of ours; silence the flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug in a codec: one line, not a traceback, unless asked
+        if os.environ.get("LLMBRIDGE_DEBUG"):
+            raise
+        print(
+            f"llmbridge {args.command}: internal error: {type(exc).__name__}: {exc} "
+            f"(set LLMBRIDGE_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_MALFORMED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
