@@ -1,0 +1,197 @@
+"""Shared vocabulary of the anthropic-messages codecs: names, reason and error maps, usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ... import hub
+
+NAME = "anthropic-messages"
+EXT = "llmbridge"  # the JSON key that carries hub data Anthropic has no field for
+
+# Anthropic stop_reason -> hub finish reason.
+STOP_TO_HUB = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "tool_use": "tool_use",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "model_context_window_exceeded": "max_tokens",
+}
+
+# hub finish reason -> Anthropic stop_reason; reasons missing here travel under EXT.
+HUB_TO_STOP = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "tool_use": "tool_use",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "content_filter": "refusal",  # the nearest Anthropic word: output withheld
+}
+
+# Anthropic error type <-> hub error type.
+ERROR_TO_HUB = {
+    "invalid_request_error": "invalid_request",
+    "authentication_error": "authentication",
+    "billing_error": "permission",
+    "permission_error": "permission",
+    "not_found_error": "not_found",
+    "request_too_large": "request_too_large",
+    "rate_limit_error": "rate_limit",
+    "api_error": "api_error",
+    "timeout_error": "timeout",
+    "overloaded_error": "overloaded",
+}
+HUB_TO_ERROR = {
+    "invalid_request": "invalid_request_error",
+    "authentication": "authentication_error",
+    "permission": "permission_error",
+    "not_found": "not_found_error",
+    "request_too_large": "request_too_large",
+    "unsupported_media_type": "invalid_request_error",
+    "rate_limit": "rate_limit_error",
+    "api_error": "api_error",
+    "overloaded": "overloaded_error",
+    "timeout": "timeout_error",
+    "incomplete_stream": "api_error",
+    "protocol_error": "api_error",
+}
+ERROR_STATUS = {"overloaded": 529}  # where Anthropic's status differs from hub.ERROR_STATUS
+
+
+def finish_from_stop(stop_reason: str, stop_sequence: str | None = None) -> hub.Finish:
+    return hub.Finish(STOP_TO_HUB.get(stop_reason, "other"), 0, stop_reason, stop_sequence)
+
+
+def stop_from_finish(finish: hub.Finish) -> tuple[str, bool]:
+    """The stop_reason for ``finish`` and whether decoding it gives ``finish`` back exactly."""
+    raw = finish.raw
+    if raw in STOP_TO_HUB and STOP_TO_HUB[raw] == finish.reason:
+        return raw, True
+    stop = HUB_TO_STOP.get(finish.reason, "end_turn")
+    return stop, stop == finish.reason and raw in (None, stop)
+
+
+_USAGE_KNOWN = {"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}
+
+
+def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
+    """Anthropic usage (running totals) -> hub usage; input counts cached tokens too."""
+    read = raw.get("cache_read_input_tokens")
+    write = raw.get("cache_creation_input_tokens")
+    fresh = raw.get("input_tokens")
+    total_in = None
+    if fresh is not None or read is not None or write is not None:
+        total_in = (fresh or 0) + (read or 0) + (write or 0)
+    details = raw.get("output_tokens_details")
+    reasoning = details.get("thinking_tokens") if type(details) is dict else None
+    extras = {k: v for k, v in raw.items() if k not in _USAGE_KNOWN}
+    return hub.Usage(
+        input_tokens=total_in,
+        output_tokens=raw.get("output_tokens"),
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        reasoning_tokens=reasoning,
+        extensions={NAME: extras} if extras else None,
+    )
+
+
+def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Hub usage -> (Anthropic usage object, hub data Anthropic cannot say or ``None``)."""
+    if usage is None:
+        usage = hub.Usage()
+    read = usage.cache_read_tokens or 0
+    write = usage.cache_write_tokens or 0
+    raw: dict[str, Any] = {
+        "input_tokens": max(0, (usage.input_tokens or 0) - read - write),
+        "cache_creation_input_tokens": write,
+        "cache_read_input_tokens": read,
+        "output_tokens": usage.output_tokens or 0,
+    }
+    extra: dict[str, Any] = {}
+    ext = usage.extensions or {}
+    own = ext.get(NAME)
+    if own:
+        raw.update((k, v) for k, v in own.items() if k not in _USAGE_KNOWN)
+    if usage.reasoning_tokens is not None:
+        details = raw.get("output_tokens_details")
+        if type(details) is not dict or details.get("thinking_tokens") != usage.reasoning_tokens:
+            raw["output_tokens_details"] = {**(details or {}), "thinking_tokens": usage.reasoning_tokens}
+    if usage.total_tokens is not None:
+        extra["total_tokens"] = usage.total_tokens
+    for field in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+        if getattr(usage, field) is None:
+            extra.setdefault("none", []).append(field)
+    foreign = {k: v for k, v in ext.items() if k != NAME}
+    if foreign:
+        extra["extensions"] = foreign
+    return raw, extra or None
+
+
+def apply_usage_extra(usage: hub.Usage, extra: dict[str, Any] | None) -> hub.Usage:
+    """Undo :func:`usage_to_raw`'s losses from the EXT data it returned."""
+    if not extra:
+        return usage
+    changes: dict[str, Any] = {f: None for f in extra.get("none", ()) if f in usage.__struct_fields__}
+    if "total_tokens" in extra:
+        changes["total_tokens"] = extra["total_tokens"]
+    if extra.get("extensions"):
+        changes["extensions"] = {**(usage.extensions or {}), **extra["extensions"]}
+    return msgspec.structs.replace(usage, **changes) if changes else usage
+
+
+def error_body(error: hub.Error) -> dict[str, Any]:
+    """Anthropic's error object for a hub error; its own body is replayed as it was."""
+    body = error.body
+    if type(body) is dict and body.get("type") == "error" and type(body.get("error")) is dict:
+        return body
+    out: dict[str, Any] = {
+        "type": "error",
+        "error": {"type": HUB_TO_ERROR.get(error.type, "api_error"), "message": error.message},
+    }
+    if ERROR_TO_HUB.get(out["error"]["type"]) != error.type or error.code or error.status:
+        out[EXT] = {"type": error.type, "code": error.code, "status": error.status}
+    return out
+
+
+def error_from_body(body: Any, status: int | None = None) -> hub.Error:
+    err = body.get("error") if type(body) is dict else None
+    if type(err) is not dict:
+        message = body if type(body) is str else "upstream error"
+        return hub.Error(message, hub.error_type_for_status(status) if status else "api_error", None, status, body)
+    kind = err.get("type")
+    hub_type = ERROR_TO_HUB.get(kind) or (hub.error_type_for_status(status) if status else "api_error")
+    code: str | None = kind if type(kind) is str else None
+    ours = body.get(EXT)
+    if type(ours) is dict:
+        hub_type = ours.get("type") or hub_type
+        code = ours.get("code")
+        status = ours.get("status") or status
+    message = err.get("message")
+    return hub.Error(message if type(message) is str else str(err), hub_type, code, status, body)
+
+
+def event_to_json(event: hub.Event) -> dict[str, Any]:
+    """A hub event as plain JSON, to carry it under EXT."""
+    out = msgspec.to_builtins(event)
+    out["event"] = type(event).__name__
+    return out
+
+
+_EVENT_TYPES = {t.__name__: t for t in (hub.BlockStart, hub.Delta, hub.BlockStop, hub.Finish, hub.Extension)}
+
+
+def event_from_json(data: Any) -> hub.Event | None:
+    if type(data) is not dict:
+        return None
+    kind = _EVENT_TYPES.get(data.get("event"))
+    if kind is None:
+        return None
+    try:
+        return msgspec.convert({k: v for k, v in data.items() if k != "event"}, kind)
+    except msgspec.ValidationError:
+        return None

@@ -1,0 +1,372 @@
+"""Hub events -> Anthropic Messages stream.
+
+Anthropic content blocks never interleave and are numbered densely from 0 in the order
+they start.  Hub blocks may interleave (parallel tool calls, several choices), so the
+first open block streams live and blocks that start meanwhile are buffered, already
+encoded, and flushed in start order when the live one stops.  ``message_start`` waits
+for the first content so it can carry the input usage; ``message_delta`` waits for
+``ResponseEnd`` because usage may follow the finish reason.  Hub data with no Anthropic
+field travels under the ``"llmbridge"`` key of the nearest object (see docs/dialects).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from ... import hub
+from ..base import json_encode
+from .common import EXT, NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
+
+_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_END = b"}}\n\n"
+
+
+def sse(event: bytes, data: Any) -> bytes:
+    return b"event: " + event + b"\ndata: " + json_encode(data) + b"\n\n"
+
+
+def _split(ns: dict[str, Any] | None, own: bool) -> tuple[Any, dict[str, Any] | None]:
+    """(this dialect's entry, the other namespaces) of a fidelity or extensions dict."""
+    if not ns:
+        return None, None
+    if not own or NAME not in ns:
+        return None, dict(ns)
+    rest = {k: v for k, v in ns.items() if k != NAME}
+    return ns[NAME], rest or None
+
+
+class _Out:
+    """One hub block on its way out as an Anthropic content block."""
+
+    __slots__ = ("wire", "start", "wire_type", "prefix", "chunks", "closed", "started", "text", "annotations")
+
+    def __init__(self, wire: int, start: hub.BlockStart) -> None:
+        self.wire = wire
+        self.start = start
+        self.wire_type = ""
+        self.prefix = b""  # content_block_delta bytes up to the delta's text
+        self.chunks: list[bytes] = []  # encoded bytes waiting while another block is live
+        self.closed = False
+        self.started = False  # content_block_start written (thinking blocks start lazily)
+        self.text = False  # a thinking block had text
+        self.annotations: list[dict[str, Any]] = []
+
+
+class StreamEncoder:
+    def __init__(self) -> None:
+        self._start: hub.ResponseStart | None = None
+        self._message_sent = False
+        self._usage: hub.Usage | None = None
+        self._finish: hub.Finish | None = None
+        self._blocks: dict[int, _Out] = {}  # hub index -> choice 0 block
+        self._wire = 0
+        self._live: _Out | None = None
+        self._queue: deque[_Out] = deque()
+        self._late: list[dict[str, Any]] = []  # annotations after their block, stream-level ones
+        self._others: list[dict[str, Any]] = []  # events of choices > 0
+        self._other_blocks: set[int] = set()
+        self._delta_extras: dict[str, Any] = {}
+        self._tools = 0
+        self._done = False
+
+    def encode(self, event: hub.Event) -> bytes:
+        kind = type(event)
+        if self._done:
+            return b""
+        if kind is hub.Delta:
+            block = self._blocks.get(event.index)
+            if block is None:
+                if event.index in self._other_blocks:
+                    self._others.append(event_to_json(event))
+                return b""
+            return self._route(block, self._delta(block, event.text))
+        if kind is hub.BlockStart:
+            return self._block_start(event)
+        if kind is hub.BlockStop:
+            return self._block_stop(event)
+        if kind is hub.Usage:
+            self._usage = hub.merge_usage(self._usage, event)
+            return b""
+        if kind is hub.Extension:
+            return self._extension(event)
+        if kind is hub.Finish:
+            if event.choice == 0:
+                self._finish = event
+            else:
+                self._others.append(event_to_json(event))
+            return b""
+        if kind is hub.ResponseStart:
+            self._start = event
+            return b""
+        if kind is hub.Error:
+            return self._error(event)
+        if kind is hub.ResponseEnd:
+            return self._end(event)
+        return b""
+
+    # -- message frame
+
+    def _message_start(self) -> bytes:
+        if self._message_sent:
+            return b""
+        self._message_sent = True
+        start = self._start or hub.ResponseStart()
+        usage, usage_extra = usage_to_raw(self._usage)
+        message: dict[str, Any] = {
+            "id": start.id or "msg_llmbridge",
+            "type": "message",
+            "role": "assistant",
+            "model": start.model or "",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        own, foreign = _split(start.extensions, True)
+        if type(own) is dict:
+            for key, value in own.items():
+                message.setdefault(key, value)
+        ours = {"request_id": start.request_id, "created": start.created, "extensions": foreign, "usage": usage_extra}
+        ours = {k: v for k, v in ours.items() if v is not None}
+        if ours:
+            message[EXT] = ours
+        return sse(b"message_start", {"type": "message_start", "message": message})
+
+    def _end(self, event: hub.ResponseEnd) -> bytes:
+        out = [self._message_start()]
+        if self._live is not None:  # a hub stream ended with open blocks: close them
+            self._live.closed = True
+            out.append(self._stop_bytes(self._live, hub.BlockStop(self._live.start.index)))
+            self._live = None
+        while self._queue:
+            block = self._queue.popleft()
+            out.extend(block.chunks)
+            if not block.closed:
+                out.append(self._stop_bytes(block, hub.BlockStop(block.start.index)))
+        delta: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
+        ours: dict[str, Any] = {}
+        if self._finish is not None:
+            stop, exact = stop_from_finish(self._finish)
+            delta["stop_reason"] = stop
+            delta["stop_sequence"] = self._finish.stop_sequence
+            if not exact:
+                ours["finish"] = event_to_json(self._finish)
+        extras = self._delta_extras
+        for key, value in (extras.get("delta") or {}).items():
+            delta.setdefault(key, value)
+        usage, usage_extra = usage_to_raw(self._usage)
+        body: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": usage}
+        for key, value in extras.items():
+            if key != "delta":
+                body.setdefault(key, value)
+        if usage_extra:
+            ours["usage"] = usage_extra
+        if self._late:
+            ours["annotations"] = self._late
+        if self._others:
+            ours["events"] = self._others
+        if ours:
+            body[EXT] = ours
+        out.append(sse(b"message_delta", body))
+        out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+        self._done = True
+        return b"".join(out)
+
+    def _error(self, error: hub.Error) -> bytes:
+        out = []
+        while self._queue:  # what arrived, in order; Anthropic leaves blocks open on error
+            out.extend(self._queue.popleft().chunks)
+        out.append(sse(b"error", error_body(error)))
+        self._done = True
+        return b"".join(out)
+
+    # -- blocks
+
+    def _block_start(self, event: hub.BlockStart) -> bytes:
+        if event.choice != 0:
+            self._other_blocks.add(event.index)
+            self._others.append(event_to_json(event))
+            return b""
+        if event.index in self._blocks:
+            return b""
+        head = self._message_start()
+        block = _Out(self._wire, event)
+        self._wire += 1
+        self._blocks[event.index] = block
+        body = self._start_bytes(block)
+        if self._live is None:
+            self._live = block
+            return head + body
+        self._queue.append(block)
+        if body:
+            block.chunks.append(body)
+        return head
+
+    def _start_bytes(self, block: _Out) -> bytes:
+        start = block.start
+        kind = start.kind
+        index = str(block.wire).encode()
+        own_ext, foreign_ext = _split(start.extensions, kind != "data")
+        if kind == "thinking":
+            block.wire_type = "thinking"
+            block.prefix = _DELTA + index + b',"delta":{"type":"thinking_delta","thinking":'
+            return b""  # lazily: a thinking block without text may turn out redacted
+        if kind == "text":
+            content: dict[str, Any] = {"type": "text", "text": ""}
+            delta_type = b"text_delta"
+            key = b"text"
+        elif kind == "tool_call":
+            self._tools += 1
+            content = {
+                "type": "tool_use",
+                "id": start.id or f"toolu_{(self._start and self._start.id) or 'llmbridge'}_{self._tools}",
+                "name": start.name or "",
+                "input": {},
+            }
+            delta_type = b"input_json_delta"
+            key = b"partial_json"
+        elif kind == "native" and type(own_ext) is dict and own_ext.get("type"):
+            content = dict(own_ext)  # an Anthropic block: replay it as it came
+            own_ext = None
+            is_compaction = content.get("type") == "compaction"
+            delta_type = b"compaction_delta" if is_compaction else b"input_json_delta"
+            key = b"content" if is_compaction else b"partial_json"
+        else:  # a block Anthropic has no type for
+            foreign_ext = start.extensions
+            own_ext = None
+            data = {"kind": kind, "id": start.id, "name": start.name, "mime_type": start.mime_type}
+            content = {"type": EXT, EXT: {k: v for k, v in data.items() if v is not None}}
+            delta_type = b"llmbridge_delta"
+            key = b"text"
+        if type(own_ext) is dict:
+            for k, v in own_ext.items():
+                content.setdefault(k, v)
+        ours = content.get(EXT) if content.get("type") == EXT else {}
+        if start.fidelity:
+            ours["fidelity"] = start.fidelity
+        if foreign_ext:
+            ours["extensions"] = foreign_ext
+        if ours:
+            content[EXT] = ours
+        block.wire_type = content["type"]
+        block.prefix = _DELTA + index + b',"delta":{"type":"' + delta_type + b'","' + key + b'":'
+        block.started = True
+        return sse(b"content_block_start", {"type": "content_block_start", "index": block.wire, "content_block": content})
+
+    def _thinking_start(self, block: _Out, redacted: Any = None) -> bytes:
+        block.started = True
+        start = block.start
+        own, foreign = _split(start.fidelity, True)
+        if redacted is not None:
+            content: dict[str, Any] = {"type": "redacted_thinking", "data": redacted}
+            block.wire_type = "redacted_thinking"
+        else:
+            content = {"type": "thinking", "thinking": "", "signature": ""}
+        ours = {}
+        if foreign:
+            ours["fidelity"] = foreign
+        if start.extensions:
+            ours["extensions"] = start.extensions
+        if ours:
+            content[EXT] = ours
+        return sse(b"content_block_start", {"type": "content_block_start", "index": block.wire, "content_block": content})
+
+    def _delta(self, block: _Out, text: str) -> bytes:
+        if not text or block.closed:
+            return b""
+        if block.wire_type == "thinking":
+            block.text = True
+            if not block.started:
+                return self._thinking_start(block) + block.prefix + json_encode(text) + _END
+        return block.prefix + json_encode(text) + _END
+
+    def _route(self, block: _Out, data: bytes) -> bytes:
+        if block is self._live:
+            return data
+        if data:
+            block.chunks.append(data)
+        return b""
+
+    def _block_stop(self, event: hub.BlockStop) -> bytes:
+        if event.index in self._other_blocks:
+            self._others.append(event_to_json(event))
+            return b""
+        block = self._blocks.get(event.index)
+        if block is None or block.closed:
+            return b""
+        block.closed = True
+        data = self._stop_bytes(block, event)
+        if block is not self._live:
+            block.chunks.append(data)
+            return b""
+        out = [data]
+        self._live = None
+        while self._queue:
+            nxt = self._queue.popleft()
+            out.extend(nxt.chunks)
+            nxt.chunks = []
+            if not nxt.closed:
+                self._live = nxt
+                break
+        return b"".join(out)
+
+    def _stop_bytes(self, block: _Out, stop: hub.BlockStop) -> bytes:
+        out = b""
+        fidelity = stop.fidelity
+        if block.wire_type == "thinking":
+            merged = hub.merge_dicts(block.start.fidelity, fidelity) or {}
+            own = merged.get(NAME) or {}
+            if not block.started:
+                redacted = own.get("redacted_data") if not block.text else None
+                out = self._thinking_start(block, redacted)
+            if block.wire_type == "thinking" and own.get("signature"):
+                out += (_DELTA + str(block.wire).encode() + b',"delta":{"type":"signature_delta","signature":'
+                        + json_encode(own["signature"]) + _END)
+            _, fidelity = _split(fidelity, True)
+        body: dict[str, Any] = {"type": "content_block_stop", "index": block.wire}
+        ours: dict[str, Any] = {}
+        if fidelity:
+            ours["fidelity"] = fidelity
+        extensions = stop.extensions
+        if extensions and block.wire_type not in ("text", "thinking", "redacted_thinking", "tool_use", EXT):
+            _, extensions = _split(extensions, True)  # an Anthropic block's final object: already streamed
+        if extensions:
+            ours["extensions"] = extensions
+        if block.annotations:
+            ours["annotations"] = block.annotations
+        if ours:
+            body[EXT] = ours
+        return out + sse(b"content_block_stop", body)
+
+    def _extension(self, event: hub.Extension) -> bytes:
+        index = event.index
+        if index is None:
+            data = event.data
+            if event.namespace == NAME and type(data) is dict and type(data.get("message_delta")) is dict:
+                self._delta_extras = data["message_delta"]
+            else:
+                self._late.append(event_to_json(event))
+            return b""
+        if index in self._other_blocks:
+            self._others.append(event_to_json(event))
+            return b""
+        block = self._blocks.get(index)
+        if block is None:
+            return b""
+        if block.closed:
+            self._late.append(event_to_json(_at_wire(event, block.wire)))
+            return b""
+        data = event.data
+        if (
+            event.namespace == NAME and type(data) is dict and str(data.get("type", "")).endswith("_delta")
+            and block.started and block.wire_type != EXT
+        ):
+            wire = {"type": "content_block_delta", "index": block.wire, "delta": data}
+            return self._route(block, sse(b"content_block_delta", wire))
+        block.annotations.append(event_to_json(event))
+        return b""
+
+
+def _at_wire(event: hub.Extension, wire: int) -> hub.Extension:
+    return hub.Extension(event.namespace, event.data, wire)

@@ -1,0 +1,213 @@
+"""Non-streaming Anthropic Messages bodies and error bodies <-> hub."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import hub
+from ..base import json_decode, json_encode
+from .common import (
+    ERROR_STATUS, EXT, NAME, apply_usage_extra, error_body, error_from_body, event_from_json, event_to_json,
+    finish_from_stop, stop_from_finish, usage_from_raw, usage_to_raw,
+)
+from .decoder import _MESSAGE_KEYS, block_start
+
+_BLOCK_EXT_KEYS = ("fidelity", "extensions", "annotations")
+
+
+def decode_response(body: dict[str, Any]) -> list[hub.Event]:
+    """A Messages response body (or error body) as a hub stream."""
+    if type(body) is not dict:
+        return [hub.ResponseStart(), hub.Error("response body is not a JSON object", "protocol_error"), hub.ResponseEnd()]
+    if body.get("type") == "error":
+        return [hub.ResponseStart(), error_from_body(body), hub.ResponseEnd()]
+    ours = body.get(EXT) if type(body.get(EXT)) is dict else {}
+    extras = {k: v for k, v in body.items() if k not in _MESSAGE_KEYS}
+    extensions = {NAME: extras} if extras else None
+    if ours.get("extensions"):
+        extensions = {**(extensions or {}), **ours["extensions"]}
+    events: list[hub.Event] = [
+        hub.ResponseStart(body.get("id"), body.get("model"), ours.get("created"), ours.get("request_id"), extensions)
+    ]
+    content = body.get("content")
+    message_id = body.get("id") or "llmbridge"
+    for n, block in enumerate(content if type(content) is list else ()):
+        if type(block) is not dict:
+            continue
+        start, text = block_start(block, n, f"toolu_{message_id}_{n + 1}")
+        block_ours = block.get(EXT) if type(block.get(EXT)) is dict else {}
+        fidelity = hub.merge_dicts(start.fidelity, block_ours.get("fidelity"))
+        extensions = hub.merge_dicts(start.extensions, block_ours.get("extensions"))
+        events.append(hub.BlockStart(n, start.kind, start.id, start.name, 0, start.mime_type, None, extensions))
+        if block.get("type") == EXT:
+            text = (block.get(EXT) or {}).get("text") or ""
+        elif "arguments" in block_ours:
+            text = block_ours["arguments"]
+        if text:
+            events.append(hub.Delta(n, text))
+        for note in block_ours.get("annotations") or ():
+            event = event_from_json(note)
+            if type(event) is hub.Extension:
+                events.append(hub.Extension(event.namespace, event.data, n))
+        events.append(hub.BlockStop(n, fidelity))
+    remap: dict[int, int] = {}
+    for note in ours.get("events") or ():  # other choices
+        event = event_from_json(note)
+        if event is None:
+            continue
+        if type(event) is hub.BlockStart:
+            remap[event.index] = len(remap) + len(content or ())
+        if hasattr(event, "index") and type(event) is not hub.Finish:
+            if event.index not in remap:
+                continue
+            event.index = remap[event.index]
+        events.append(event)
+    for note in ours.get("annotations") or ():
+        event = event_from_json(note)
+        if type(event) is hub.Extension:
+            events.append(event)
+    usage = body.get("usage")
+    if type(usage) is dict:
+        events.append(apply_usage_extra(usage_from_raw(usage), ours.get("usage")))
+    finish = event_from_json(ours.get("finish"))
+    if type(finish) is hub.Finish:
+        events.append(finish)
+    elif type(body.get("stop_reason")) is str:
+        events.append(finish_from_stop(body["stop_reason"], body.get("stop_sequence")))
+    events.append(hub.ResponseEnd(ours.get("request_id")))
+    return events
+
+
+def encode_response(response: hub.Response) -> dict[str, Any]:
+    """An assembled hub response as a Messages response body."""
+    if response.error is not None:
+        return error_body(response.error)
+    content: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    for block in response.blocks:
+        if block.choice != 0:
+            others.extend(event_to_json(e) for e in hub.response_events(_only(block)) if _is_block_event(e))
+            continue
+        content.append(_block(block, len(content) + 1, response.id))
+    usage, usage_extra = usage_to_raw(response.usage)
+    body: dict[str, Any] = {
+        "id": response.id or "msg_llmbridge",
+        "type": "message",
+        "role": "assistant",
+        "model": response.model or "",
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    ours: dict[str, Any] = {}
+    finish = response.finish
+    if finish is not None:
+        stop, exact = stop_from_finish(finish)
+        body["stop_reason"] = stop
+        body["stop_sequence"] = finish.stop_sequence
+        if not exact:
+            ours["finish"] = event_to_json(finish)
+    for choice, other in response.finishes.items():
+        if choice != 0:
+            others.append(event_to_json(other))
+    ext = response.extensions or {}
+    for key, value in (ext.get(NAME) or {}).items():
+        body.setdefault(key, value)
+    foreign = {k: v for k, v in ext.items() if k != NAME}
+    for key, value in (("extensions", foreign), ("usage", usage_extra), ("events", others),
+                       ("request_id", response.request_id), ("created", response.created)):
+        if value:
+            ours[key] = value
+    notes = [event_to_json(a) for a in response.annotations]
+    if notes:
+        ours["annotations"] = notes
+    if ours:
+        body[EXT] = ours
+    return body
+
+
+def _only(block: hub.Block) -> hub.Response:
+    return hub.Response(blocks=[block])
+
+
+def _is_block_event(event: hub.Event) -> bool:
+    return type(event) in (hub.BlockStart, hub.Delta, hub.BlockStop, hub.Extension)
+
+
+def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
+    """One assembled hub block as an Anthropic content block."""
+    fidelity = dict(block.fidelity or {})
+    extensions = dict(block.extensions or {})
+    own_fid = fidelity.pop(NAME, None) or {}
+    own_ext = extensions.get(NAME)
+    ours: dict[str, Any] = {}
+    kind = block.kind
+    if kind == "text":
+        out: dict[str, Any] = {"type": "text", "text": block.text}
+        extensions.pop(NAME, None)
+        citations = [a.data.get("citation") for a in block.annotations
+                     if a.namespace == NAME and type(a.data) is dict and a.data.get("type") == "citations_delta"]
+        notes = [a for a in block.annotations if not (a.namespace == NAME and type(a.data) is dict
+                                                      and a.data.get("type") == "citations_delta")]
+        if type(own_ext) is dict:
+            out.update((k, v) for k, v in own_ext.items() if k not in out)
+        if citations:
+            out["citations"] = [*(out.get("citations") or []), *citations]
+    elif kind == "thinking":
+        notes = block.annotations
+        if own_fid.get("redacted_data") is not None and not block.text:
+            out = {"type": "redacted_thinking", "data": own_fid["redacted_data"]}
+        else:
+            out = {"type": "thinking", "thinking": block.text, "signature": own_fid.get("signature") or ""}
+        own_fid = {}
+    elif kind == "tool_call":
+        notes = block.annotations
+        extensions.pop(NAME, None)
+        try:
+            args = json_decode(block.text) if block.text.strip() else {}
+        except ValueError:
+            args = {}
+            ours["arguments"] = block.text  # cut off or not JSON: keep the text as it came
+        out = {"type": "tool_use", "id": block.id or f"toolu_{message_id or 'llmbridge'}_{n}",
+               "name": block.name or "", "input": args}
+        if type(own_ext) is dict:
+            out.update((k, v) for k, v in own_ext.items() if k not in out)
+    elif kind == "native" and type(own_ext) is dict and own_ext.get("type"):
+        notes = block.annotations
+        extensions.pop(NAME, None)
+        out = dict(own_ext)
+    else:
+        notes = block.annotations
+        data = {"kind": kind, "id": block.id, "name": block.name, "mime_type": block.mime_type, "text": block.text}
+        out = {"type": EXT}
+        ours.update((k, v) for k, v in data.items() if v)
+    if own_fid:
+        fidelity[NAME] = own_fid
+    for key, value in (("fidelity", fidelity), ("extensions", extensions)):
+        if value:
+            ours[key] = value
+    if notes:
+        ours["annotations"] = [event_to_json(a) for a in notes]
+    if ours:
+        out[EXT] = ours
+    return out
+
+
+def encode_error(error: hub.Error) -> tuple[int, dict[str, Any]]:
+    status = error.status or ERROR_STATUS.get(error.type) or hub.ERROR_STATUS.get(error.type, 500)
+    return status, error_body(error)
+
+
+def decode_error(status: int, body: bytes) -> hub.Error:
+    try:
+        data: Any = json_decode(body) if body else None
+    except ValueError:
+        data = body.decode("utf-8", "replace")
+    error = error_from_body(data, status)
+    if error.status is None:
+        error.status = status
+    return error
+
+
+__all__ = ["decode_response", "encode_response", "encode_error", "decode_error", "json_encode"]
