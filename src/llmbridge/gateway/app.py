@@ -203,7 +203,8 @@ class Gateway:
             recorder = Recorder.start(self, upstream.config, hreq, request_id) if self.record_dir else None
             record = recorder.write if recorder else None
             batches = http_batches(raw, upstream.dialect.StreamDecoder(), record)
-            relay = stream and not json_array and upstream.format == out_dialect
+            # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
+            relay = stream and not json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
         else:
             batches = event_batches(_guarded(upstream, hreq))
             relay = recorder = None

@@ -95,12 +95,11 @@ class HTTPUpstream:
     async def open(self, request: hub.Request) -> RawStream:
         """Send ``request``; the OK response's byte stream, or :class:`UpstreamFailed`."""
         url, headers = self.dialect.endpoint(request, base_url=self.config.base_url, api_key=self.config.api_key)
-        if self.config.headers:
-            headers = {**headers, **self.config.headers}
+        all_headers = httpx.Headers({"content-type": "application/json"})
+        all_headers.update(headers)  # replaces case-insensitively: the dialect's own content-type wins
+        all_headers.update(self.config.headers)
         body = json_encode(self.dialect.encode_request(request))
-        http_request = self.client.build_request(
-            "POST", url, content=body, headers={"content-type": "application/json", **headers}, timeout=self._timeout
-        )
+        http_request = self.client.build_request("POST", url, content=body, headers=all_headers, timeout=self._timeout)
         try:
             async with asyncio.timeout(self.timeouts.first_byte):
                 response = await self.client.send(http_request, stream=True)
@@ -164,7 +163,9 @@ def build(config: UpstreamConfig, **kwargs: Any) -> Upstream:
             raise RuntimeError(f"upstream {config.name!r} needs the local model; {LOCAL_EXTRA_HINT}")
         from ..local import LocalUpstream  # lazy: llama.cpp is heavy and optional
 
-        return LocalUpstream(**kwargs)
+        upstream = LocalUpstream(**kwargs)
+        upstream.name = config.name
+        return upstream
     return HTTPUpstream(config, **kwargs)
 
 
