@@ -1,0 +1,125 @@
+"""Names, maps and the ``llmbridge`` side channel shared by the Responses codecs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ... import hub
+
+NAME = "openai-responses"
+EXT_KEY = "llmbridge"  # our key on Responses objects for hub data the dialect cannot express
+
+# Event fields that only place an event in the stream; dropped when an event is kept as data.
+POSITIONAL = frozenset(("sequence_number", "output_index", "item_id", "content_index", "obfuscation"))
+
+# Output items that the hub models itself; every other item type is a "native" block.
+MODELED_ITEMS = frozenset(("message", "reasoning", "function_call", "custom_tool_call"))
+
+# Hub error type -> the Responses error "type"/"code" word; the reverse map adds OpenAI's other words.
+ERROR_WORD = {
+    "invalid_request": "invalid_request_error",
+    "authentication": "authentication_error",
+    "permission": "permission_error",
+    "not_found": "not_found_error",
+    "request_too_large": "request_too_large",
+    "unsupported_media_type": "unsupported_media_type",
+    "rate_limit": "rate_limit_exceeded",
+    "api_error": "server_error",
+    "overloaded": "server_overloaded",
+    "timeout": "timeout",
+    "incomplete_stream": "incomplete_stream",
+    "protocol_error": "protocol_error",
+}
+ERROR_TYPE = {word: kind for kind, word in ERROR_WORD.items()} | {
+    "insufficient_quota": "rate_limit",
+    "rate_limit_error": "rate_limit",
+    "tokens": "rate_limit",
+    "requests": "rate_limit",
+    "invalid_prompt": "invalid_request",
+    "invalid_api_key": "authentication",
+    "model_not_found": "not_found",
+    "vector_store_timeout": "timeout",
+    "api_error": "api_error",
+}
+
+
+def error_type(error: dict, status: int | None = None) -> str:
+    """The hub error type for an OpenAI error object."""
+    for key in ("type", "code"):
+        kind = ERROR_TYPE.get(error.get(key) or "")
+        if kind:
+            return kind
+    return hub.error_type_for_status(status) if status else "api_error"
+
+
+# Responses' incomplete_details.reason <-> hub finish reasons.
+INCOMPLETE_FINISH = {"max_output_tokens": "max_tokens", "content_filter": "content_filter"}
+FINISH_INCOMPLETE = {"max_tokens": "max_output_tokens", "content_filter": "content_filter"}
+
+# -------------------------------------------------------------------------- hub events as JSON
+
+_EVENT_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (hub.BlockStart, hub.Delta, hub.BlockStop, hub.Usage, hub.Finish, hub.Extension, hub.Error)
+}
+
+
+def carry(event: hub.Event) -> dict[str, Any]:
+    """A hub event as a plain dict for the ``llmbridge`` side channel."""
+    out = {k: v for k, v in msgspec.structs.asdict(event).items() if v is not None}
+    out["t"] = type(event).__name__
+    return out
+
+
+def uncarry(data: Any) -> hub.Event | None:
+    """The hub event of a :func:`carry` dict; ``None`` for anything else."""
+    if not isinstance(data, dict):
+        return None
+    cls = _EVENT_TYPES.get(data.get("t"))  # type: ignore[arg-type]
+    if cls is None:
+        return None
+    try:
+        return msgspec.convert({k: v for k, v in data.items() if k != "t"}, cls)
+    except msgspec.ValidationError:
+        return None
+
+
+def usage_from(usage: Any) -> hub.Usage | None:
+    """Hub usage from a Responses ``usage`` object (input and output totals already include cached/reasoning)."""
+    if not isinstance(usage, dict):
+        return None
+    cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
+    extra = usage.get(EXT_KEY) if isinstance(usage.get(EXT_KEY), dict) else {}
+    return hub.Usage(
+        input_tokens=usage.get("input_tokens"),
+        output_tokens=usage.get("output_tokens"),
+        cache_read_tokens=cached,
+        cache_write_tokens=extra.get("cache_write_tokens"),
+        reasoning_tokens=reasoning,
+        total_tokens=usage.get("total_tokens"),
+        extensions=extra.get("extensions"),
+    )
+
+
+def usage_to(usage: hub.Usage | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    inp, out = usage.input_tokens or 0, usage.output_tokens or 0
+    body: dict[str, Any] = {
+        "input_tokens": inp,
+        "input_tokens_details": {"cached_tokens": usage.cache_read_tokens or 0},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
+        "total_tokens": usage.total_tokens if usage.total_tokens is not None else inp + out,
+    }
+    extra = {}
+    if usage.cache_write_tokens is not None:
+        extra["cache_write_tokens"] = usage.cache_write_tokens
+    if usage.extensions:
+        extra["extensions"] = usage.extensions
+    if extra:
+        body[EXT_KEY] = extra
+    return body

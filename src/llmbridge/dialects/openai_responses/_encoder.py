@@ -1,0 +1,474 @@
+"""Hub events -> a Responses stream the ``openai`` SDK accepts, and the final response object.
+
+Text blocks become ``message`` items (blocks with the same item id share one message),
+thinking becomes ``reasoning`` items with the thinking text as summary, tool calls become
+``function_call`` (or ``custom_tool_call``) items, and our own native blocks come back as
+the vendor items they were.  Hub data Responses cannot express rides in ``"llmbridge"``
+keys: on items and content parts (foreign fidelity, extensions, annotations), on the
+response object (foreign stream extensions, finish reasons with no Responses word) and,
+for whole blocks with no Responses item (other vendors' native blocks, inline data, choices
+other than 0), as carried hub events on the next event written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ... import hub
+from ..base import json_decode, json_encode
+from ._common import ERROR_WORD, EXT_KEY, FINISH_INCOMPLETE, NAME, carry, usage_to
+
+_REQUIRED_RESPONSE: dict[str, Any] = {
+    "object": "response", "status": "in_progress", "error": None, "incomplete_details": None, "output": [],
+    "usage": None,
+}
+_BASE_RESPONSE: dict[str, Any] = {
+    **_REQUIRED_RESPONSE,
+    "instructions": None,
+    "max_output_tokens": None,
+    "output": [],
+    "parallel_tool_calls": True,
+    "previous_response_id": None,
+    "reasoning": None,
+    "store": False,
+    "temperature": None,
+    "text": {"format": {"type": "text"}},
+    "tool_choice": "auto",
+    "tools": [],
+    "top_p": None,
+    "truncation": "disabled",
+    "usage": None,
+    "metadata": {},
+}
+
+
+def _split(mapping: dict | None) -> tuple[Any, dict]:
+    """Our namespace's value and every other namespace of a fidelity/extensions dict."""
+    if not mapping:
+        return None, {}
+    return mapping.get(NAME), {k: v for k, v in mapping.items() if k != NAME}
+
+
+class _Block:
+    __slots__ = (
+        "kind", "item", "output_index", "content_index", "chunks", "prefix", "part_open",
+        "annotations", "logprobs", "pending_logprobs", "foreign", "fidelity", "extensions", "custom", "refusal",
+        "content_mode", "stopped",
+    )
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.item: dict = {}
+        self.output_index = 0
+        self.content_index = 0
+        self.chunks: list[str] = []
+        self.prefix = b""  # pre-encoded '"item_id":...,"output_index":...' for the delta fast path
+        self.part_open = False
+        self.annotations: list = []
+        self.logprobs: list = []
+        self.pending_logprobs: list = []
+        self.foreign: list = []  # other vendors' block-level Extension events
+        self.fidelity: dict | None = None
+        self.extensions: dict | None = None
+        self.custom = False
+        self.refusal = False
+        self.content_mode = False
+        self.stopped = False
+
+
+class StreamEncoder:
+    def __init__(self) -> None:
+        self._seq = 0
+        self._response: dict = {}
+        self._tag = "0"
+        self._blocks: dict[int, _Block] = {}
+        self._items: dict[int, dict] = {}  # output_index -> the item as last written
+        self._next_output = 0
+        self._message: dict | None = None  # the message item still taking content parts
+        self._message_index = -1
+        self._carry: list[dict] = []
+        self._finish: hub.Finish | None = None
+        self._usage: hub.Usage | None = None
+        self._ended = False
+        self.final_response: dict | None = None  # the response object of the terminal event
+
+    # ------------------------------------------------------------------ writing
+
+    def _write(self, obj: dict) -> bytes:
+        obj["sequence_number"] = self._seq
+        self._seq += 1
+        if self._carry:
+            obj[EXT_KEY] = {"events": self._carry}
+            self._carry = []
+        return b"event: " + obj["type"].encode() + b"\ndata: " + json_encode(obj) + b"\n\n"
+
+    def _item_event(self, kind: str, block: _Block, **fields: Any) -> bytes:
+        return self._write({
+            "type": kind, "item_id": block.item["id"], "output_index": block.output_index, **fields,
+        })
+
+    def _part_event(self, kind: str, block: _Block, **fields: Any) -> bytes:
+        return self._write({
+            "type": kind, "item_id": block.item["id"], "output_index": block.output_index,
+            "content_index": block.content_index, **fields,
+        })
+
+    def _new_item(self, block: _Block, item: dict) -> bytes:
+        block.item = item
+        block.output_index = self._next_output
+        self._next_output += 1
+        self._items[block.output_index] = item
+        return self._write({"type": "response.output_item.added", "output_index": block.output_index, "item": item})
+
+    def _done_item(self, output_index: int, item: dict) -> bytes:
+        self._items[output_index] = item
+        return self._write({"type": "response.output_item.done", "output_index": output_index, "item": item})
+
+    def _id(self, prefix: str) -> str:
+        return f"{prefix}_{self._tag}{self._next_output}"
+
+    # ------------------------------------------------------------------ events
+
+    def encode(self, event: hub.Event) -> bytes:
+        kind = type(event)
+        if self._ended:
+            return b""
+        if kind is hub.Delta:
+            return self._delta(event)
+        if kind is hub.BlockStart:
+            return self._block_start(event)
+        if kind is hub.BlockStop:
+            return self._block_stop(event)
+        if kind is hub.Usage:
+            self._usage = hub.merge_usage(self._usage, event)
+            return b""
+        if kind is hub.Finish:
+            if event.choice == 0:
+                self._finish = event
+            else:
+                self._carry.append(carry(event))
+            return b""
+        if kind is hub.Extension:
+            return self._extension(event)
+        if kind is hub.ResponseStart:
+            return self._start(event)
+        if kind is hub.Error:
+            return self._error(event)
+        if kind is hub.ResponseEnd:
+            return self._end(event)
+        raise TypeError(f"not a hub event: {event!r}")
+
+    def _start(self, event: hub.ResponseStart) -> bytes:
+        own, foreign = _split(event.extensions)
+        if isinstance(own, dict):  # the source's own response fields stand in for our defaults
+            response = {**_REQUIRED_RESPONSE, **own}
+        else:
+            response = dict(_BASE_RESPONSE)
+        response_id = event.id or "resp_llmbridge"
+        self._tag = hashlib.sha1(response_id.encode()).hexdigest()[:10] + "_"
+        response.update(id=response_id, created_at=event.created or 0, model=event.model or "", output=[])
+        extra: dict[str, Any] = {}
+        if foreign:
+            extra["extensions"] = foreign
+        if event.request_id:
+            extra["request_id"] = event.request_id
+        if extra:
+            response[EXT_KEY] = extra
+        self._response = response
+        return self._write({"type": "response.created", "response": response}) + self._write(
+            {"type": "response.in_progress", "response": response}
+        )
+
+    def _block_start(self, event: hub.BlockStart) -> bytes:
+        kind = event.kind
+        own_ext = (event.extensions or {}).get(NAME)
+        if event.choice != 0 or kind not in ("text", "thinking", "tool_call", "native") or (
+            kind == "native" and not (isinstance(own_ext, dict) and isinstance(own_ext.get("type"), str))
+        ):
+            self._blocks[event.index] = _Block("carried")
+            self._carry.append(carry(event))
+            return b""
+        block = _Block(kind)
+        self._blocks[event.index] = block
+        block.fidelity, block.extensions = event.fidelity, event.extensions
+        own_fid, foreign_fid = _split(event.fidelity)
+        own_fid = own_fid if isinstance(own_fid, dict) else {}
+        _, foreign_ext = _split(event.extensions)
+        extra = {k: v for k, v in (("fidelity", foreign_fid), ("extensions", foreign_ext)) if v}
+        out = b""
+        if kind == "text":
+            own = own_ext if isinstance(own_ext, dict) else {}
+            block.refusal = own.get("part_type") == "refusal"
+            if self._message is None or not event.id or self._message["id"] != event.id:
+                out += self._close_message()
+                item = {"id": event.id or self._id("msg"), "type": "message", "status": "in_progress",
+                        "content": [], "role": "assistant", **(own.get("item") or {})}
+                out += self._new_item(block, item)
+                self._message, self._message_index = item, block.output_index
+            block.item, block.output_index = self._message, self._message_index
+            block.content_index = len(self._message["content"])
+            self._message["content"].append(None)  # its slot; filled at BlockStop
+            part = {"type": "refusal", "refusal": ""} if block.refusal else {
+                "type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            if extra:
+                part[EXT_KEY] = extra
+            out += self._part_event("response.content_part.added", block, part=part)
+            block.prefix = (
+                b'"item_id":' + json_encode(block.item["id"]) + b',"output_index":'
+                + str(block.output_index).encode() + b',"content_index":' + str(block.content_index).encode()
+            )
+            return out
+        out += self._close_message()
+        if kind == "thinking":
+            block.content_mode = own_fid.get("text_kind") == "reasoning_text"
+            item = {"id": own_fid.get("id") or self._id("rs"), "type": "reasoning", "summary": []}
+            if block.content_mode:
+                item["content"] = []
+            if own_fid.get("encrypted_content"):
+                item["encrypted_content"] = own_fid["encrypted_content"]
+        elif kind == "tool_call":
+            block.custom = bool(own_fid.get("custom"))
+            call_id = event.id or self._id("call")
+            if block.custom:
+                item = {"id": own_fid.get("id") or self._id("ctc"), "type": "custom_tool_call", "status": "in_progress",
+                        "call_id": call_id, "name": event.name or "", "input": ""}
+            else:
+                item = {"id": own_fid.get("id") or self._id("fc"), "type": "function_call", "status": "in_progress",
+                        "arguments": "", "call_id": call_id, "name": event.name or ""}
+        else:  # one of our own native items, as it was added
+            item = dict(own_ext)
+            item.setdefault("id", event.id or self._id("item"))
+        if extra:
+            item[EXT_KEY] = extra
+        out += self._new_item(block, item)
+        block.prefix = b'"item_id":' + json_encode(item["id"]) + b',"output_index":' + str(block.output_index).encode()
+        return out
+
+    def _delta(self, event: hub.Delta) -> bytes:
+        block = self._blocks.get(event.index)
+        if block is None:
+            return b""
+        kind = block.kind
+        block.chunks.append(event.text)
+        if kind == "text" and not block.refusal:
+            if self._carry or block.pending_logprobs:
+                logprobs, block.pending_logprobs = block.pending_logprobs, []
+                return self._part_event("response.output_text.delta", block, delta=event.text, logprobs=logprobs)
+            seq = self._seq
+            self._seq += 1
+            return (
+                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",' + block.prefix
+                + b',"delta":' + json_encode(event.text) + b',"logprobs":[],"sequence_number":'
+                + str(seq).encode() + b"}\n\n"
+            )
+        if kind == "tool_call":
+            if block.custom:
+                return b""  # the input is unwrapped from {"input": ...} at the end
+            return self._item_event("response.function_call_arguments.delta", block, delta=event.text)
+        if kind == "thinking":
+            if not event.text:
+                return b""
+            out = b""
+            if not block.part_open:
+                block.part_open = True
+                if block.content_mode:
+                    out = self._part_event("response.content_part.added", block,
+                                           part={"type": "reasoning_text", "text": ""})
+                else:
+                    out = self._item_event("response.reasoning_summary_part.added", block, summary_index=0,
+                                           part={"type": "summary_text", "text": ""})
+            if block.content_mode:
+                return out + self._part_event("response.reasoning_text.delta", block, delta=event.text)
+            return out + self._item_event("response.reasoning_summary_text.delta", block, summary_index=0,
+                                          delta=event.text)
+        if kind == "text":  # a refusal
+            return self._part_event("response.refusal.delta", block, delta=event.text)
+        if kind == "carried":
+            self._carry.append(carry(event))
+        return b""
+
+    def _extension(self, event: hub.Extension) -> bytes:
+        block = self._blocks.get(event.index) if event.index is not None else None
+        data = event.data
+        if block is None or block.kind == "carried" or block.stopped:
+            if event.namespace == NAME and isinstance(data, dict) and isinstance(data.get("type"), str) \
+                    and event.index is None:
+                return self._write(dict(data))  # an event type we do not model, as it came
+            carried = block is not None and block.kind == "carried"
+            self._carry.append(carry(hub.Extension(event.namespace, data, event.index if carried else None)))
+            return b""
+        if event.namespace == NAME and isinstance(data, dict):
+            kind = data.get("type")
+            if isinstance(kind, str):
+                if kind == "response.output_text.annotation.added":
+                    block.annotations.append(data.get("annotation"))
+                    return self._part_event(kind, block, **{k: v for k, v in data.items() if k != "type"})
+                if block.kind == "native":
+                    return self._item_event(kind, block, **{k: v for k, v in data.items() if k != "type"})
+            elif block.kind == "text" and isinstance(data.get("logprobs"), list):
+                block.pending_logprobs.extend(data["logprobs"])
+                block.logprobs.extend(data["logprobs"])
+                return b""
+        block.foreign.append({"namespace": event.namespace, "data": data})
+        return b""
+
+    def _block_stop(self, event: hub.BlockStop) -> bytes:
+        block = self._blocks.get(event.index)
+        if block is None:
+            return b""
+        if block.kind == "carried":
+            self._carry.append(carry(event))
+            return b""
+        if block.stopped:
+            return b""
+        block.stopped = True
+        fidelity = hub.merge_dicts(block.fidelity, event.fidelity)
+        own_fid, foreign_fid = _split(fidelity)
+        own_fid = own_fid if isinstance(own_fid, dict) else {}
+        _, foreign_ext = _split(event.extensions)
+        extra = {k: v for k, v in (("fidelity", _split(event.fidelity)[1]), ("extensions", foreign_ext),
+                                   ("annotations", block.foreign)) if v}
+        text = "".join(block.chunks)
+        kind = block.kind
+        if kind == "text":
+            return self._stop_text(block, text, extra)
+        out = b""
+        item = dict(block.item)
+        item.pop(EXT_KEY, None)
+        if kind == "thinking":
+            if text and block.content_mode:
+                out += self._part_event("response.reasoning_text.done", block, text=text)
+                out += self._part_event("response.content_part.done", block, part={"type": "reasoning_text", "text": text})
+                item["content"] = [{"type": "reasoning_text", "text": text}]
+            elif text:
+                out += self._item_event("response.reasoning_summary_text.done", block, summary_index=0, text=text)
+                out += self._item_event("response.reasoning_summary_part.done", block, summary_index=0,
+                                        part={"type": "summary_text", "text": text})
+                summary = own_fid.get("summary")
+                if not (isinstance(summary, list) and "\n\n".join(
+                        p.get("text", "") for p in summary if isinstance(p, dict)) == text):
+                    summary = [{"type": "summary_text", "text": text}]
+                item["summary"] = summary
+            if own_fid.get("encrypted_content"):
+                item["encrypted_content"] = own_fid["encrypted_content"]
+            if foreign_fid:  # merged: fidelity from BlockStart may not have reached the added item
+                extra["fidelity"] = foreign_fid
+        elif kind == "tool_call":
+            item["status"] = "completed"
+            if block.custom:
+                value = text
+                try:
+                    parsed = json_decode(text) if text else {}
+                    if isinstance(parsed, dict) and isinstance(parsed.get("input"), str):
+                        value = parsed["input"]
+                except ValueError:
+                    pass
+                if value:
+                    out += self._item_event("response.custom_tool_call_input.delta", block, delta=value)
+                out += self._item_event("response.custom_tool_call_input.done", block, input=value)
+                item["input"] = value
+            else:
+                if not text.strip():
+                    text = "{}"
+                    out += self._item_event("response.function_call_arguments.delta", block, delta=text)
+                out += self._item_event("response.function_call_arguments.done", block, arguments=text)
+                item["arguments"] = text
+            if foreign_fid:
+                extra["fidelity"] = foreign_fid
+        else:  # native
+            own_ext = (event.extensions or {}).get(NAME)
+            if isinstance(own_ext, dict) and isinstance(own_ext.get("type"), str):
+                item = dict(own_ext)
+        if extra:
+            item[EXT_KEY] = extra
+        block.item = item
+        return out + self._done_item(block.output_index, item)
+
+    def _stop_text(self, block: _Block, text: str, extra: dict) -> bytes:
+        if block.refusal:
+            part: dict[str, Any] = {"type": "refusal", "refusal": text}
+            out = self._part_event("response.refusal.done", block, refusal=text)
+        else:
+            part = {"type": "output_text", "text": text, "annotations": block.annotations, "logprobs": block.logprobs}
+            out = self._part_event("response.output_text.done", block, text=text, logprobs=block.logprobs)
+        if extra:
+            part[EXT_KEY] = extra
+        block.item["content"][block.content_index] = part
+        return out + self._part_event("response.content_part.done", block, part=part)
+
+    def _close_message(self) -> bytes:
+        message = self._message
+        if message is None:
+            return b""
+        self._message = None
+        out = b""
+        if None in message["content"]:  # a part still open (malformed hub stream): close it first
+            for index, block in list(self._blocks.items()):
+                if block.kind == "text" and block.item is message:
+                    out += self._block_stop(hub.BlockStop(index))
+        message["status"] = "completed"
+        return out + self._done_item(self._message_index, dict(message))
+
+    # ------------------------------------------------------------------ the end
+
+    def _output(self) -> list[dict]:
+        return [self._items[n] for n in sorted(self._items)]
+
+    def _end(self, event: hub.ResponseEnd) -> bytes:
+        out = self._close_open()
+        finish = self._finish
+        reason = finish.reason if finish else "end_turn"
+        response = dict(self._response)
+        if reason in FINISH_INCOMPLETE:
+            status, kind = "incomplete", "response.incomplete"
+            response["incomplete_details"] = {"reason": FINISH_INCOMPLETE[reason]}
+            derived = reason
+        elif reason == "error":
+            status, kind = "failed", "response.failed"
+            response["error"] = {"code": "server_error", "message": (finish and finish.raw) or "the turn failed"}
+            derived = None
+        else:
+            status, kind = "completed", "response.completed"
+            calls = any(item.get("type") in ("function_call", "custom_tool_call") for item in self._items.values())
+            derived = "tool_use" if calls else "end_turn"
+        if finish is not None and (finish.reason != derived or finish.stop_sequence):
+            record = {k: v for k, v in (("reason", finish.reason), ("raw", finish.raw),
+                                        ("stop_sequence", finish.stop_sequence)) if v is not None}
+            response[EXT_KEY] = {**response.get(EXT_KEY, {}), "finish": record}
+        if event.request_id:
+            response[EXT_KEY] = {**response.get(EXT_KEY, {}), "request_id": event.request_id}
+        response.update(status=status, output=self._output(), usage=usage_to(self._usage))
+        self.final_response = response
+        self._ended = True
+        return out + self._write({"type": kind, "response": response})
+
+    def _close_open(self) -> bytes:
+        """Close what a malformed hub stream left open, so the SDK sees whole items."""
+        out = b""
+        for index, block in list(self._blocks.items()):
+            if not block.stopped and block.kind != "carried":
+                out += self._block_stop(hub.BlockStop(index))
+        return out + self._close_message()
+
+    def _error(self, error: hub.Error) -> bytes:
+        out = self._close_message()
+        word = ERROR_WORD.get(error.type, "server_error")
+        code = error.code or word
+        body = {"type": word, "code": code, "message": error.message, "param": None}
+        out += self._write({"type": "error", "code": code, "message": error.message, "param": None, "error": body})
+        response = dict(self._response)
+        response.update(status="failed", error={"code": code, "message": error.message}, output=self._output(),
+                        usage=usage_to(self._usage))
+        self.final_response = response
+        self._ended = True
+        return out + self._write({"type": "response.failed", "response": response})
+
+
+def encode_response(response: hub.Response) -> dict:
+    """An assembled response as a Responses object (what ``responses.create()`` returns)."""
+    encoder = StreamEncoder()
+    for event in hub.response_events(response):
+        encoder.encode(event)
+    body = encoder.final_response or {}
+    return body
