@@ -1,0 +1,428 @@
+"""Hub events -> Gemini ``streamGenerateContent?alt=sse`` chunks, and hub responses ->
+``generateContent`` bodies.
+
+Framing: ``data: {...}`` + LF LF.  Google sends CRLF; every SSE parser (google-genai's
+included) accepts both, and LF is what the other dialects here write.
+
+Each text/thinking delta becomes one chunk with one part, as Gemini streams.  Tool calls,
+inline data and native blocks are whole parts in Gemini, so they are buffered to their
+``BlockStop``.  Usage rides on every chunk after it is known; finish reasons go on one last
+chunk at ``ResponseEnd`` together with candidate-level extensions.  What Gemini cannot say
+goes in the ``"llmbridge"`` key of the part / candidate / chunk (see docs/dialects/gemini.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ... import hub
+from ._wire import EXT, NAME, error_from_hub, finish_from_hub, format_time, parse_time, usage_from_hub
+
+json_encode = msgspec.json.encode
+
+
+def _split_fidelity(fidelity: dict | None) -> tuple[str | None, dict | None]:
+    """Gemini's thought signature, and everything else (other vendors' fidelity)."""
+    if not fidelity:
+        return None, None
+    ours = fidelity.get(NAME)
+    sig = ours.get("thoughtSignature") if isinstance(ours, dict) else None
+    rest = {k: v for k, v in fidelity.items() if k != NAME}
+    if isinstance(ours, dict) and len(ours) > (sig is not None):
+        rest[NAME] = {k: v for k, v in ours.items() if k != "thoughtSignature"}
+    return sig, rest or None
+
+
+def parse_args(text: str) -> tuple[dict, str | None]:
+    """Argument JSON -> ``args`` object, plus the raw text when it is not an object."""
+    if not text.strip():
+        return {}, None
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return {}, text
+    return (value, None) if isinstance(value, dict) else ({}, text)
+
+
+def block_part(
+    kind: str,
+    text: str,
+    *,
+    id: str | None = None,
+    name: str | None = None,
+    mime_type: str | None = None,
+    fidelity: dict | None = None,
+    extensions: dict | None = None,
+    stop_fidelity: dict | None = None,
+    stop_extensions: dict | None = None,
+) -> dict:
+    """A whole non-text block as one Gemini part."""
+    sig, foreign = _split_fidelity(hub.merge_dicts(fidelity, stop_fidelity))
+    part: dict[str, Any]
+    ours: dict[str, Any] = {}
+    if kind == "tool_call":
+        args, raw = parse_args(text)
+        call: dict[str, Any] = {"name": name or "", "args": args}
+        if id:
+            call["id"] = id
+        part = {"functionCall": call}
+        if raw is not None:
+            ours["arguments"] = raw
+    elif kind == "data":
+        part = {"inlineData": {"mimeType": mime_type or "application/octet-stream", "data": text}}
+    elif kind == "native" and isinstance((extensions or {}).get(NAME), dict) and len(extensions) == 1:
+        part = dict(extensions[NAME])  # one of Gemini's own parts, replayed as it came
+        extensions = None
+        if stop_extensions and set(stop_extensions) == {NAME}:
+            stop_extensions = None
+    elif kind == "native":
+        native = {
+            "id": id,
+            "name": name,
+            "fidelity": fidelity,
+            "extensions": extensions,
+            "text": text,
+            "stop_fidelity": stop_fidelity,
+            "stop_extensions": stop_extensions,
+        }
+        return {EXT: {"native": {k: v for k, v in native.items() if v}}}
+    else:  # text / thinking as one part (whole responses)
+        part = {"text": text}
+        if kind == "thinking":
+            part["thought"] = True
+    if sig is not None:
+        part["thoughtSignature"] = sig
+    start = {k: v for k, v in (("fidelity", foreign), ("extensions", extensions)) if v}
+    if kind in ("text", "thinking") and id:
+        start["id"] = id
+    if start:
+        ours["start"] = start
+    if stop_extensions:
+        ours["stop"] = {"extensions": stop_extensions}
+    if ours:
+        part[EXT] = ours
+    return part
+
+
+class _Block:
+    __slots__ = (
+        "buf",
+        "choice",
+        "extensions",
+        "fidelity",
+        "id",
+        "kind",
+        "mime_type",
+        "name",
+        "ordinal",
+        "parts",
+        "sig",
+        "start",
+    )
+
+    def __init__(self, e: hub.BlockStart, ordinal: int) -> None:
+        self.kind = e.kind
+        self.choice = e.choice
+        self.id = e.id
+        self.name = e.name
+        self.mime_type = e.mime_type
+        self.fidelity = e.fidelity
+        self.extensions = e.extensions
+        self.sig: str | None = None  # the start signature, until a part carries it
+        self.start: dict | None = None  # our extension key for the first part
+        self.parts = 0  # parts emitted
+        self.buf: list[str] = []
+        self.ordinal = ordinal
+
+
+class StreamEncoder:
+    def __init__(self) -> None:
+        self._tail = b""  # ,"modelVersion":..,"responseId":.. on every chunk
+        self._first = b""  # stream-level extras for the first chunk
+        self._usage = b""
+        self._usage_hub: hub.Usage | None = None
+        self._blocks: dict[int, _Block] = {}
+        self._ordinals = 0
+        self._closed_ordinals: dict[int, int] = {}
+        self._last_kind: dict[int, str] = {}  # per choice: kind of the last text/thinking part
+        self._finishes: dict[int, hub.Finish] = {}
+        self._candidate_ext: dict[int, dict] = {}
+        self._chunk_ext: dict[str, Any] = {}
+        self._annotations: list[dict] = []
+        self._done = False
+
+    # -- chunks
+
+    def _chunk(self, choice: int, part: bytes) -> bytes:
+        first, self._first = self._first, b""
+        return b"".join(
+            (
+                b'data: {"candidates":[{"content":{"parts":[',
+                part,
+                b'],"role":"model"},"index":',
+                str(choice).encode(),
+                b"}]",
+                self._usage,
+                self._tail,
+                first,
+                b"}\n\n",
+            )
+        )
+
+    def _text_part(self, b: _Block, text: str, stop: dict | None = None) -> bytes:
+        if b.sig is None and b.start is None and stop is None:
+            if b.kind == "thinking":
+                return b'{"text":' + json_encode(text) + b',"thought":true}'
+            return b'{"text":' + json_encode(text) + b"}"
+        part: dict[str, Any] = {"text": text}
+        if b.kind == "thinking":
+            part["thought"] = True
+        if b.sig is not None:
+            part["thoughtSignature"] = b.sig
+            b.sig = None
+        ours: dict[str, Any] = {}
+        if b.start is not None:
+            ours["start"] = b.start
+            b.start = None
+        if stop is not None:
+            ours["stop"] = stop
+        if ours:
+            part[EXT] = ours
+        return json_encode(part)
+
+    # -- events
+
+    def encode(self, e: hub.Event) -> bytes:
+        kind = type(e)
+        if self._done:
+            return b""
+        if kind is hub.Delta:
+            b = self._blocks.get(e.index)
+            if b is None:
+                return b""
+            if b.kind == "text" or b.kind == "thinking":
+                if not e.text and b.sig is None and b.start is None:
+                    return b""
+                b.parts += 1
+                return self._chunk(b.choice, self._text_part(b, e.text))
+            b.buf.append(e.text)
+            return b""
+        if kind is hub.BlockStart:
+            return self._block_start(e)
+        if kind is hub.BlockStop:
+            return self._block_stop(e)
+        if kind is hub.Usage:
+            self._usage_hub = hub.merge_usage(self._usage_hub, e)
+            self._usage = b',"usageMetadata":' + json_encode(usage_from_hub(self._usage_hub))
+            return b""
+        if kind is hub.Finish:
+            self._finishes[e.choice] = e
+            return b""
+        if kind is hub.Extension:
+            self._extension(e)
+            return b""
+        if kind is hub.ResponseStart:
+            self._response_start(e)
+            return b""
+        if kind is hub.Error:
+            self._done = True
+            return b"data: " + json_encode(error_from_hub(e)[1]) + b"\n\n"
+        if kind is hub.ResponseEnd:
+            self._done = True
+            return self._last_chunk(e)
+        return b""
+
+    def _response_start(self, e: hub.ResponseStart) -> None:
+        tail = {}
+        if e.model is not None:
+            tail["modelVersion"] = e.model
+        if e.id is not None:
+            tail["responseId"] = e.id
+        self._tail = json_encode(tail)[1:-1]
+        if self._tail:
+            self._tail = b"," + self._tail
+        first: dict[str, Any] = {}
+        exts = dict(e.extensions or {})
+        ours = exts.pop(NAME, None)
+        if isinstance(ours, dict):
+            first.update(ours)
+        if e.created is not None and "createTime" not in first:
+            first["createTime"] = format_time(e.created)
+        mine: dict[str, Any] = {}
+        if exts:
+            mine["extensions"] = exts
+        if e.request_id is not None:
+            mine["request_id"] = e.request_id
+        if e.created is not None and parse_time(first["createTime"]) != e.created:
+            mine["created"] = e.created
+        if mine:
+            first[EXT] = mine
+        self._first = b"," + json_encode(first)[1:-1] if first else b""
+
+    def _block_start(self, e: hub.BlockStart) -> bytes:
+        b = self._blocks[e.index] = _Block(e, self._ordinals)
+        self._ordinals += 1
+        if e.kind == "text" or e.kind == "thinking":
+            b.sig, foreign = _split_fidelity(e.fidelity)
+            start = {k: v for k, v in (("fidelity", foreign), ("extensions", e.extensions), ("id", e.id)) if v}
+            if start or self._last_kind.get(e.choice) == e.kind:
+                b.start = start  # a marker: this part starts a new block
+            self._last_kind[e.choice] = e.kind
+        else:
+            self._last_kind.pop(e.choice, None)
+        return b""
+
+    def _block_stop(self, e: hub.BlockStop) -> bytes:
+        b = self._blocks.pop(e.index, None)
+        if b is None:
+            return b""
+        self._closed_ordinals[e.index] = b.ordinal
+        if b.kind == "text" or b.kind == "thinking":
+            stop_sig, foreign = _split_fidelity(e.fidelity)
+            stop: dict[str, Any] = {}
+            if foreign:
+                stop["fidelity"] = foreign
+            if e.extensions:
+                stop["extensions"] = e.extensions
+            if stop_sig is not None:
+                signed = _split_fidelity(b.fidelity)[0] is not None
+                if b.sig is None and (b.parts == 0 or not signed):
+                    b.sig = stop_sig  # Gemini's own form: a (possibly empty) part carrying the signature
+                elif b.sig != stop_sig or b.parts:
+                    stop.setdefault("fidelity", {})[NAME] = {"thoughtSignature": stop_sig}
+            if b.parts and b.sig is None and not stop:
+                return b""
+            if b.parts == 0 and b.start is None and b.sig is None and not stop:
+                b.start = {}  # keep the empty block
+            return self._chunk(b.choice, self._text_part(b, "", stop or None))
+        part = block_part(
+            b.kind,
+            "".join(b.buf),
+            id=b.id,
+            name=b.name,
+            mime_type=b.mime_type,
+            fidelity=b.fidelity,
+            extensions=b.extensions,
+            stop_fidelity=e.fidelity,
+            stop_extensions=e.extensions,
+        )
+        return self._chunk(b.choice, json_encode(part))
+
+    def _extension(self, e: hub.Extension) -> None:
+        data = e.data
+        if e.namespace == NAME and e.index is None and isinstance(data, dict):
+            data = dict(data)
+            if "promptFeedback" in data:
+                self._chunk_ext["promptFeedback"] = data.pop("promptFeedback")
+            choice = data.pop("candidate", 0)
+            if data:
+                self._candidate_ext.setdefault(choice if isinstance(choice, int) else 0, {}).update(data)
+            return
+        ann: dict[str, Any] = {"namespace": e.namespace, "data": data}
+        if e.index is not None:
+            b = self._blocks.get(e.index)
+            ann["block"] = b.ordinal if b is not None else self._closed_ordinals.get(e.index)
+        self._annotations.append(ann)
+
+    def _last_chunk(self, e: hub.ResponseEnd) -> bytes:
+        candidates = []
+        for choice in sorted(set(self._finishes) | set(self._candidate_ext)):
+            cand: dict[str, Any] = {}
+            finish = self._finishes.get(choice)
+            if finish is not None:
+                word, extra = finish_from_hub(finish)
+                cand["finishReason"] = word
+                if extra:
+                    cand[EXT] = {"finish": extra}
+            cand["index"] = choice
+            for k, v in self._candidate_ext.get(choice, {}).items():
+                cand.setdefault(k, v)
+            candidates.append(cand)
+        chunk: dict[str, Any] = {}
+        if candidates:
+            chunk["candidates"] = candidates
+        chunk.update(self._chunk_ext)
+        mine: dict[str, Any] = {}
+        if self._annotations:
+            mine["annotations"] = self._annotations
+        if e.request_id is not None:
+            mine["request_id"] = e.request_id
+        if mine:
+            chunk[EXT] = mine
+        body = json_encode(chunk)[1:-1]
+        rest = self._usage + self._tail + self._first
+        if not body:
+            rest = rest[1:]
+        return b"data: {" + body + rest + b"}\n\n"
+
+
+def encode_response(response: hub.Response) -> dict:
+    """An assembled hub response as a ``generateContent`` body."""
+    by_choice: dict[int, list[dict]] = {}
+    ordinals = {b.index: n for n, b in enumerate(response.blocks)}
+    annotations = []
+    for b in response.blocks:
+        parts = by_choice.setdefault(b.choice, [])
+        parts.append(
+            block_part(
+                b.kind,
+                b.text,
+                id=b.id,
+                name=b.name,
+                mime_type=b.mime_type,
+                fidelity=b.fidelity,
+                extensions=b.extensions,
+            )
+        )
+        for ann in b.annotations:
+            annotations.append({"namespace": ann.namespace, "data": ann.data, "block": ordinals[b.index]})
+    candidate_ext: dict[int, dict] = {}
+    top: dict[str, Any] = {}
+    for ann in response.annotations:
+        if ann.namespace == NAME and isinstance(ann.data, dict):
+            data = dict(ann.data)
+            if "promptFeedback" in data:
+                top["promptFeedback"] = data.pop("promptFeedback")
+            choice = data.pop("candidate", 0)
+            candidate_ext.setdefault(choice, {}).update(data)
+        else:
+            annotations.append({"namespace": ann.namespace, "data": ann.data})
+    candidates = []
+    for choice in sorted(set(by_choice) | set(response.finishes) | set(candidate_ext)):
+        cand: dict[str, Any] = {"content": {"parts": by_choice.get(choice, []), "role": "model"}}
+        finish = response.finishes.get(choice)
+        if finish is not None:
+            word, extra = finish_from_hub(finish)
+            cand["finishReason"] = word
+            if extra:
+                cand[EXT] = {"finish": extra}
+        cand["index"] = choice
+        for k, v in candidate_ext.get(choice, {}).items():
+            cand.setdefault(k, v)
+        candidates.append(cand)
+    body: dict[str, Any] = {"candidates": candidates, **top}
+    if response.usage is not None:
+        body["usageMetadata"] = usage_from_hub(response.usage)
+    if response.model is not None:
+        body["modelVersion"] = response.model
+    if response.id is not None:
+        body["responseId"] = response.id
+    exts = dict(response.extensions or {})
+    ours = exts.pop(NAME, None)
+    if isinstance(ours, dict):
+        for k, v in ours.items():
+            body.setdefault(k, v)
+    if response.created is not None and "createTime" not in body:
+        body["createTime"] = format_time(response.created)
+    mine: dict[str, Any] = {}
+    if exts:
+        mine["extensions"] = exts
+    if annotations:
+        mine["annotations"] = annotations
+    if response.request_id is not None:
+        mine["request_id"] = response.request_id
+    if mine:
+        body[EXT] = mine
+    return body

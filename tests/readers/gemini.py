@@ -1,0 +1,90 @@
+"""Reads a ``gemini`` stream with the official ``google-genai`` SDK (its real HTTP code path,
+through ``httpx.MockTransport``)."""
+
+from __future__ import annotations
+
+import httpx
+from google import genai
+from google.genai import types
+
+from . import Summary
+
+CARRIES_THINKING = True
+
+_FILTER = {
+    "SAFETY",
+    "RECITATION",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "SPII",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+    "IMAGE_RECITATION",
+    "MODEL_ARMOR",
+}
+_ERROR = {
+    "MALFORMED_FUNCTION_CALL",
+    "UNEXPECTED_TOOL_CALL",
+    "TOO_MANY_TOOL_CALLS",
+    "MISSING_THOUGHT_SIGNATURE",
+    "MALFORMED_RESPONSE",
+}
+
+
+def client_for(body: bytes, content_type: str = "text/event-stream") -> genai.Client:
+    """A google-genai client whose every request is answered with ``body``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": content_type})
+
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    return genai.Client(api_key="x", http_options=types.HttpOptions(base_url="http://gemini.test", httpx_client=http))
+
+
+def category(word: str | None, tool_calls: bool) -> str | None:
+    if word is None:
+        return None
+    if word == "STOP":
+        return "tool" if tool_calls else "stop"
+    if word == "MAX_TOKENS":
+        return "length"
+    if word in _FILTER:
+        return "filter"
+    if word in _ERROR:
+        return "error"
+    return "other"
+
+
+def read(body: bytes) -> Summary:
+    s = Summary(thinking="")
+    word = None
+    try:
+        for chunk in client_for(body).models.generate_content_stream(model="gemini-test", contents="hi"):
+            for cand in chunk.candidates or ():
+                if cand.index not in (0, None):
+                    continue
+                for part in (cand.content.parts if cand.content else None) or ():
+                    if part.function_call is not None:
+                        s.tool_calls.append((part.function_call.name or "", dict(part.function_call.args or {})))
+                        s.tool_call_ids.append(part.function_call.id or "")
+                    elif part.text is not None:
+                        if part.thought:
+                            s.thinking += part.text
+                        else:
+                            s.text += part.text
+                if cand.finish_reason is not None:
+                    word = cand.finish_reason.value if hasattr(cand.finish_reason, "value") else cand.finish_reason
+            u = chunk.usage_metadata
+            if u is not None and (
+                u.prompt_token_count is not None
+                or u.candidates_token_count is not None
+                or u.thoughts_token_count is not None
+            ):
+                if u.prompt_token_count is not None or u.tool_use_prompt_token_count is not None:
+                    s.input_tokens = (u.prompt_token_count or 0) + (u.tool_use_prompt_token_count or 0)
+                if u.candidates_token_count is not None or u.thoughts_token_count is not None:
+                    s.output_tokens = (u.candidates_token_count or 0) + (u.thoughts_token_count or 0)
+    except Exception as exc:  # the SDK's verdict is part of the summary
+        s.error = f"{type(exc).__name__}: {exc}"
+    s.finish = category(word, bool(s.tool_calls))
+    return s
