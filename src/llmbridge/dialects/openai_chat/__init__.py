@@ -1,0 +1,65 @@
+"""The ``openai-chat`` dialect: OpenAI Chat Completions and its many compatible servers.
+
+See ``docs/dialects/openai_chat.md`` for the field mapping and what travels under the
+``llmbridge`` extension key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import hub
+from ..base import json_decode
+from ._common import NAME, error_from_object, error_object
+from ._decoder import StreamDecoder
+from ._encoder import StreamEncoder, encode_events
+from ._request import decode_request, encode_request
+from ._response import decode_response, encode_response
+
+__all__ = [
+    "NAME",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_events",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+]
+
+STREAM_CONTENT_TYPE = "text/event-stream"
+
+
+def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
+    """``base_url`` is the API root that ends in ``/v1`` (``https://api.openai.com/v1``)."""
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": STREAM_CONTENT_TYPE if request.stream else "application/json",
+    }
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return base_url.rstrip("/") + "/chat/completions", headers
+
+
+def encode_error(error: hub.Error) -> tuple[int, dict[str, Any]]:
+    status = error.status or hub.ERROR_STATUS.get(error.type, 500)
+    return status, {"error": error_object(error)}
+
+
+def decode_error(status: int, body: bytes) -> hub.Error:
+    try:
+        parsed = json_decode(body) if body else None
+    except Exception:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        obj = parsed["error"]
+        bridge = obj.get("llmbridge")
+        return error_from_object({k: v for k, v in obj.items() if k != "llmbridge"}, status, bridge)
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):  # {"error": "message"} (Ollama ...)
+        return hub.Error(parsed["error"], hub.error_type_for_status(status), status=status, body=parsed)
+    text = body.decode("utf-8", "replace").strip() if body else ""
+    return hub.Error(text or f"HTTP {status}", hub.error_type_for_status(status), status=status, body=parsed)

@@ -1,0 +1,219 @@
+"""Vocabulary shared by the openai-chat codecs: finish reasons, error types, usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import hub
+
+NAME = "openai-chat"
+BRIDGE = "llmbridge"  # the extension key on chunks, choices, messages and error objects
+
+# OpenAI finish_reason -> hub reason.  "error" is OpenRouter's word (and seed 004's).
+FINISH_FROM_WIRE = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "content_filter",
+    "error": "error",
+}
+
+# hub reason -> OpenAI finish_reason; reasons missing here go out as "stop" plus the llmbridge key.
+FINISH_TO_WIRE = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "content_filter": "content_filter",
+    "error": "error",
+}
+
+ERROR_FROM_WIRE = {
+    "invalid_request_error": "invalid_request",
+    "authentication_error": "authentication",
+    "permission_error": "permission",
+    "not_found_error": "not_found",
+    "rate_limit_error": "rate_limit",
+    "insufficient_quota": "rate_limit",
+    "tokens": "rate_limit",
+    "server_error": "api_error",
+    "api_error": "api_error",
+    "overloaded_error": "overloaded",
+    "timeout": "timeout",
+}
+
+ERROR_TO_WIRE = {
+    "invalid_request": "invalid_request_error",
+    "authentication": "authentication_error",
+    "permission": "permission_error",
+    "not_found": "not_found_error",
+    "request_too_large": "invalid_request_error",
+    "unsupported_media_type": "invalid_request_error",
+    "rate_limit": "rate_limit_error",
+    "api_error": "server_error",
+    "overloaded": "server_error",
+    "timeout": "timeout",
+    "incomplete_stream": "server_error",
+    "protocol_error": "server_error",
+}
+
+
+def error_from_object(obj: Any, status: int | None = None, bridge: Any = None) -> hub.Error:
+    """An OpenAI-shaped error object (``{"message", "type", "code"}``) as a hub error."""
+    if not isinstance(obj, dict):
+        return hub.Error(str(obj) if obj else "unknown error", "api_error", status=status, body=obj)
+    message = obj.get("message")
+    if not isinstance(message, str) or not message:
+        message = "An error occurred during streaming"
+    code = obj.get("code")
+    if status is None:
+        for candidate in (obj.get("status_code"), obj.get("status"), code):
+            if isinstance(candidate, int) and 100 <= candidate < 600:
+                status = candidate
+                break
+    kind = None
+    if isinstance(bridge, dict) and bridge.get("type") in hub.ERROR_TYPES:
+        kind = bridge["type"]
+        status = bridge.get("status", status)
+    if kind is None:
+        kind = ERROR_FROM_WIRE.get(obj.get("type")) or ERROR_FROM_WIRE.get(code)
+    if kind is None:
+        kind = hub.error_type_for_status(status) if status else "api_error"
+    return hub.Error(message, kind, None if code is None else str(code), status, obj)
+
+
+def error_object(error: hub.Error) -> dict[str, Any]:
+    """A hub error as an OpenAI error object, with the hub type kept under the llmbridge key."""
+    body = error.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]  # a whole error response body
+    obj: dict[str, Any] = {
+        "message": error.message,
+        "type": ERROR_TO_WIRE.get(error.type, "server_error"),
+        "param": body.get("param") if isinstance(body, dict) else None,
+        "code": error.code,
+    }
+    obj[BRIDGE] = {"type": error.type, "status": error.status or hub.ERROR_STATUS.get(error.type, 500)}
+    return obj
+
+
+# --------------------------------------------------------------------------- usage
+
+_USAGE_MAIN = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
+    """OpenAI usage -> hub usage; fields the hub does not model stay in extensions."""
+    prompt = raw.get("prompt_tokens")
+    completion = raw.get("completion_tokens")
+    total = raw.get("total_tokens")
+    pdet = raw.get("prompt_tokens_details") or {}
+    cdet = raw.get("completion_tokens_details") or {}
+    cached = pdet.get("cached_tokens") if isinstance(pdet, dict) else None
+    if cached is None:
+        cached = raw.get("cached_tokens", raw.get("prompt_cache_hit_tokens"))
+    written = pdet.get("cache_write_tokens") if isinstance(pdet, dict) else None
+    reasoning = cdet.get("reasoning_tokens") if isinstance(cdet, dict) else None
+    # xAI counts reasoning outside completion_tokens (total = prompt + completion + reasoning);
+    # the hub counts every generated token as output.
+    if (
+        isinstance(prompt, int)
+        and isinstance(completion, int)
+        and isinstance(total, int)
+        and reasoning
+        and total == prompt + completion + reasoning
+        and total != prompt + completion
+    ):
+        completion += reasoning
+    rest: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _USAGE_MAIN:
+            continue
+        if key == "prompt_tokens_details" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in ("cached_tokens", "cache_write_tokens")}
+        elif key == "completion_tokens_details" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k != "reasoning_tokens"}
+        if value != {}:
+            rest[key] = value
+    return hub.Usage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+        reasoning_tokens=reasoning,
+        total_tokens=total,
+        extensions={NAME: rest} if rest else None,
+    )
+
+
+def usage_to_wire(usage: hub.Usage) -> dict[str, Any]:
+    ext = usage.extensions or {}
+    out: dict[str, Any] = {k: v for k, v in (ext.get(NAME) or {}).items() if not isinstance(v, dict)}
+    prompt = usage.input_tokens or 0
+    completion = usage.output_tokens or 0
+    out["prompt_tokens"] = prompt
+    out["completion_tokens"] = completion
+    out["total_tokens"] = usage.total_tokens if usage.total_tokens is not None else prompt + completion
+    own = ext.get(NAME) or {}
+    pdet = dict(own.get("prompt_tokens_details") or {})
+    if usage.cache_read_tokens is not None:
+        pdet["cached_tokens"] = usage.cache_read_tokens
+    if usage.cache_write_tokens is not None:
+        pdet["cache_write_tokens"] = usage.cache_write_tokens
+    if pdet:
+        out["prompt_tokens_details"] = pdet
+    cdet = dict(own.get("completion_tokens_details") or {})
+    if usage.reasoning_tokens is not None:
+        cdet["reasoning_tokens"] = usage.reasoning_tokens
+    if cdet:
+        out["completion_tokens_details"] = cdet
+    for key, value in own.items():
+        if isinstance(value, dict) and key not in out:
+            out[key] = value
+    foreign = {k: v for k, v in ext.items() if k != NAME}
+    if foreign:
+        out[BRIDGE] = {"extensions": foreign}
+    return out
+
+
+def usage_foreign(raw: dict[str, Any]) -> dict[str, Any] | None:
+    bridge = raw.get(BRIDGE)
+    if isinstance(bridge, dict) and isinstance(bridge.get("extensions"), dict):
+        return bridge["extensions"]
+    return None
+
+
+# --------------------------------------------------------------------------- reasoning_details
+
+
+def reasoning_fidelity(items: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Fidelity of a thinking block from OpenRouter ``reasoning_details`` fragments.
+
+    The merged fragment (without its text) is kept under "openai-chat"; a signature or
+    encrypted payload whose ``format`` names another vendor is also given in that vendor's
+    own namespace, so a translation to it carries the thinking natively.
+    """
+    merged: dict[str, Any] = {}
+    for item in items:
+        for key, value in item.items():
+            if key in ("text", "summary", "index") or value in ("", None):
+                continue
+            if key in ("signature", "data") and isinstance(value, str) and isinstance(merged.get(key), str):
+                merged[key] += value
+            else:
+                merged[key] = value
+    if not merged:
+        return None
+    out: dict[str, Any] = {NAME: merged}
+    fmt = str(merged.get("format") or "")
+    if fmt.startswith("anthropic"):
+        if merged.get("signature"):
+            out["anthropic-messages"] = {"signature": merged["signature"]}
+        elif merged.get("type") == "reasoning.encrypted" and merged.get("data"):
+            out["anthropic-messages"] = {"redacted_data": merged["data"]}
+    elif fmt.startswith("openai-responses") and merged.get("type") == "reasoning.encrypted":
+        out["openai-responses"] = {"encrypted_content": merged.get("data"), "id": merged.get("id")}
+    elif fmt.startswith("google") and merged.get("signature"):
+        out["gemini"] = {"thoughtSignature": merged["signature"]}
+    return out

@@ -1,0 +1,602 @@
+"""openai-chat stream decoder: ``data: {chunk}`` lines ending in ``data: [DONE]`` -> hub events.
+
+Blocks: content, refusal, reasoning and native blocks of a choice follow each other (a new
+kind closes the open one); tool calls stay open until the choice finishes, since the wire
+lets their argument fragments interleave by ``index``.  ``data: [DONE]`` is the terminal
+event (the API reference ends every stream with it): a stream that stops without it decodes
+to ``Error(incomplete_stream)`` even when a finish_reason and usage arrived.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import hub, sse
+from ..base import SSEStreamDecoder
+from ._common import BRIDGE, FINISH_FROM_WIRE, NAME, error_from_object, reasoning_fidelity, usage_from_wire
+
+# Top-level chunk keys with a meaning of their own, or noise that changes on every chunk.
+_CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "error", BRIDGE, "obfuscation"})
+_VOLATILE = frozenset({"sla_metrics"})  # kept from the first chunk only
+_CHOICE_KEYS = frozenset(
+    {
+        "index",
+        "delta",
+        "finish_reason",
+        "logprobs",
+        "content_filter_results",
+        "native_finish_reason",
+        "stop_reason",
+        "text",
+        "token_ids",
+        BRIDGE,
+    }
+)
+_DELTA_SKIP = frozenset({"role", "token_id", "channel"})  # per-token decoding metadata
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+class _Choice:
+    __slots__ = (
+        "buf",
+        "finished",
+        "had_tools",
+        "last",
+        "n",
+        "natives",
+        "rd_index",
+        "reasoned",
+        "refused",
+        "seq",
+        "seq_items",
+        "seq_kind",
+        "seq_refusal",
+        "think",
+        "tool_ids",
+        "tools",
+    )
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.seq: int | None = None  # the open sequential block (text, thinking, native, data)
+        self.seq_kind = ""
+        self.seq_refusal = False
+        self.seq_items: list[dict] = []  # reasoning_details fragments of the open thinking block
+        self.rd_index: Any = None
+        self.tools: dict[int, int] = {}  # wire tool index -> open block
+        self.tool_ids: dict[int, str] = {}
+        self.natives: dict[Any, int] = {}  # executed_tools index -> open block
+        self.think = "start"  # inline <think> parser: "start" | "think" | "text"
+        self.buf = ""
+        self.reasoned = False
+        self.finished = False
+        self.refused = False
+        self.had_tools = False
+        self.last: int | None = None  # the block opened last, for extensions
+
+
+class StreamDecoder(SSEStreamDecoder):
+    dialect = NAME
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = False
+        self._pending_ext: dict[str, Any] = {}
+        self._seen: dict[str, Any] = {}  # top-level extras already reported
+        self._choices: dict[int, _Choice] = {}
+        self._next_block = 0
+        self._refs: dict[Any, int] = {}  # llmbridge block refs -> block index
+        self._last_usage: dict | None = None
+        self._response_id = ""
+        self._calls = 0
+
+    # ------------------------------------------------------------------ SSE events
+
+    def on_event(self, event: sse.Event) -> None:
+        data = event.data
+        if data == "[DONE]" or data.strip() == "[DONE]":
+            self._end()
+            return
+        if not data.strip():
+            return
+        chunk = self.parse_json(event)
+        if chunk is None:
+            return
+        if not isinstance(chunk, dict):
+            self.violation("chunk-object", "data is not a JSON object")
+            return
+        if event.event == "error" or chunk.get("error"):
+            self._error(chunk)
+            return
+        if not self.started and not self._maybe_start(chunk):
+            return
+        choices = chunk.get("choices")
+        if choices:
+            if type(choices) is not list:
+                self.violation("choices", "choices is not a list")
+            else:
+                for choice in choices:
+                    self._choice(choice)
+        elif choices is None and "usage" not in chunk:
+            self.violation("missing-field", "chunk without choices")
+        if len(chunk) > 5:
+            self._extras(chunk)
+        usage = chunk.get("usage")
+        if usage:
+            self._usage(usage)
+        elif (xg := chunk.get("x_groq")) and isinstance(xg, dict) and isinstance(xg.get("usage"), dict):
+            self._usage(xg["usage"])
+
+    # ------------------------------------------------------------------ stream level
+
+    def _maybe_start(self, chunk: dict) -> bool:
+        """Emit ResponseStart at the first chunk with content; fold earlier preambles (Azure) into it."""
+        for key, value in chunk.items():
+            if key not in _CHUNK_KEYS and value is not None:
+                self._pending_ext[key] = value
+        if not (chunk.get("choices") or chunk.get("usage") or chunk.get("id") or chunk.get("error")):
+            return False
+        self._start(chunk)
+        return True
+
+    def _start(self, chunk: dict) -> None:
+        self.started = True
+        for key, value in chunk.items():
+            if key not in _CHUNK_KEYS and value is not None:
+                self._pending_ext[key] = value
+        extensions: dict[str, Any] = {NAME: self._pending_ext} if self._pending_ext else {}
+        self._seen = dict(self._pending_ext)
+        bridge = chunk.get(BRIDGE)
+        request_id = None
+        if isinstance(bridge, dict):
+            if isinstance(bridge.get("extensions"), dict):
+                extensions.update(bridge["extensions"])
+            request_id = bridge.get("request_id")
+        rid = chunk.get("id") or None
+        self._response_id = str(rid or "")
+        created = chunk.get("created")
+        self.emit(
+            hub.ResponseStart(
+                rid,
+                chunk.get("model") or None,
+                created if isinstance(created, int) and created else None,
+                request_id,
+                extensions or None,
+            )
+        )
+
+    def _extras(self, chunk: dict) -> None:
+        """Top-level fields beyond the standard ones: reported once per new value (citations, moderation)."""
+        for key, value in chunk.items():
+            if key in _CHUNK_KEYS or key in _VOLATILE or value is None:
+                continue
+            if self._seen.get(key, _MISSING) != value:
+                self._seen[key] = value
+                self.emit(hub.Extension(NAME, {key: value}))
+        bridge = chunk.get(BRIDGE)
+        if isinstance(bridge, dict) and isinstance(bridge.get("extension"), dict):
+            ext = bridge["extension"]
+            self.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data")))
+
+    def _usage(self, raw: Any) -> None:
+        if not isinstance(raw, dict):
+            self.violation("usage", "usage is not an object")
+            return
+        if raw == self._last_usage:
+            return  # Perplexity repeats it on every chunk
+        self._last_usage = raw
+        usage = usage_from_wire(raw)
+        foreign = raw.get(BRIDGE)
+        if isinstance(foreign, dict) and isinstance(foreign.get("extensions"), dict):
+            ext = dict(usage.extensions or {})
+            ext.update(foreign["extensions"])
+            own = ext.get(NAME)
+            if isinstance(own, dict) and BRIDGE in own:
+                own = {k: v for k, v in own.items() if k != BRIDGE}
+                if own:
+                    ext[NAME] = own
+                else:
+                    del ext[NAME]
+            usage.extensions = ext or None
+        self.emit(usage)
+
+    def _error(self, chunk: dict) -> None:
+        if not self.started:
+            self._start(chunk)
+        if chunk.get("usage"):
+            self._usage(chunk["usage"])
+        for choice in self._choices.values():
+            self._flush_think(choice)
+        obj = chunk.get("error")
+        if obj is None:
+            obj = {k: v for k, v in chunk.items() if k != BRIDGE}
+        bridge = obj.get(BRIDGE) if isinstance(obj, dict) else None
+        if isinstance(obj, dict) and BRIDGE in obj:
+            obj = {k: v for k, v in obj.items() if k != BRIDGE}
+        self.fail(error_from_object(obj, bridge=bridge))
+
+    def _end(self) -> None:
+        if not self.started:
+            self._start({})
+        for choice in self._choices.values():
+            self._close_choice(choice)
+        self.finish_stream()
+
+    def on_truncated(self) -> None:
+        if not self.started:
+            self._start({})
+        for choice in self._choices.values():
+            self._flush_think(choice)
+        finished = any(c.finished for c in self._choices.values())
+        self.violation("truncated", "stream ended without data: [DONE]", event=-1)
+        why = " (after a finish_reason)" if finished else ""
+        self.fail(hub.Error(f"stream ended without data: [DONE]{why}", "incomplete_stream"))
+
+    # ------------------------------------------------------------------ blocks
+
+    def _open(
+        self,
+        ch: _Choice,
+        kind: str,
+        id: str | None = None,
+        name: str | None = None,
+        mime_type: str | None = None,
+        fidelity: dict | None = None,
+        extensions: dict | None = None,
+    ) -> int:
+        index = self._next_block
+        self._next_block += 1
+        self.emit(hub.BlockStart(index, kind, id, name, ch.n, mime_type, fidelity, extensions))
+        ch.last = index
+        return index
+
+    def _close_seq(self, ch: _Choice, fidelity: dict | None = None, extensions: dict | None = None) -> None:
+        if ch.seq is None:
+            return
+        if ch.seq_items:
+            fidelity = hub.merge_dicts(reasoning_fidelity(ch.seq_items), fidelity)
+            ch.seq_items = []
+        self.emit(hub.BlockStop(ch.seq, fidelity, extensions))
+        ch.seq = None
+        ch.seq_kind = ""
+        ch.rd_index = None
+
+    def _seq(self, ch: _Choice, kind: str, text: str, refusal: bool = False) -> None:
+        """Append text to the open block of ``kind``, opening one when another kind is open."""
+        if ch.seq is None or ch.seq_kind != kind or ch.seq_refusal != refusal:
+            self._close_seq(ch)
+            ch.seq = self._open(ch, kind, extensions={NAME: {"refusal": True}} if refusal else None)
+            ch.seq_kind = kind
+            ch.seq_refusal = refusal
+        if text:
+            self.emit(hub.Delta(ch.seq, text))
+
+    def _close_choice(self, ch: _Choice) -> None:
+        self._flush_think(ch)
+        self._close_seq(ch)
+        for index in ch.tools.values():
+            self.emit(hub.BlockStop(index))
+        ch.tools.clear()
+        for index in ch.natives.values():
+            self.emit(hub.BlockStop(index))
+        ch.natives.clear()
+
+    # ------------------------------------------------------------------ choices
+
+    def _choice(self, choice: Any) -> None:
+        if type(choice) is not dict:
+            self.violation("choice-object", "choice is not an object")
+            return
+        n = choice.get("index", 0)
+        if type(n) is not int:
+            self.violation("missing-field", "choice without an integer index")
+            n = 0
+        ch = self._choices.get(n)
+        if ch is None:
+            ch = self._choices[n] = _Choice(n)
+        bridge = choice.get(BRIDGE)
+        if bridge is not None:
+            self._bridge_before(ch, bridge)
+        delta = choice.get("delta")
+        if delta:
+            if ch.finished and _has_content(delta):
+                self.violation("after-finish", f"content for choice {n} after its finish_reason")
+            self._delta(ch, delta)
+        elif delta is None and "message" not in choice and choice.get("finish_reason") is None:
+            self.violation("missing-field", "choice without delta")
+        if len(choice) > 4:
+            self._choice_extras(ch, choice)
+        if bridge is not None:
+            self._bridge_after(ch, bridge)
+        reason = choice.get("finish_reason")
+        if reason:
+            self._finish(ch, reason, choice, bridge)
+
+    def _delta(self, ch: _Choice, delta: dict) -> None:
+        content = delta.get("content")
+        details = delta.get("reasoning_details")
+        if details:
+            self._reasoning_details(ch, details)
+        else:
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                if type(reasoning) is str:
+                    ch.reasoned = True
+                    self._seq(ch, "thinking", reasoning)
+                else:
+                    self.violation("reasoning", "reasoning is not a string")
+        if content:
+            if type(content) is str:
+                self._content(ch, content)
+            elif type(content) is list:
+                self._content_parts(ch, content)
+            else:
+                self.violation("content", "delta.content is neither a string nor a list")
+        refusal = delta.get("refusal")
+        if refusal:
+            ch.refused = True
+            self._seq(ch, "text", refusal, refusal=True)
+        calls = delta.get("tool_calls")
+        if calls:
+            self._tool_calls(ch, calls)
+        if len(delta) > 2:
+            self._delta_extras(ch, delta)
+
+    def _content(self, ch: _Choice, text: str) -> None:
+        if ch.think == "text":
+            self._seq(ch, "text", text)
+            return
+        if ch.reasoned:  # the provider separates reasoning itself: no inline tags
+            ch.think = "text"
+            self._seq(ch, "text", ch.buf + text)
+            ch.buf = ""
+            return
+        buf = ch.buf + text
+        if ch.think == "start":
+            head = buf.lstrip()
+            if not head or (len(head) < len(_THINK_OPEN) and _THINK_OPEN.startswith(head)):
+                ch.buf = buf
+                return
+            if not head.startswith(_THINK_OPEN):
+                ch.think, ch.buf = "text", ""
+                self._seq(ch, "text", buf)
+                return
+            ch.think = "think"
+            buf = head[len(_THINK_OPEN) :]
+            self._seq(ch, "thinking", "")
+        end = buf.find(_THINK_CLOSE)
+        if end >= 0:
+            ch.think, ch.buf = "text", ""
+            self._seq(ch, "thinking", buf[:end])
+            rest = buf[end + len(_THINK_CLOSE) :]
+            if rest:
+                self._seq(ch, "text", rest)
+            return
+        keep = _partial_suffix(buf, _THINK_CLOSE)
+        ch.buf = buf[len(buf) - keep :] if keep else ""
+        if len(buf) > keep:
+            self._seq(ch, "thinking", buf[: len(buf) - keep])
+
+    def _flush_think(self, ch: _Choice) -> None:
+        if ch.buf:
+            kind = "thinking" if ch.think == "think" else "text"
+            buf, ch.buf = ch.buf, ""
+            self._seq(ch, kind, buf)
+        if ch.think == "start":
+            ch.think = "text"
+
+    def _content_parts(self, ch: _Choice, parts: list) -> None:
+        """Mistral's content arrays: text and thinking parts."""
+        for part in parts:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                self._content(ch, part.get("text") or "")
+            elif kind == "thinking":
+                ch.reasoned = True
+                inner = part.get("thinking")
+                if isinstance(inner, list):
+                    text = "".join(p.get("text") or "" for p in inner if isinstance(p, dict))
+                else:
+                    text = inner if isinstance(inner, str) else ""
+                self._seq(ch, "thinking", text)
+            else:
+                self.emit(hub.Extension(NAME, {"content_part": part}, ch.seq))
+
+    def _reasoning_details(self, ch: _Choice, details: Any) -> None:
+        if type(details) is not list:
+            self.violation("reasoning", "reasoning_details is not a list")
+            return
+        ch.reasoned = True
+        for item in details:
+            if not isinstance(item, dict):
+                continue
+            kind = item.get("type")
+            if kind == "reasoning.encrypted":
+                self._close_seq(ch)
+                index = self._open(ch, "thinking")
+                self.emit(hub.BlockStop(index, reasoning_fidelity([item])))
+                continue
+            idx = item.get("index")
+            if ch.seq_kind == "thinking" and ch.rd_index is not None and idx is not None and idx != ch.rd_index:
+                self._close_seq(ch)
+            text = item.get("text") if kind != "reasoning.summary" else item.get("summary")
+            self._seq(ch, "thinking", text if isinstance(text, str) else "")
+            ch.rd_index = idx
+            ch.seq_items.append(item)
+
+    def _tool_calls(self, ch: _Choice, calls: Any) -> None:
+        if type(calls) is not list:
+            self.violation("tool_calls", "tool_calls is not a list")
+            return
+        for position, call in enumerate(calls):
+            if type(call) is not dict:
+                self.violation("tool_calls", "tool call is not an object")
+                continue
+            k = call.get("index")
+            if type(k) is not int:
+                k = position if len(calls) > 1 or not ch.tools else max(ch.tools)
+            fn = call.get("function") or {}
+            call_id = call.get("id") or None
+            block = ch.tools.get(k)
+            if block is not None and call_id and ch.tool_ids.get(k) and call_id != ch.tool_ids[k]:
+                # a provider reusing the index for a new call: a new block
+                self.emit(hub.BlockStop(block))
+                block = None
+            if block is None:
+                self._flush_think(ch)
+                self._close_seq(ch)
+                if not call_id:
+                    call_id = f"call_{self._response_id or 'llmbridge'}_{self._calls}"
+                self._calls += 1
+                block = self._open(ch, "tool_call", call_id, fn.get("name") or None)
+                ch.tools[k] = block
+                ch.tool_ids[k] = call_id
+                ch.had_tools = True
+            args = fn.get("arguments")
+            if args:
+                if type(args) is not str:  # some providers send an object
+                    from ..base import json_encode
+
+                    args = json_encode(args).decode()
+                self.emit(hub.Delta(block, args))
+
+    def _delta_extras(self, ch: _Choice, delta: dict) -> None:
+        for key, value in delta.items():
+            if key in ("content", "reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls"):
+                continue
+            if key in _DELTA_SKIP or value is None or value == [] or value == "":
+                continue
+            if key == "executed_tools" and isinstance(value, list):
+                self._executed_tools(ch, value)
+            elif key == "function_call" and isinstance(value, dict):
+                self._tool_calls(ch, [{"index": 0, "function": value}])
+            else:
+                self.emit(hub.Extension(NAME, {key: value}, ch.seq if ch.seq is not None else ch.last))
+
+    def _executed_tools(self, ch: _Choice, tools: list) -> None:
+        """Groq compound's server-side tools: native blocks, closed when their output arrives."""
+        for tool in tools:
+            if not isinstance(tool, dict):
+                continue
+            k = tool.get("index")
+            block = ch.natives.get(k)
+            if block is None:
+                self._flush_think(ch)
+                self._close_seq(ch)
+                block = self._open(
+                    ch, "native", None, tool.get("type") or tool.get("name"), extensions={NAME: {"executed_tool": tool}}
+                )
+                ch.natives[k] = block
+            if tool.get("output") is not None:
+                self.emit(hub.BlockStop(block, extensions={NAME: {"executed_tool": tool}}))
+                del ch.natives[k]
+
+    def _choice_extras(self, ch: _Choice, choice: dict) -> None:
+        for key, value in choice.items():
+            if key in ("index", "delta", "finish_reason", "text", "token_ids", BRIDGE, "stop_reason"):
+                continue
+            if value is None or value == {} or value == []:
+                continue
+            if key == "logprobs" and not (value.get("content") or value.get("refusal")):
+                continue
+            if key == "native_finish_reason" and (not choice.get("finish_reason") or ch.finished):
+                continue
+            target = ch.seq if ch.seq is not None else ch.last
+            self.emit(hub.Extension(NAME, {key: value}, None if key == "native_finish_reason" else target))
+
+    def _finish(self, ch: _Choice, reason: Any, choice: dict, bridge: Any) -> None:
+        if ch.finished:
+            return  # OpenRouter repeats the finish chunk
+        ch.finished = True
+        self._close_choice(ch)
+        raw = str(reason)
+        hub_reason = FINISH_FROM_WIRE.get(raw, "other")
+        stop_sequence = None
+        stop_reason = choice.get("stop_reason")
+        if isinstance(bridge, dict) and bridge.get("finish") in hub.FINISH_REASONS:
+            hub_reason = bridge["finish"]
+            raw = bridge.get("raw") or raw
+        elif hub_reason == "end_turn":
+            if ch.had_tools:
+                hub_reason = "tool_use"
+            elif ch.refused:
+                hub_reason = "refusal"
+            elif isinstance(stop_reason, str) and stop_reason:
+                hub_reason = "stop_sequence"
+        if isinstance(stop_reason, str) and stop_reason:
+            stop_sequence = stop_reason
+        self.emit(hub.Finish(hub_reason, ch.n, raw, stop_sequence))
+
+    # ------------------------------------------------------------------ the llmbridge key on a choice
+
+    def _bridge_before(self, ch: _Choice, bridge: Any) -> None:
+        if not isinstance(bridge, dict):
+            return
+        block = bridge.get("block")
+        if isinstance(block, dict):
+            self._flush_think(ch)
+            self._close_seq(ch)
+            kind = block.get("kind") or "text"
+            index = self._open(
+                ch,
+                kind,
+                block.get("id"),
+                block.get("name"),
+                block.get("mime_type"),
+                block.get("fidelity"),
+                block.get("extensions"),
+            )
+            ch.seq, ch.seq_kind = index, kind
+            ch.seq_refusal = bool((block.get("extensions") or {}).get(NAME, {}).get("refusal"))
+            if kind in ("text", "thinking"):
+                ch.think = "text"
+                ch.reasoned = ch.reasoned or kind == "thinking"
+            if "ref" in block:
+                self._refs[block["ref"]] = index
+        text = bridge.get("delta")
+        if isinstance(text, str) and ch.seq is not None:
+            self.emit(hub.Delta(ch.seq, text))
+
+    def _bridge_after(self, ch: _Choice, bridge: Any) -> None:
+        if not isinstance(bridge, dict):
+            return
+        ext = bridge.get("extension")
+        if isinstance(ext, dict):
+            target = self._refs.get(ext.get("ref"), ch.seq if ch.seq is not None else ch.last)
+            self.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data"), target))
+        stop = bridge.get("stop")
+        if isinstance(stop, dict):
+            fidelity, extensions = stop.get("fidelity"), stop.get("extensions")
+            tool = stop.get("tool")
+            if tool is not None and tool in ch.tools:
+                self.emit(hub.BlockStop(ch.tools.pop(tool), fidelity, extensions))
+            elif ch.seq is not None and ch.seq_kind == stop.get("kind", ch.seq_kind):
+                self._flush_think(ch)
+                self._close_seq(ch, fidelity, extensions)
+            elif stop.get("kind") in ("text", "thinking"):  # a block without text (encrypted reasoning)
+                self._flush_think(ch)
+                self._close_seq(ch)
+                self.emit(hub.BlockStop(self._open(ch, stop["kind"]), fidelity, extensions))
+            else:
+                self.violation("block-open", "llmbridge stop without an open block")
+
+
+_MISSING = object()
+
+
+def _has_content(delta: dict) -> bool:
+    return bool(
+        delta.get("content")
+        or delta.get("tool_calls")
+        or delta.get("reasoning_content")
+        or delta.get("reasoning")
+        or delta.get("refusal")
+    )
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
+    for k in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:k]):
+            return k
+    return 0

@@ -1,0 +1,257 @@
+"""openai-chat stream encoder: hub events -> ``chat.completion.chunk`` lines and ``data: [DONE]``.
+
+Text goes out as ``delta.content`` (``delta.refusal`` for blocks flagged as refusals),
+thinking as ``delta.reasoning_content``, tool calls as ``delta.tool_calls`` numbered per
+choice from 0.  What Chat Completions cannot say (fidelity, native and data blocks, block
+boundaries, foreign extensions, finish reasons it has no word for) rides on the choice under
+the ``llmbridge`` key, which the official SDK keeps as an unknown field and ignores; the
+decoder reads it back.  Usage is held to the end: one ``choices: []`` chunk before
+``[DONE]``, as OpenAI sends it with ``stream_options.include_usage``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import hub
+from ..base import json_encode
+from ._common import BRIDGE, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
+
+_DONE = b"data: [DONE]\n\n"
+_CHOICE_NATIVE = ("logprobs", "content_filter_results")  # choice fields the SDK reads or ignores safely
+_RESERVED = frozenset({"id", "object", "created", "model", "choices", "usage", "error", BRIDGE})
+
+
+class _Block:
+    __slots__ = ("choice", "extensions", "fidelity", "head", "kind", "refusal", "tail", "tool")
+
+    def __init__(self, choice: int, kind: str) -> None:
+        self.choice = choice
+        self.kind = kind
+        self.head = b""
+        self.tail = b""
+        self.tool: int | None = None
+        self.fidelity: dict | None = None
+        self.extensions: dict | None = None
+        self.refusal = False
+
+
+class StreamEncoder:
+    """``encode(event) -> bytes``; ``include_usage=False`` leaves out the final usage chunk."""
+
+    def __init__(self, *, include_usage: bool = True) -> None:
+        self.include_usage = include_usage
+        self._prefix = b""
+        self._first_extra: dict[str, Any] = {}
+        self._blocks: dict[int, _Block] = {}
+        self._introduced: set[int] = set()
+        self._tools: dict[int, int] = {}  # choice -> tool calls so far
+        self._seq_kind: dict[int, str] = {}  # choice -> kind of the block the decoder would extend
+        self._refused: set[int] = set()
+        self._usage: hub.Usage | None = None
+        self._done = False
+        self._started = False
+
+    # ------------------------------------------------------------------ framing
+
+    def _start(self, event: hub.ResponseStart | None) -> None:
+        self._started = True
+        rid = event.id if event and event.id else "chatcmpl-llmbridge"
+        created = event.created if event and event.created else 0
+        model = event.model if event and event.model else ""
+        head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
+        ext = dict(event.extensions or {}) if event else {}
+        own = ext.pop(NAME, None) or {}
+        if isinstance(own, dict):
+            for key in ("system_fingerprint", "service_tier"):
+                if key in own:
+                    head[key] = own[key]
+            self._first_extra = {k: v for k, v in own.items() if k not in head and k not in _RESERVED}
+        bridge: dict[str, Any] = {}
+        if ext:
+            bridge["extensions"] = ext
+        if event and event.request_id:
+            bridge["request_id"] = event.request_id
+        if bridge:
+            self._first_extra[BRIDGE] = bridge
+        self._prefix = b"data: " + json_encode(head)[:-1] + b',"choices":['
+
+    def _chunk(self, choice_json: bytes) -> bytes:
+        if self._first_extra:
+            extra, self._first_extra = self._first_extra, {}
+            return self._prefix + choice_json + b"]," + json_encode(extra)[1:] + b"\n\n"
+        return self._prefix + choice_json + b"]}\n\n"
+
+    def _choice(self, n: int, delta: dict[str, Any], **fields: Any) -> bytes:
+        """One chunk for choice ``n``; the first delta of each choice carries the role."""
+        out = b""
+        if n not in self._introduced:
+            for earlier in range(n):  # the SDK's accumulator indexes choices by position
+                if earlier not in self._introduced:
+                    self._introduced.add(earlier)
+                    out += self._chunk(json_encode({"index": earlier, "delta": {"role": "assistant", "content": ""}}))
+            self._introduced.add(n)
+            delta = {"role": "assistant", **delta}
+        obj = {"index": n, "delta": delta}
+        obj.update(fields)
+        return out + self._chunk(json_encode(obj))
+
+    # ------------------------------------------------------------------ events
+
+    def encode(self, event: hub.Event) -> bytes:
+        kind = type(event)
+        if kind is hub.Delta:
+            block = self._blocks.get(event.index)  # emptied once the stream is over
+            if block is None or not event.text:
+                return b""
+            if block.head:
+                return block.head + json_encode(event.text) + block.tail
+            return self._choice(block.choice, {}, **{BRIDGE: {"delta": event.text}})
+        if self._done:
+            return b""
+        if not self._started:
+            self._start(event if kind is hub.ResponseStart else None)
+            if kind is hub.ResponseStart:
+                return b""
+        if kind is hub.BlockStart:
+            return self._block_start(event)
+        if kind is hub.BlockStop:
+            return self._block_stop(event)
+        if kind is hub.Usage:
+            self._usage = hub.merge_usage(self._usage, event)
+            return b""
+        if kind is hub.Finish:
+            return self._finish(event)
+        if kind is hub.Extension:
+            return self._extension(event)
+        if kind is hub.Error:
+            self._done = True
+            self._blocks.clear()
+            return self._prefix + b"]," + json_encode({"error": error_object(event)})[1:] + b"\n\n" + _DONE
+        if kind is hub.ResponseEnd:
+            self._done = True
+            self._blocks.clear()
+            out = b""
+            if self._usage is not None and self.include_usage:
+                out = self._prefix + b"]," + json_encode({"usage": usage_to_wire(self._usage)})[1:] + b"\n\n"
+            return out + _DONE
+        return b""
+
+    def _block_start(self, e: hub.BlockStart) -> bytes:
+        n = e.choice
+        block = _Block(n, e.kind)
+        self._blocks[e.index] = block
+        prefix = self._prefix + b'{"index":' + str(n).encode()
+        if e.kind == "tool_call":
+            k = self._tools.get(n, 0)
+            self._tools[n] = k + 1
+            block.tool = k
+            block.fidelity, block.extensions = e.fidelity, e.extensions
+            block.head = prefix + b',"delta":{"tool_calls":[{"index":' + str(k).encode() + b',"function":{"arguments":'
+            block.tail = b"}}]}}]}\n\n"
+            self._seq_kind.pop(n, None)
+            call = {
+                "index": k,
+                "id": e.id or f"call_{e.index}",
+                "type": "function",
+                "function": {"name": e.name or "", "arguments": ""},
+            }
+            return self._choice(
+                n, {"content": None, "tool_calls": [call]} if n not in self._introduced else {"tool_calls": [call]}
+            )
+        refusal = bool(e.kind == "text" and e.extensions and (e.extensions.get(NAME) or {}).get("refusal"))
+        block.refusal = refusal
+        if refusal:
+            self._refused.add(n)
+        if e.kind in ("text", "thinking"):
+            field = b'"refusal":' if refusal else b'"content":' if e.kind == "text" else b'"reasoning_content":'
+            block.head = prefix + b',"delta":{' + field
+            block.tail = b"}}]}\n\n"
+            wire_kind = "refusal" if refusal else e.kind
+            needs_marker = bool(
+                e.fidelity
+                or e.id
+                or (e.extensions and not _only_refusal(e.extensions))
+                or self._seq_kind.get(n) == wire_kind
+            )
+            self._seq_kind[n] = wire_kind
+            if not needs_marker:
+                if n in self._introduced:
+                    return b""
+                first = {"content": ""} if e.kind == "text" else {"content": None, "reasoning_content": ""}
+                return self._choice(n, first)
+        else:
+            self._seq_kind[n] = e.kind
+        marker: dict[str, Any] = {"kind": e.kind, "ref": e.index}
+        for key in ("id", "name", "mime_type", "fidelity", "extensions"):
+            value = getattr(e, key)
+            if value is not None:
+                marker[key] = value
+        return self._choice(n, {}, **{BRIDGE: {"block": marker}})
+
+    def _block_stop(self, e: hub.BlockStop) -> bytes:
+        block = self._blocks.get(e.index)
+        if block is None:
+            return b""
+        n = block.choice
+        if block.tool is not None:
+            fidelity = hub.merge_dicts(block.fidelity, e.fidelity)
+            extensions = hub.merge_dicts(block.extensions, e.extensions)
+            if not (fidelity or extensions):
+                return b""
+            stop: dict[str, Any] = {"tool": block.tool}
+        else:
+            fidelity, extensions = e.fidelity, e.extensions
+            if not (fidelity or extensions):
+                return b""
+            stop = {"kind": block.kind}
+            if self._seq_kind.get(n) == ("refusal" if block.refusal else block.kind):
+                self._seq_kind.pop(n, None)
+        if fidelity:
+            stop["fidelity"] = fidelity
+        if extensions:
+            stop["extensions"] = extensions
+        return self._choice(n, {}, **{BRIDGE: {"stop": stop}})
+
+    def _finish(self, e: hub.Finish) -> bytes:
+        n = e.choice
+        word = FINISH_TO_WIRE.get(e.reason)
+        fields: dict[str, Any] = {}
+        if e.reason == "refusal" and n in self._refused:
+            word = "stop"  # OpenAI's own refusals end with "stop" and carry delta.refusal
+        elif word is None or (e.raw and e.raw != word):
+            fields[BRIDGE] = {"finish": e.reason, "raw": e.raw or e.reason}
+        if word is None:
+            word = "content_filter" if e.reason == "refusal" else "stop"
+        fields["finish_reason"] = word
+        if e.stop_sequence:
+            fields["stop_reason"] = e.stop_sequence  # vLLM's field for the matched stop string
+        self._seq_kind.pop(n, None)
+        return self._choice(n, {}, **fields)
+
+    def _extension(self, e: hub.Extension) -> bytes:
+        block = self._blocks.get(e.index) if e.index is not None else None
+        if block is None:
+            data = e.data
+            if e.namespace == NAME and isinstance(data, dict) and data and not (_RESERVED & data.keys()):
+                return self._prefix + b"]," + json_encode(data)[1:] + b"\n\n"
+            return (
+                self._prefix
+                + b"],"
+                + json_encode({BRIDGE: {"extension": {"namespace": e.namespace, "data": data}}})[1:]
+                + b"\n\n"
+            )
+        data = e.data
+        if e.namespace == NAME and isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _CHOICE_NATIVE:
+            return self._choice(block.choice, {}, **data)
+        ext = {"namespace": e.namespace, "data": data, "ref": e.index}
+        return self._choice(block.choice, {}, **{BRIDGE: {"extension": ext}})
+
+
+def _only_refusal(extensions: dict) -> bool:
+    return list(extensions) == [NAME] and extensions[NAME] == {"refusal": True}
+
+
+def encode_events(events: list[hub.Event], **options: Any) -> bytes:
+    encoder = StreamEncoder(**options)
+    return b"".join([encoder.encode(e) for e in events])
