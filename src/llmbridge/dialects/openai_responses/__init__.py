@@ -1,11 +1,53 @@
-"""The OpenAI Responses dialect (``POST /v1/responses``): ``event: response.*`` SSE streams."""
+"""The OpenAI Responses dialect (``POST /v1/responses``): ``event: response.*`` SSE streams.
+
+See ``docs/dialects/openai_responses.md`` for the mapping tables.
+"""
 
 from __future__ import annotations
 
-from ._common import NAME
+import msgspec
+
+from ... import hub
+from ._common import ERROR_WORD, NAME, error_type
 from ._decoder import StreamDecoder, decode_response
 from ._encoder import StreamEncoder, encode_response
+from ._request import decode_request, encode_request
 
 STREAM_CONTENT_TYPE = "text/event-stream"
 
-__all__ = ["NAME", "STREAM_CONTENT_TYPE", "StreamDecoder", "StreamEncoder", "decode_response", "encode_response"]
+__all__ = [
+    "NAME", "STREAM_CONTENT_TYPE", "StreamDecoder", "StreamEncoder", "decode_request", "decode_response",
+    "decode_error", "encode_error", "encode_request", "encode_response", "endpoint",
+]
+
+
+def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
+    """``{base_url}/responses`` (base_url as the SDK's, e.g. ``https://api.openai.com/v1``)."""
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    if request.stream:
+        headers["accept"] = "text/event-stream"
+    return base_url.rstrip("/") + "/responses", headers
+
+
+def encode_error(error: hub.Error) -> tuple[int, dict]:
+    """HTTP status and OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    status = error.status or hub.ERROR_STATUS.get(error.type, 500)
+    word = ERROR_WORD.get(error.type, "server_error")
+    return status, {"error": {"message": error.message, "type": word, "param": None, "code": error.code or word}}
+
+
+def decode_error(status: int, body: bytes) -> hub.Error:
+    try:
+        parsed = msgspec.json.decode(body) if body else None
+    except msgspec.DecodeError:
+        parsed = None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(error, dict):
+        text = body.decode("utf-8", "replace").strip() if body else ""
+        return hub.Error(text or f"HTTP {status}", hub.error_type_for_status(status), status=status, body=parsed)
+    kind = error_type(error, status) if status < 500 or error.get("type") else hub.error_type_for_status(status)
+    if status == 429:
+        kind = "rate_limit"
+    return hub.Error(str(error.get("message") or f"HTTP {status}"), kind, error.get("code"), status, error)
