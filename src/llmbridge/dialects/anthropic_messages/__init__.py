@@ -18,8 +18,19 @@ STREAM_CONTENT_TYPE = "text/event-stream"
 ANTHROPIC_VERSION = "2023-06-01"
 
 __all__ = [
-    "NAME", "EXT", "STREAM_CONTENT_TYPE", "DEFAULT_MAX_TOKENS", "decode_request", "encode_request", "endpoint",
-    "StreamDecoder", "StreamEncoder", "decode_response", "encode_response", "encode_error", "decode_error",
+    "NAME",
+    "EXT",
+    "STREAM_CONTENT_TYPE",
+    "DEFAULT_MAX_TOKENS",
+    "decode_request",
+    "encode_request",
+    "endpoint",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_response",
+    "encode_response",
+    "encode_error",
+    "decode_error",
 ]
 
 

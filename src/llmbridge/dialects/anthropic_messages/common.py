@@ -90,6 +90,8 @@ def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
     details = raw.get("output_tokens_details")
     reasoning = details.get("thinking_tokens") if type(details) is dict else None
     extras = {k: v for k, v in raw.items() if k not in _USAGE_KNOWN}
+    if reasoning is not None and len(details) == 1:
+        del extras["output_tokens_details"]  # said by reasoning_tokens
     return hub.Usage(
         input_tokens=total_in,
         output_tokens=raw.get("output_tokens"),
@@ -153,8 +155,9 @@ def error_body(error: hub.Error) -> dict[str, Any]:
         "type": "error",
         "error": {"type": HUB_TO_ERROR.get(error.type, "api_error"), "message": error.message},
     }
-    if ERROR_TO_HUB.get(out["error"]["type"]) != error.type or error.code or error.status:
-        out[EXT] = {"type": error.type, "code": error.code, "status": error.status}
+    if ERROR_TO_HUB.get(out["error"]["type"]) != error.type or error.code or error.status or body is not None:
+        ours = {"type": error.type, "code": error.code, "status": error.status, "body": body}
+        out[EXT] = {k: v for k, v in ours.items() if v is not None}
     return out
 
 
@@ -171,6 +174,7 @@ def error_from_body(body: Any, status: int | None = None) -> hub.Error:
         hub_type = ours.get("type") or hub_type
         code = ours.get("code")
         status = ours.get("status") or status
+        body = ours.get("body", body)
     message = err.get("message")
     return hub.Error(message if type(message) is str else str(err), hub_type, code, status, body)
 

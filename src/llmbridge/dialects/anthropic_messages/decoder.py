@@ -43,7 +43,10 @@ def block_start(block: dict[str, Any], index: int, tool_id: str) -> tuple[hub.Bl
         return hub.BlockStart(index, "thinking", fidelity={NAME: {"redacted_data": block.get("data")}}), ""
     if kind == "tool_use":
         start = hub.BlockStart(
-            index, "tool_call", block.get("id") or tool_id, block.get("name") or "",
+            index,
+            "tool_call",
+            block.get("id") or tool_id,
+            block.get("name") or "",
             extensions=_extras(block, _TOOL_KEYS),
         )
         args = block.get("input")
@@ -51,12 +54,21 @@ def block_start(block: dict[str, Any], index: int, tool_id: str) -> tuple[hub.Bl
     if kind == EXT:  # a hub block this dialect has no type for, carried by our encoder
         data = block.get(EXT) or {}
         return hub.BlockStart(
-            index, data.get("kind") or "native", data.get("id"), data.get("name"), 0, data.get("mime_type"),
-            data.get("fidelity"), data.get("extensions"),
+            index,
+            data.get("kind") or "native",
+            data.get("id"),
+            data.get("name"),
+            0,
+            data.get("mime_type"),
+            data.get("fidelity"),
+            data.get("extensions"),
         ), ""
     # server_tool_use, *_tool_result, mcp_*, compaction, and block types yet to come
     return hub.BlockStart(
-        index, "native", block.get("id") or block.get("tool_use_id"), block.get("name") or kind,
+        index,
+        "native",
+        block.get("id") or block.get("tool_use_id"),
+        block.get("name") or kind,
         extensions={NAME: block},
     ), ""
 
@@ -67,13 +79,14 @@ def _with_ext(start: hub.BlockStart, ours: Any) -> hub.BlockStart:
         return start
     return msgspec.structs.replace(
         start,
+        id=start.id or ours.get("id"),
         fidelity=hub.merge_dicts(start.fidelity, ours.get("fidelity")),
         extensions=hub.merge_dicts(start.extensions, ours.get("extensions")),
     )
 
 
 class _Open:
-    __slots__ = ("index", "wire_type", "start", "signature", "parts")
+    __slots__ = ("index", "parts", "signature", "start", "wire_type")
 
     def __init__(self, index: int, wire_type: str, start: dict[str, Any]) -> None:
         self.index = index
@@ -166,9 +179,15 @@ class StreamDecoder(SSEStreamDecoder):
         if ours.get("extensions"):
             extensions = {**(extensions or {}), **ours["extensions"]}
         self._request_id = ours.get("request_id")
-        self._start(hub.ResponseStart(
-            message.get("id"), message.get("model"), ours.get("created"), self._request_id, extensions,
-        ))
+        self._start(
+            hub.ResponseStart(
+                None if ours.get("no_id") else message.get("id"),
+                message.get("model"),
+                ours.get("created"),
+                self._request_id,
+                extensions,
+            )
+        )
         usage = message.get("usage")
         if type(usage) is dict:
             self._emit_usage(usage, ours.get("usage"))
@@ -338,11 +357,13 @@ class StreamDecoder(SSEStreamDecoder):
         extensions = None
         if block.wire_type not in _KNOWN_TYPES:
             extensions = {NAME: _final_native(block.start, "".join(block.parts))}
-        self.emit(hub.BlockStop(
-            block.index,
-            hub.merge_dicts(fidelity, ours.get("fidelity")),
-            hub.merge_dicts(extensions, ours.get("extensions")),
-        ))
+        self.emit(
+            hub.BlockStop(
+                block.index,
+                hub.merge_dicts(fidelity, ours.get("fidelity")),
+                hub.merge_dicts(extensions, ours.get("extensions")),
+            )
+        )
 
 
 _KNOWN_TYPES = frozenset(("text", "thinking", "redacted_thinking", "tool_use", EXT))

@@ -39,7 +39,7 @@ def _split(ns: dict[str, Any] | None, own: bool) -> tuple[Any, dict[str, Any] | 
 class _Out:
     """One hub block on its way out as an Anthropic content block."""
 
-    __slots__ = ("wire", "start", "wire_type", "prefix", "chunks", "closed", "started", "text", "annotations")
+    __slots__ = ("annotations", "chunks", "closed", "prefix", "start", "started", "text", "wire", "wire_type")
 
     def __init__(self, wire: int, start: hub.BlockStart) -> None:
         self.wire = wire
@@ -129,13 +129,35 @@ class StreamEncoder:
                 message.setdefault(key, value)
         ours = {"request_id": start.request_id, "created": start.created, "extensions": foreign, "usage": usage_extra}
         ours = {k: v for k, v in ours.items() if v is not None}
+        if start.id is None:
+            ours["no_id"] = True
         if ours:
             message[EXT] = ours
         return sse(b"message_start", {"type": "message_start", "message": message})
 
     def _end(self, event: hub.ResponseEnd) -> bytes:
-        out = [self._message_start()]
-        if self._live is not None:  # a hub stream ended with open blocks: close them
+        out = [self._message_start(), *self._close_all(), self._message_delta()]
+        out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+        self._done = True
+        return b"".join(out)
+
+    def _error(self, error: hub.Error) -> bytes:
+        out = [self._message_start()] if self._start is not None else []
+        if self._finish is not None or self._late or self._others:
+            # The turn had finished (or carried data waits): say so before the error.
+            out.extend(self._close_all())
+            out.append(self._message_delta())
+        else:
+            while self._queue:  # what arrived, in order; Anthropic leaves blocks open on error
+                out.extend(self._queue.popleft().chunks)
+        out.append(sse(b"error", error_body(error)))
+        self._done = True
+        return b"".join(out)
+
+    def _close_all(self) -> list[bytes]:
+        """Close the live block and flush the buffered ones, closing any still open."""
+        out = []
+        if self._live is not None:
             self._live.closed = True
             out.append(self._stop_bytes(self._live, hub.BlockStop(self._live.start.index)))
             self._live = None
@@ -143,7 +165,11 @@ class StreamEncoder:
             block = self._queue.popleft()
             out.extend(block.chunks)
             if not block.closed:
+                block.closed = True
                 out.append(self._stop_bytes(block, hub.BlockStop(block.start.index)))
+        return out
+
+    def _message_delta(self) -> bytes:
         delta: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
         ours: dict[str, Any] = {}
         if self._finish is not None:
@@ -168,18 +194,7 @@ class StreamEncoder:
             ours["events"] = self._others
         if ours:
             body[EXT] = ours
-        out.append(sse(b"message_delta", body))
-        out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
-        self._done = True
-        return b"".join(out)
-
-    def _error(self, error: hub.Error) -> bytes:
-        out = []
-        while self._queue:  # what arrived, in order; Anthropic leaves blocks open on error
-            out.extend(self._queue.popleft().chunks)
-        out.append(sse(b"error", error_body(error)))
-        self._done = True
-        return b"".join(out)
+        return sse(b"message_delta", body)
 
     # -- blocks
 
@@ -243,6 +258,8 @@ class StreamEncoder:
             for k, v in own_ext.items():
                 content.setdefault(k, v)
         ours = content.get(EXT) if content.get("type") == EXT else {}
+        if kind == "text" and start.id:
+            ours["id"] = start.id
         if start.fidelity:
             ours["fidelity"] = start.fidelity
         if foreign_ext:
@@ -252,25 +269,29 @@ class StreamEncoder:
         block.wire_type = content["type"]
         block.prefix = _DELTA + index + b',"delta":{"type":"' + delta_type + b'","' + key + b'":'
         block.started = True
-        return sse(b"content_block_start", {"type": "content_block_start", "index": block.wire, "content_block": content})
+        return sse(
+            b"content_block_start", {"type": "content_block_start", "index": block.wire, "content_block": content}
+        )
 
     def _thinking_start(self, block: _Out, redacted: Any = None) -> bytes:
         block.started = True
         start = block.start
-        own, foreign = _split(start.fidelity, True)
+        _, foreign = _split(start.fidelity, True)
         if redacted is not None:
             content: dict[str, Any] = {"type": "redacted_thinking", "data": redacted}
             block.wire_type = "redacted_thinking"
         else:
             content = {"type": "thinking", "thinking": "", "signature": ""}
-        ours = {}
+        ours: dict[str, Any] = {"id": start.id} if start.id else {}
         if foreign:
             ours["fidelity"] = foreign
         if start.extensions:
             ours["extensions"] = start.extensions
         if ours:
             content[EXT] = ours
-        return sse(b"content_block_start", {"type": "content_block_start", "index": block.wire, "content_block": content})
+        return sse(
+            b"content_block_start", {"type": "content_block_start", "index": block.wire, "content_block": content}
+        )
 
     def _delta(self, block: _Out, text: str) -> bytes:
         if not text or block.closed:
@@ -321,8 +342,13 @@ class StreamEncoder:
                 redacted = own.get("redacted_data") if not block.text else None
                 out = self._thinking_start(block, redacted)
             if block.wire_type == "thinking" and own.get("signature"):
-                out += (_DELTA + str(block.wire).encode() + b',"delta":{"type":"signature_delta","signature":'
-                        + json_encode(own["signature"]) + _END)
+                out += (
+                    _DELTA
+                    + str(block.wire).encode()
+                    + b',"delta":{"type":"signature_delta","signature":'
+                    + json_encode(own["signature"])
+                    + _END
+                )
             _, fidelity = _split(fidelity, True)
         body: dict[str, Any] = {"type": "content_block_stop", "index": block.wire}
         ours: dict[str, Any] = {}
@@ -359,8 +385,11 @@ class StreamEncoder:
             return b""
         data = event.data
         if (
-            event.namespace == NAME and type(data) is dict and str(data.get("type", "")).endswith("_delta")
-            and block.started and block.wire_type != EXT
+            event.namespace == NAME
+            and type(data) is dict
+            and str(data.get("type", "")).endswith("_delta")
+            and block.started
+            and block.wire_type != EXT
         ):
             wire = {"type": "content_block_delta", "index": block.wire, "delta": data}
             return self._route(block, sse(b"content_block_delta", wire))

@@ -15,10 +15,25 @@ DEFAULT_MAX_TOKENS = 4096
 # Room left for the answer when a thinking budget is at or above max_tokens.
 _ANSWER_ROOM = 1024
 
-_BODY_KEYS = frozenset((
-    "model", "messages", "system", "max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "stream",
-    "metadata", "tools", "tool_choice", "thinking", "output_config", "output_format",
-))
+_BODY_KEYS = frozenset(
+    (
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stream",
+        "metadata",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "output_format",
+    )
+)
 _PREFIX = NAME + ":"
 
 
@@ -93,8 +108,9 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
     if metadata is not None:
         _want(metadata, dict, "metadata", "an object")
         request.metadata = dict(metadata)
-    request.tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(_want(body.get("tools") or [], list, "tools",
-                                                                            "a list"))]
+    request.tools = [
+        _tool(t, f"tools[{i}]") for i, t in enumerate(_want(body.get("tools") or [], list, "tools", "a list"))
+    ]
     _tool_choice(body.get("tool_choice"), request)
     thinking = body.get("thinking")
     if thinking is not None:
@@ -141,8 +157,7 @@ def _tool(tool: Any, where: str) -> hub.Tool:
     if description is not None:
         _want(description, str, f"{where}.description", "a string")
     strict = tool.get("strict")
-    return hub.Tool(name, description, schema, strict,
-                    _extras(tool, ("name", "description", "input_schema", "strict")))
+    return hub.Tool(name, description, schema, strict, _extras(tool, ("name", "description", "input_schema", "strict")))
 
 
 def _tool_choice(choice: Any, request: hub.Request) -> None:
@@ -199,8 +214,9 @@ def _part(block: Any, where: str, role: str) -> hub.Part:
         _want(block.get("name"), str, f"{where}.name", "a string")
         args = block.get("input", {})
         _want(args, dict, f"{where}.input", "an object")
-        return hub.ToolCallPart(block["id"], block["name"], json_encode(args).decode(),
-                                _extras(block, ("type", "id", "name", "input")))
+        return hub.ToolCallPart(
+            block["id"], block["name"], json_encode(args).decode(), _extras(block, ("type", "id", "name", "input"))
+        )
     if kind == "tool_result":
         _want(block.get("tool_use_id"), str, f"{where}.tool_use_id", "a string")
         inner = block.get("content")
@@ -278,8 +294,8 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     if config:
         body["output_config"] = config
     for key, value in request.extensions.items():
-        if key.startswith(_PREFIX) and key[len(_PREFIX):] not in ("output_config", "output_format"):
-            body.setdefault(key[len(_PREFIX):], value)
+        if key.startswith(_PREFIX) and key[len(_PREFIX) :] not in ("output_config", "output_format"):
+            body.setdefault(key[len(_PREFIX) :], value)
     return body
 
 
@@ -333,8 +349,7 @@ def _blocks(parts: list[hub.Part], where: str, role: str) -> list[dict[str, Any]
                 raise RequestError("tool call arguments are not JSON", f"{where}.tool_calls[{i}]") from None
             if type(args) is not dict:
                 raise RequestError("tool call arguments are not a JSON object", f"{where}.tool_calls[{i}]")
-            out.append({"type": "tool_use", "id": part.id, "name": part.name, "input": args,
-                        **_own(part.fidelity)})
+            out.append({"type": "tool_use", "id": part.id, "name": part.name, "input": args, **_own(part.fidelity)})
         elif kind is hub.ToolResultPart:
             content = _blocks(part.content, f"{where}.content[{i}]", role)
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": part.tool_call_id}
@@ -352,10 +367,9 @@ def _blocks(parts: list[hub.Part], where: str, role: str) -> list[dict[str, Any]
             elif own.get("signature"):
                 out.append({"type": "thinking", "thinking": part.text, "signature": own["signature"]})
             # Thinking without an Anthropic signature is left out: the API rejects unsigned thinking.
-        elif kind is hub.NativePart:
-            if part.namespace == NAME and type(part.data) is dict:
-                out.append(part.data)
-            # Another vendor's server-tool blocks mean nothing to Anthropic and are left out.
+        elif kind is hub.NativePart and part.namespace == NAME and type(part.data) is dict:
+            out.append(part.data)
+        # Another vendor's native blocks mean nothing to Anthropic and are left out.
     return out
 
 
@@ -374,11 +388,17 @@ def _media(part: hub.ImagePart | hub.FilePart, where: str) -> dict[str, Any]:
     if source is None:
         if data is not None:
             if not image and media and media.startswith("text/"):
-                source = {"type": "text", "media_type": "text/plain",
-                          "data": base64.b64decode(data).decode("utf-8", "replace")}
+                source = {
+                    "type": "text",
+                    "media_type": "text/plain",
+                    "data": base64.b64decode(data).decode("utf-8", "replace"),
+                }
             else:
-                source = {"type": "base64", "media_type": media or ("image/png" if image else "application/pdf"),
-                          "data": data}
+                source = {
+                    "type": "base64",
+                    "media_type": media or ("image/png" if image else "application/pdf"),
+                    "data": data,
+                }
         elif url:
             source = {"type": "url", "url": url}
         else:

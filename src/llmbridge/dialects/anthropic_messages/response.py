@@ -7,8 +7,18 @@ from typing import Any
 from ... import hub
 from ..base import json_decode, json_encode
 from .common import (
-    ERROR_STATUS, EXT, NAME, apply_usage_extra, error_body, error_from_body, event_from_json, event_to_json,
-    finish_from_stop, stop_from_finish, usage_from_raw, usage_to_raw,
+    ERROR_STATUS,
+    EXT,
+    NAME,
+    apply_usage_extra,
+    error_body,
+    error_from_body,
+    event_from_json,
+    event_to_json,
+    finish_from_stop,
+    stop_from_finish,
+    usage_from_raw,
+    usage_to_raw,
 )
 from .decoder import _MESSAGE_KEYS, block_start
 
@@ -18,7 +28,11 @@ _BLOCK_EXT_KEYS = ("fidelity", "extensions", "annotations")
 def decode_response(body: dict[str, Any]) -> list[hub.Event]:
     """A Messages response body (or error body) as a hub stream."""
     if type(body) is not dict:
-        return [hub.ResponseStart(), hub.Error("response body is not a JSON object", "protocol_error"), hub.ResponseEnd()]
+        return [
+            hub.ResponseStart(),
+            hub.Error("response body is not a JSON object", "protocol_error"),
+            hub.ResponseEnd(),
+        ]
     if body.get("type") == "error":
         return [hub.ResponseStart(), error_from_body(body), hub.ResponseEnd()]
     ours = body.get(EXT) if type(body.get(EXT)) is dict else {}
@@ -27,7 +41,13 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
     if ours.get("extensions"):
         extensions = {**(extensions or {}), **ours["extensions"]}
     events: list[hub.Event] = [
-        hub.ResponseStart(body.get("id"), body.get("model"), ours.get("created"), ours.get("request_id"), extensions)
+        hub.ResponseStart(
+            None if ours.get("no_id") else body.get("id"),
+            body.get("model"),
+            ours.get("created"),
+            ours.get("request_id"),
+            extensions,
+        )
     ]
     content = body.get("content")
     message_id = body.get("id") or "llmbridge"
@@ -38,7 +58,8 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
         block_ours = block.get(EXT) if type(block.get(EXT)) is dict else {}
         fidelity = hub.merge_dicts(start.fidelity, block_ours.get("fidelity"))
         extensions = hub.merge_dicts(start.extensions, block_ours.get("extensions"))
-        events.append(hub.BlockStart(n, start.kind, start.id, start.name, 0, start.mime_type, None, extensions))
+        block_id = start.id or block_ours.get("id")
+        events.append(hub.BlockStart(n, start.kind, block_id, start.name, 0, start.mime_type, None, extensions))
         if block.get("type") == EXT:
             text = (block.get(EXT) or {}).get("text") or ""
         elif "arguments" in block_ours:
@@ -115,8 +136,14 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
     for key, value in (ext.get(NAME) or {}).items():
         body.setdefault(key, value)
     foreign = {k: v for k, v in ext.items() if k != NAME}
-    for key, value in (("extensions", foreign), ("usage", usage_extra), ("events", others),
-                       ("request_id", response.request_id), ("created", response.created)):
+    for key, value in (
+        ("extensions", foreign),
+        ("usage", usage_extra),
+        ("events", others),
+        ("request_id", response.request_id),
+        ("created", response.created),
+        ("no_id", response.id is None),
+    ):
         if value:
             ours[key] = value
     notes = [event_to_json(a) for a in response.annotations]
@@ -146,10 +173,16 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
     if kind == "text":
         out: dict[str, Any] = {"type": "text", "text": block.text}
         extensions.pop(NAME, None)
-        citations = [a.data.get("citation") for a in block.annotations
-                     if a.namespace == NAME and type(a.data) is dict and a.data.get("type") == "citations_delta"]
-        notes = [a for a in block.annotations if not (a.namespace == NAME and type(a.data) is dict
-                                                      and a.data.get("type") == "citations_delta")]
+        citations = [
+            a.data.get("citation")
+            for a in block.annotations
+            if a.namespace == NAME and type(a.data) is dict and a.data.get("type") == "citations_delta"
+        ]
+        notes = [
+            a
+            for a in block.annotations
+            if not (a.namespace == NAME and type(a.data) is dict and a.data.get("type") == "citations_delta")
+        ]
         if type(own_ext) is dict:
             out.update((k, v) for k, v in own_ext.items() if k not in out)
         if citations:
@@ -169,8 +202,12 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
         except ValueError:
             args = {}
             ours["arguments"] = block.text  # cut off or not JSON: keep the text as it came
-        out = {"type": "tool_use", "id": block.id or f"toolu_{message_id or 'llmbridge'}_{n}",
-               "name": block.name or "", "input": args}
+        out = {
+            "type": "tool_use",
+            "id": block.id or f"toolu_{message_id or 'llmbridge'}_{n}",
+            "name": block.name or "",
+            "input": args,
+        }
         if type(own_ext) is dict:
             out.update((k, v) for k, v in own_ext.items() if k not in out)
     elif kind == "native" and type(own_ext) is dict and own_ext.get("type"):
@@ -182,6 +219,8 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
         data = {"kind": kind, "id": block.id, "name": block.name, "mime_type": block.mime_type, "text": block.text}
         out = {"type": EXT}
         ours.update((k, v) for k, v in data.items() if v)
+    if kind in ("text", "thinking") and block.id:
+        ours["id"] = block.id
     if own_fid:
         fidelity[NAME] = own_fid
     for key, value in (("fidelity", fidelity), ("extensions", extensions)):
