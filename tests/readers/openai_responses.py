@@ -14,8 +14,15 @@ CARRIES_THINKING = True
 
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "filter"}
 _FINISH = {  # hub reasons our encoder carries under "llmbridge" when Responses has no word for them
-    "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool",
-    "content_filter": "filter", "refusal": "filter", "pause_turn": "other", "error": "error", "other": "other",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool",
+    "content_filter": "filter",
+    "refusal": "filter",
+    "pause_turn": "other",
+    "error": "error",
+    "other": "other",
 }
 
 
@@ -26,7 +33,9 @@ def _client(body: bytes):
         return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
 
     return openai.OpenAI(
-        base_url="http://llmbridge.test/v1", api_key="x", max_retries=0,
+        base_url="http://llmbridge.test/v1",
+        api_key="x",
+        max_retries=0,
         http_client=httpx.Client(transport=httpx.MockTransport(handler)),
     )
 
@@ -64,9 +73,10 @@ def _summarize(response, summary: Summary) -> None:
     usage = response.usage
     if usage is not None:
         summary.input_tokens, summary.output_tokens = usage.input_tokens, usage.output_tokens
-    carried = _extra(response).get("finish")
-    if isinstance(carried, dict) and carried.get("reason") in _FINISH:
-        summary.finish = _FINISH[carried["reason"]]
+    extra = _extra(response)
+    carried = extra.get("finish")
+    if "finish" in extra:  # a reason Responses has no status for, or none at all
+        summary.finish = _FINISH.get(carried.get("reason")) if isinstance(carried, dict) else None
     elif response.status == "completed":
         summary.finish = "tool" if calls else "stop"
     elif response.status == "incomplete":
@@ -95,9 +105,18 @@ def read(body: bytes) -> Summary:
                     final = event.response
         if final is None:
             raise RuntimeError("the stream ended without a terminal event")
-    except Exception as exc:  # noqa: BLE001 - the SDK's verdict is what we report
+    except Exception as exc:
         summary.text, summary.thinking = "".join(text), "".join(thinking)
         summary.error = f"{type(exc).__name__}: {exc}"
+        # what streamed before the error (finish, usage) rides on the error object (see the encoder)
+        body = getattr(exc, "body", None)
+        carried = body.get("llmbridge") if isinstance(body, dict) else None
+        if isinstance(carried, dict):
+            finish, usage = carried.get("finish"), carried.get("usage")
+            if isinstance(finish, dict):
+                summary.finish = _FINISH.get(finish.get("reason"))
+            if isinstance(usage, dict):
+                summary.input_tokens, summary.output_tokens = usage.get("input_tokens"), usage.get("output_tokens")
         return summary
     _summarize(final, summary)
     return summary

@@ -16,8 +16,17 @@ from ._request import decode_request, encode_request
 STREAM_CONTENT_TYPE = "text/event-stream"
 
 __all__ = [
-    "NAME", "STREAM_CONTENT_TYPE", "StreamDecoder", "StreamEncoder", "decode_request", "decode_response",
-    "decode_error", "encode_error", "encode_request", "encode_response", "endpoint",
+    "NAME",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_request",
+    "decode_response",
+    "decode_error",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
 ]
 
 

@@ -18,10 +18,23 @@ from ._common import EXT_KEY, INCOMPLETE_FINISH, NAME, POSITIONAL, error_type, u
 PART_SEPARATOR = "\n\n"  # between the summary parts of one reasoning item
 
 # Response-object fields the hub models, or that must not travel (the system prompt, the tool list).
-_RESPONSE_MODELED = frozenset((
-    "id", "object", "created_at", "model", "output", "usage", "status", "error", "incomplete_details",
-    "output_text", "instructions", "tools", EXT_KEY,
-))
+_RESPONSE_MODELED = frozenset(
+    (
+        "id",
+        "object",
+        "created_at",
+        "model",
+        "output",
+        "usage",
+        "status",
+        "error",
+        "incomplete_details",
+        "output_text",
+        "instructions",
+        "tools",
+        EXT_KEY,
+    )
+)
 _MESSAGE_MODELED = frozenset(("id", "type", "status", "role", "content", EXT_KEY))
 
 
@@ -32,7 +45,7 @@ def _positionless(event: dict) -> dict:
 class _Item:
     """An open output item: its hub block(s) and what has streamed into them."""
 
-    __slots__ = ("type", "id", "index", "parts", "streamed", "closed", "last_key", "done_keys", "text_kind", "ext")
+    __slots__ = ("closed", "done_keys", "ext", "id", "index", "last_key", "parts", "streamed", "text_kind", "type")
 
     def __init__(self, type_: str, id_: str | None) -> None:
         self.type = type_
@@ -140,11 +153,15 @@ class StreamDecoder(SSEStreamDecoder):
         own = response.get(EXT_KEY)
         if isinstance(own, dict) and isinstance(own.get("extensions"), dict):
             extensions.update(own["extensions"])
-        self.emit(hub.ResponseStart(
-            id=response.get("id"), model=response.get("model"), created=response.get("created_at"),
-            request_id=own.get("request_id") if isinstance(own, dict) else None,
-            extensions=extensions or None,
-        ))
+        self.emit(
+            hub.ResponseStart(
+                id=response.get("id"),
+                model=response.get("model"),
+                created=response.get("created_at"),
+                request_id=own.get("request_id") if isinstance(own, dict) else None,
+                extensions=extensions or None,
+            )
+        )
 
     def _start_block(self, kind: str, **fields: Any) -> int:
         index = self._next_index
@@ -210,7 +227,9 @@ class StreamDecoder(SSEStreamDecoder):
             if kind == "custom_tool_call":
                 fidelity["custom"] = True
             state.index = self._start_block(
-                "tool_call", id=item.get("call_id") or self._call_id(), name=item.get("name") or "",
+                "tool_call",
+                id=item.get("call_id") or self._call_id(),
+                name=item.get("name") or "",
                 fidelity=hub.merge_dicts({NAME: fidelity} if fidelity else None, own.get("fidelity")),
                 extensions=own.get("extensions"),
             )
@@ -300,10 +319,17 @@ class StreamDecoder(SSEStreamDecoder):
                 slot[1] = True
             for n, annotation in enumerate(part.get("annotations") or []):
                 if n >= slot[3]:  # one the stream did not announce
-                    self.emit(hub.Extension(NAME, {
-                        "type": "response.output_text.annotation.added", "annotation_index": n,
-                        "annotation": annotation,
-                    }, index))
+                    self.emit(
+                        hub.Extension(
+                            NAME,
+                            {
+                                "type": "response.output_text.annotation.added",
+                                "annotation_index": n,
+                                "annotation": annotation,
+                            },
+                            index,
+                        )
+                    )
                     slot[3] = n + 1
             own = part.get(EXT_KEY) if isinstance(part.get(EXT_KEY), dict) else {}
             self._annotate(index, own)
@@ -321,7 +347,9 @@ class StreamDecoder(SSEStreamDecoder):
         n = n if type(n) is int else 0
         slot = state.parts.get(n)
         if slot is None:  # gateways that skip content_part.added
-            slot = self._open_part(state, n, {"type": "refusal"} if obj["type"].startswith("response.refusal") else None)
+            slot = self._open_part(
+                state, n, {"type": "refusal"} if obj["type"].startswith("response.refusal") else None
+            )
         return slot
 
     def _on_part_added(self, obj: dict) -> None:
@@ -521,9 +549,14 @@ class StreamDecoder(SSEStreamDecoder):
     def _on_error(self, obj: dict) -> None:
         self._ensure_started()
         error = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+        own = error.get(EXT_KEY) if isinstance(error.get(EXT_KEY), dict) else {}
+        kind = own.get("type") if own.get("type") in hub.ERROR_TYPES else error_type(error)
         self._pending_error = hub.Error(
-            message=str(error.get("message") or "error"), type=error_type(error),
-            code=error.get("code") or error.get("type"), body=error,
+            message=str(error.get("message") or "error"),
+            type=kind,
+            code=error.get("code") or error.get("type"),
+            status=own.get("status"),
+            body=error,
         )
 
     def _on_terminal(self, obj: dict) -> None:
@@ -554,15 +587,17 @@ class StreamDecoder(SSEStreamDecoder):
             pending = self._pending_error
             if pending is None:
                 pending = hub.Error(
-                    message=str(error.get("message") or "response failed"), type=error_type(error),
-                    code=error.get("code"), body=error or None,
+                    message=str(error.get("message") or "response failed"),
+                    type=error_type(error),
+                    code=error.get("code"),
+                    body=error or None,
                 )
             self._pending_error = None
+            self._carried_finish(own.get("finish"))
             self.fail(pending)
             return
-        finish = own.get("finish")
-        if isinstance(finish, dict) and finish.get("reason") in hub.FINISH_REASONS:
-            self.emit(hub.Finish(finish["reason"], raw=finish.get("raw"), stop_sequence=finish.get("stop_sequence")))
+        if "finish" in own:  # a reason Responses has no status for, or none at all (null)
+            self._carried_finish(own["finish"])
         elif obj["type"] == "response.incomplete" or status == "incomplete":
             raw = (response.get("incomplete_details") or {}).get("reason") or "incomplete"
             self.emit(hub.Finish(INCOMPLETE_FINISH.get(raw, "other"), raw=raw))
@@ -575,12 +610,22 @@ class StreamDecoder(SSEStreamDecoder):
         else:
             self.finish_stream(own.get("request_id"))
 
+    def _carried_finish(self, finish: Any) -> None:
+        if isinstance(finish, dict) and finish.get("reason") in hub.FINISH_REASONS:
+            self.emit(hub.Finish(finish["reason"], raw=finish.get("raw"), stop_sequence=finish.get("stop_sequence")))
+
     def on_truncated(self) -> None:
         if self._pending_error is not None:  # an `error` event is terminal on its own
             if not self._started:
                 self._ensure_started()
             for index in sorted(self._open_blocks):
                 self._stop_block(index)
+            own = self._pending_error.body.get(EXT_KEY) if isinstance(self._pending_error.body, dict) else None
+            if isinstance(own, dict):
+                usage = usage_from(own.get("usage"))
+                if usage is not None:
+                    self.emit(usage)
+                self._carried_finish(own.get("finish"))
             self.fail(self._pending_error)
             return
         if not self._started:

@@ -20,7 +20,11 @@ from ..base import json_decode, json_encode
 from ._common import ERROR_WORD, EXT_KEY, FINISH_INCOMPLETE, NAME, carry, usage_to
 
 _REQUIRED_RESPONSE: dict[str, Any] = {
-    "object": "response", "status": "in_progress", "error": None, "incomplete_details": None, "output": [],
+    "object": "response",
+    "status": "in_progress",
+    "error": None,
+    "incomplete_details": None,
+    "output": [],
     "usage": None,
 }
 _BASE_RESPONSE: dict[str, Any] = {
@@ -52,9 +56,23 @@ def _split(mapping: dict | None) -> tuple[Any, dict]:
 
 class _Block:
     __slots__ = (
-        "kind", "item", "output_index", "content_index", "chunks", "prefix", "part_open",
-        "annotations", "logprobs", "pending_logprobs", "foreign", "fidelity", "extensions", "custom", "refusal",
-        "content_mode", "stopped",
+        "annotations",
+        "chunks",
+        "content_index",
+        "content_mode",
+        "custom",
+        "extensions",
+        "fidelity",
+        "foreign",
+        "item",
+        "kind",
+        "logprobs",
+        "output_index",
+        "part_open",
+        "pending_logprobs",
+        "prefix",
+        "refusal",
+        "stopped",
     )
 
     def __init__(self, kind: str) -> None:
@@ -104,15 +122,25 @@ class StreamEncoder:
         return b"event: " + obj["type"].encode() + b"\ndata: " + json_encode(obj) + b"\n\n"
 
     def _item_event(self, kind: str, block: _Block, **fields: Any) -> bytes:
-        return self._write({
-            "type": kind, "item_id": block.item["id"], "output_index": block.output_index, **fields,
-        })
+        return self._write(
+            {
+                "type": kind,
+                "item_id": block.item["id"],
+                "output_index": block.output_index,
+                **fields,
+            }
+        )
 
     def _part_event(self, kind: str, block: _Block, **fields: Any) -> bytes:
-        return self._write({
-            "type": kind, "item_id": block.item["id"], "output_index": block.output_index,
-            "content_index": block.content_index, **fields,
-        })
+        return self._write(
+            {
+                "type": kind,
+                "item_id": block.item["id"],
+                "output_index": block.output_index,
+                "content_index": block.content_index,
+                **fields,
+            }
+        )
 
     def _new_item(self, block: _Block, item: dict) -> bytes:
         block.item = item
@@ -183,8 +211,10 @@ class StreamEncoder:
     def _block_start(self, event: hub.BlockStart) -> bytes:
         kind = event.kind
         own_ext = (event.extensions or {}).get(NAME)
-        if event.choice != 0 or kind not in ("text", "thinking", "tool_call", "native") or (
-            kind == "native" and not (isinstance(own_ext, dict) and isinstance(own_ext.get("type"), str))
+        if (
+            event.choice != 0
+            or kind not in ("text", "thinking", "tool_call", "native")
+            or (kind == "native" and not (isinstance(own_ext, dict) and isinstance(own_ext.get("type"), str)))
         ):
             self._blocks[event.index] = _Block("carried")
             self._carry.append(carry(event))
@@ -202,21 +232,34 @@ class StreamEncoder:
             block.refusal = own.get("part_type") == "refusal"
             if self._message is None or not event.id or self._message["id"] != event.id:
                 out += self._close_message()
-                item = {"id": event.id or self._id("msg"), "type": "message", "status": "in_progress",
-                        "content": [], "role": "assistant", **(own.get("item") or {})}
+                item = {
+                    "id": event.id or self._id("msg"),
+                    "type": "message",
+                    "status": "in_progress",
+                    "content": [],
+                    "role": "assistant",
+                    **(own.get("item") or {}),
+                }
                 out += self._new_item(block, item)
                 self._message, self._message_index = item, block.output_index
             block.item, block.output_index = self._message, self._message_index
             block.content_index = len(self._message["content"])
             self._message["content"].append(None)  # its slot; filled at BlockStop
-            part = {"type": "refusal", "refusal": ""} if block.refusal else {
-                "type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            part = (
+                {"type": "refusal", "refusal": ""}
+                if block.refusal
+                else {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            )
             if extra:
                 part[EXT_KEY] = extra
             out += self._part_event("response.content_part.added", block, part=part)
             block.prefix = (
-                b'"item_id":' + json_encode(block.item["id"]) + b',"output_index":'
-                + str(block.output_index).encode() + b',"content_index":' + str(block.content_index).encode()
+                b'"item_id":'
+                + json_encode(block.item["id"])
+                + b',"output_index":'
+                + str(block.output_index).encode()
+                + b',"content_index":'
+                + str(block.content_index).encode()
             )
             return out
         out += self._close_message()
@@ -231,11 +274,23 @@ class StreamEncoder:
             block.custom = bool(own_fid.get("custom"))
             call_id = event.id or self._id("call")
             if block.custom:
-                item = {"id": own_fid.get("id") or self._id("ctc"), "type": "custom_tool_call", "status": "in_progress",
-                        "call_id": call_id, "name": event.name or "", "input": ""}
+                item = {
+                    "id": own_fid.get("id") or self._id("ctc"),
+                    "type": "custom_tool_call",
+                    "status": "in_progress",
+                    "call_id": call_id,
+                    "name": event.name or "",
+                    "input": "",
+                }
             else:
-                item = {"id": own_fid.get("id") or self._id("fc"), "type": "function_call", "status": "in_progress",
-                        "arguments": "", "call_id": call_id, "name": event.name or ""}
+                item = {
+                    "id": own_fid.get("id") or self._id("fc"),
+                    "type": "function_call",
+                    "status": "in_progress",
+                    "arguments": "",
+                    "call_id": call_id,
+                    "name": event.name or "",
+                }
         else:  # one of our own native items, as it was added
             item = dict(own_ext)
             item.setdefault("id", event.id or self._id("item"))
@@ -258,9 +313,13 @@ class StreamEncoder:
             seq = self._seq
             self._seq += 1
             return (
-                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",' + block.prefix
-                + b',"delta":' + json_encode(event.text) + b',"logprobs":[],"sequence_number":'
-                + str(seq).encode() + b"}\n\n"
+                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+                + block.prefix
+                + b',"delta":'
+                + json_encode(event.text)
+                + b',"logprobs":[],"sequence_number":'
+                + str(seq).encode()
+                + b"}\n\n"
             )
         if kind == "tool_call":
             if block.custom:
@@ -273,15 +332,21 @@ class StreamEncoder:
             if not block.part_open:
                 block.part_open = True
                 if block.content_mode:
-                    out = self._part_event("response.content_part.added", block,
-                                           part={"type": "reasoning_text", "text": ""})
+                    out = self._part_event(
+                        "response.content_part.added", block, part={"type": "reasoning_text", "text": ""}
+                    )
                 else:
-                    out = self._item_event("response.reasoning_summary_part.added", block, summary_index=0,
-                                           part={"type": "summary_text", "text": ""})
+                    out = self._item_event(
+                        "response.reasoning_summary_part.added",
+                        block,
+                        summary_index=0,
+                        part={"type": "summary_text", "text": ""},
+                    )
             if block.content_mode:
                 return out + self._part_event("response.reasoning_text.delta", block, delta=event.text)
-            return out + self._item_event("response.reasoning_summary_text.delta", block, summary_index=0,
-                                          delta=event.text)
+            return out + self._item_event(
+                "response.reasoning_summary_text.delta", block, summary_index=0, delta=event.text
+            )
         if kind == "text":  # a refusal
             return self._part_event("response.refusal.delta", block, delta=event.text)
         if kind == "carried":
@@ -292,8 +357,12 @@ class StreamEncoder:
         block = self._blocks.get(event.index) if event.index is not None else None
         data = event.data
         if block is None or block.kind == "carried" or block.stopped:
-            if event.namespace == NAME and isinstance(data, dict) and isinstance(data.get("type"), str) \
-                    and event.index is None:
+            if (
+                event.namespace == NAME
+                and isinstance(data, dict)
+                and isinstance(data.get("type"), str)
+                and event.index is None
+            ):
                 return self._write(dict(data))  # an event type we do not model, as it came
             carried = block is not None and block.kind == "carried"
             self._carry.append(carry(hub.Extension(event.namespace, data, event.index if carried else None)))
@@ -327,8 +396,15 @@ class StreamEncoder:
         own_fid, foreign_fid = _split(fidelity)
         own_fid = own_fid if isinstance(own_fid, dict) else {}
         _, foreign_ext = _split(event.extensions)
-        extra = {k: v for k, v in (("fidelity", _split(event.fidelity)[1]), ("extensions", foreign_ext),
-                                   ("annotations", block.foreign)) if v}
+        extra = {
+            k: v
+            for k, v in (
+                ("fidelity", _split(event.fidelity)[1]),
+                ("extensions", foreign_ext),
+                ("annotations", block.foreign),
+            )
+            if v
+        }
         text = "".join(block.chunks)
         kind = block.kind
         if kind == "text":
@@ -339,15 +415,23 @@ class StreamEncoder:
         if kind == "thinking":
             if text and block.content_mode:
                 out += self._part_event("response.reasoning_text.done", block, text=text)
-                out += self._part_event("response.content_part.done", block, part={"type": "reasoning_text", "text": text})
+                out += self._part_event(
+                    "response.content_part.done", block, part={"type": "reasoning_text", "text": text}
+                )
                 item["content"] = [{"type": "reasoning_text", "text": text}]
             elif text:
                 out += self._item_event("response.reasoning_summary_text.done", block, summary_index=0, text=text)
-                out += self._item_event("response.reasoning_summary_part.done", block, summary_index=0,
-                                        part={"type": "summary_text", "text": text})
+                out += self._item_event(
+                    "response.reasoning_summary_part.done",
+                    block,
+                    summary_index=0,
+                    part={"type": "summary_text", "text": text},
+                )
                 summary = own_fid.get("summary")
-                if not (isinstance(summary, list) and "\n\n".join(
-                        p.get("text", "") for p in summary if isinstance(p, dict)) == text):
+                if not (
+                    isinstance(summary, list)
+                    and "\n\n".join(p.get("text", "") for p in summary if isinstance(p, dict)) == text
+                ):
                     summary = [{"type": "summary_text", "text": text}]
                 item["summary"] = summary
             if own_fid.get("encrypted_content"):
@@ -432,10 +516,8 @@ class StreamEncoder:
             status, kind = "completed", "response.completed"
             calls = any(item.get("type") in ("function_call", "custom_tool_call") for item in self._items.values())
             derived = "tool_use" if calls else "end_turn"
-        if finish is not None and (finish.reason != derived or finish.stop_sequence):
-            record = {k: v for k, v in (("reason", finish.reason), ("raw", finish.raw),
-                                        ("stop_sequence", finish.stop_sequence)) if v is not None}
-            response[EXT_KEY] = {**response.get(EXT_KEY, {}), "finish": record}
+        if finish is None or finish.reason != derived or finish.stop_sequence:
+            response[EXT_KEY] = {**response.get(EXT_KEY, {}), "finish": _finish_record(finish)}
         if event.request_id:
             response[EXT_KEY] = {**response.get(EXT_KEY, {}), "request_id": event.request_id}
         response.update(status=status, output=self._output(), usage=usage_to(self._usage))
@@ -455,14 +537,38 @@ class StreamEncoder:
         out = self._close_message()
         word = ERROR_WORD.get(error.type, "server_error")
         code = error.code or word
-        body = {"type": word, "code": code, "message": error.message, "param": None}
+        body: dict[str, Any] = {"type": word, "code": code, "message": error.message, "param": None}
+        # The SDK raises on this event with `body` as the exception's body: what streamed before the
+        # error (finish, usage) rides along, as the failed response that follows is never read.
+        extra: dict[str, Any] = {"type": error.type}
+        if error.status is not None:
+            extra["status"] = error.status
+        if self._finish is not None:
+            extra["finish"] = _finish_record(self._finish)
+        if self._usage is not None:
+            extra["usage"] = usage_to(self._usage)
+        body[EXT_KEY] = extra
         out += self._write({"type": "error", "code": code, "message": error.message, "param": None, "error": body})
         response = dict(self._response)
-        response.update(status="failed", error={"code": code, "message": error.message}, output=self._output(),
-                        usage=usage_to(self._usage))
+        if self._finish is not None:
+            response[EXT_KEY] = {**response.get(EXT_KEY, {}), "finish": _finish_record(self._finish)}
+        response.update(
+            status="failed",
+            error={"code": code, "message": error.message},
+            output=self._output(),
+            usage=usage_to(self._usage),
+        )
         self.final_response = response
         self._ended = True
         return out + self._write({"type": "response.failed", "response": response})
+
+
+def _finish_record(finish: hub.Finish | None) -> dict | None:
+    """A finish reason Responses has no status for (``None``: the source gave none)."""
+    if finish is None:
+        return None
+    fields = (("reason", finish.reason), ("raw", finish.raw), ("stop_sequence", finish.stop_sequence))
+    return {k: v for k, v in fields if v is not None}
 
 
 def encode_response(response: hub.Response) -> dict:

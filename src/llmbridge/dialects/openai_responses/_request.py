@@ -16,10 +16,24 @@ from ..base import json_decode, json_encode
 from ._common import EXT_KEY, NAME
 
 PREFIX = NAME + ":"
-_HANDLED = frozenset((
-    "model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens", "temperature",
-    "top_p", "parallel_tool_calls", "text", "reasoning", "metadata", EXT_KEY,
-))
+_HANDLED = frozenset(
+    (
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "stream",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "parallel_tool_calls",
+        "text",
+        "reasoning",
+        "metadata",
+        EXT_KEY,
+    )
+)
 _CARRIED = ("top_k", "stop", "seed", "n", "presence_penalty", "frequency_penalty")
 _EFFORTS = ("low", "medium", "high")
 
@@ -27,7 +41,7 @@ _EFFORTS = ("low", "medium", "high")
 
 
 def _expect(value: Any, kind: type | tuple, where: str, what: str) -> Any:
-    if not isinstance(value, kind) or isinstance(value, bool) and kind in (int, float, (int, float)):
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
         raise RequestError(f"expected {what}", where)
     return value
 
@@ -48,8 +62,9 @@ def _content_part(part: Any, where: str) -> hub.Part:
         extras = {k: v for k, v in part.items() if k not in ("type", "text")}
         return hub.TextPart(text, {NAME: extras} if extras else None)
     if kind == "refusal":
-        return hub.TextPart(_expect(part.get("refusal"), str, f"{where}.refusal", "a string"),
-                            {NAME: {"type": "refusal"}})
+        return hub.TextPart(
+            _expect(part.get("refusal"), str, f"{where}.refusal", "a string"), {NAME: {"type": "refusal"}}
+        )
     if kind == "input_image":
         url = part.get("image_url")
         media, data = _data_url(url) if isinstance(url, str) else (None, None)
@@ -98,25 +113,32 @@ def _input_item(item: Any, where: str, messages: list[hub.Message]) -> None:
         return
     if kind == "function_call":
         fidelity = {NAME: {"id": item["id"]}} if item.get("id") else None
-        _assistant(messages).parts.append(hub.ToolCallPart(
-            _expect(item.get("call_id"), str, f"{where}.call_id", "a string"),
-            _expect(item.get("name"), str, f"{where}.name", "a string"),
-            _expect(item.get("arguments", ""), str, f"{where}.arguments", "a string") or "{}",
-            fidelity,
-        ))
+        _assistant(messages).parts.append(
+            hub.ToolCallPart(
+                _expect(item.get("call_id"), str, f"{where}.call_id", "a string"),
+                _expect(item.get("name"), str, f"{where}.name", "a string"),
+                _expect(item.get("arguments", ""), str, f"{where}.arguments", "a string") or "{}",
+                fidelity,
+            )
+        )
     elif kind == "custom_tool_call":
         own = {"custom": True, **({"id": item["id"]} if item.get("id") else {})}
-        _assistant(messages).parts.append(hub.ToolCallPart(
-            _expect(item.get("call_id"), str, f"{where}.call_id", "a string"),
-            _expect(item.get("name"), str, f"{where}.name", "a string"),
-            json_encode({"input": _expect(item.get("input", ""), str, f"{where}.input", "a string")}).decode(),
-            {NAME: own},
-        ))
+        _assistant(messages).parts.append(
+            hub.ToolCallPart(
+                _expect(item.get("call_id"), str, f"{where}.call_id", "a string"),
+                _expect(item.get("name"), str, f"{where}.name", "a string"),
+                json_encode({"input": _expect(item.get("input", ""), str, f"{where}.input", "a string")}).decode(),
+                {NAME: own},
+            )
+        )
     elif kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         content = _content(output, f"{where}.output") if output is not None else []
-        messages.append(hub.Message("tool", [hub.ToolResultPart(
-            _expect(item.get("call_id"), str, f"{where}.call_id", "a string"), content)]))
+        messages.append(
+            hub.Message(
+                "tool", [hub.ToolResultPart(_expect(item.get("call_id"), str, f"{where}.call_id", "a string"), content)]
+            )
+        )
     elif kind == "reasoning":
         summary = item.get("summary") or []
         _expect(summary, list, f"{where}.summary", "a list")
@@ -142,8 +164,13 @@ def _tool(tool: Any, where: str) -> hub.Tool | None:
         params = tool.get("parameters")
         params = _expect(params, dict, f"{where}.parameters", "an object") if params is not None else None
         extras = {k: v for k, v in tool.items() if k not in ("type", "name", "description", "parameters", "strict")}
-        return hub.Tool(name, tool.get("description"), params or {"type": "object", "properties": {}},
-                        tool.get("strict"), {NAME: extras} if extras else None)
+        return hub.Tool(
+            name,
+            tool.get("description"),
+            params or {"type": "object", "properties": {}},
+            tool.get("strict"),
+            {NAME: extras} if extras else None,
+        )
     if kind == "custom":
         name = _expect(tool.get("name"), str, f"{where}.name", "a string")
         params = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
@@ -214,8 +241,10 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
             fmt = _expect(fmt, dict, "text.format", "an object")
             if fmt.get("type") == "json_schema":
                 request.response_format = {
-                    "type": "json_schema", "schema": _expect(fmt.get("schema"), dict, "text.format.schema", "an object"),
-                    "name": fmt.get("name"), "strict": fmt.get("strict"),
+                    "type": "json_schema",
+                    "schema": _expect(fmt.get("schema"), dict, "text.format.schema", "an object"),
+                    "name": fmt.get("name"),
+                    "strict": fmt.get("strict"),
                 }
                 if fmt.get("description"):
                     request.response_format["description"] = fmt["description"]
@@ -235,7 +264,9 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         elif effort is not None or reasoning.get("summary") is not None:
             request.thinking = {"type": "enabled"}
             if effort is not None:
-                request.thinking["effort"] = effort if effort in _EFFORTS else ("low" if effort == "minimal" else "high")
+                request.thinking["effort"] = (
+                    effort if effort in _EFFORTS else ("low" if effort == "minimal" else "high")
+                )
         extras = {k: v for k, v in reasoning.items() if v is not None and (k != "effort" or effort not in _EFFORTS)}
         if extras:
             request.extensions[PREFIX + "reasoning"] = extras
@@ -301,7 +332,9 @@ def _encode_message(message: hub.Message, items: list[dict]) -> None:
 
     def flush() -> None:
         if content:
-            items.append({"type": "message", "role": role if role != "system" else "developer", "content": list(content)})
+            items.append(
+                {"type": "message", "role": role if role != "system" else "developer", "content": list(content)}
+            )
             content.clear()
 
     for part in message.parts:
@@ -382,14 +415,21 @@ def encode_request(request: hub.Request) -> dict:
         body["tool_choice"] = ext[PREFIX + "tool_choice"]
     elif request.tool_choice is not None:
         choice = request.tool_choice
-        custom = any(t.name == choice.name and ((t.extensions or {}).get(NAME) or {}).get("type") == "custom"
-                     for t in request.tools)
-        body["tool_choice"] = {"type": "custom" if custom else "function", "name": choice.name} \
-            if choice.mode == "tool" else choice.mode
+        custom = any(
+            t.name == choice.name and ((t.extensions or {}).get(NAME) or {}).get("type") == "custom"
+            for t in request.tools
+        )
+        body["tool_choice"] = (
+            {"type": "custom" if custom else "function", "name": choice.name} if choice.mode == "tool" else choice.mode
+        )
     if request.stream:
         body["stream"] = True
-    for name, field in (("max_tokens", "max_output_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
-                        ("parallel_tool_calls", "parallel_tool_calls")):
+    for name, field in (
+        ("max_tokens", "max_output_tokens"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("parallel_tool_calls", "parallel_tool_calls"),
+    ):
         value = getattr(request, name)
         if value is not None:
             body[field] = value
@@ -419,11 +459,15 @@ def encode_request(request: hub.Request) -> dict:
     if reasoning:
         body["reasoning"] = reasoning
     if request.metadata:
-        body["metadata"] = {k: v if isinstance(v, str) else json_encode(v).decode() for k, v in request.metadata.items()}
+        body["metadata"] = {
+            k: v if isinstance(v, str) else json_encode(v).decode() for k, v in request.metadata.items()
+        }
     for key, value in ext.items():
-        if key.startswith(PREFIX) and key[len(PREFIX):] not in ("hosted_tools", "tool_choice", "text", "reasoning"):
-            body[key[len(PREFIX):]] = value
-    carried: dict[str, Any] = {name: getattr(request, name) for name in _CARRIED if getattr(request, name) not in (None, [])}
+        if key.startswith(PREFIX) and key[len(PREFIX) :] not in ("hosted_tools", "tool_choice", "text", "reasoning"):
+            body[key[len(PREFIX) :]] = value
+    carried: dict[str, Any] = {
+        name: getattr(request, name) for name in _CARRIED if getattr(request, name) not in (None, [])
+    }
     foreign = {k: v for k, v in ext.items() if not k.startswith(PREFIX)}
     if foreign:
         carried["extensions"] = foreign
