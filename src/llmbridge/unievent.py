@@ -784,7 +784,7 @@ class UniEventView:
             return
         fidelity = to_item_fidelity(g.fidelity, self._extras(g))
         whole = "".join(g.parts)
-        buffered = g.sent == 0 and kind != "tool_call"  # nothing went out live: one fragment holds it all
+        buffered = g.sent == 0  # nothing went out live: one fragment holds it all
         if kind == "text":
             if buffered or fidelity:
                 self._delta(Text(whole if buffered else "", fidelity=fidelity), out)
@@ -794,7 +794,9 @@ class UniEventView:
                 self._delta(Thinking(whole if buffered else "", fidelity=fidelity), out)
             self._done(Thinking(whole, done=True, fidelity=fidelity), out)
         elif kind == "tool_call":
-            if fidelity:
+            if buffered:
+                self._delta(ToolCall(s.name or "", whole, s.id or "", fidelity=fidelity), out)
+            elif fidelity:
                 self._delta(ToolCall("", "", "", fidelity=fidelity), out)
             args = self._parse_arguments(g, whole)
             self._done(ToolCall(s.name or "", args, s.id or "", done=True, fidelity=fidelity), out)

@@ -1,0 +1,64 @@
+"""Reads an mmsp body the way an MMSP client does: ``data:`` lines parsed as UniEvents,
+the grammar enforced, the message assembled from the ``.done`` items and the stop event."""
+
+from __future__ import annotations
+
+import json
+
+from llmbridge import sse
+from llmbridge.unievent import FINISH_FROM_MMSP, UniEvent, assemble_message, grammar_violations
+
+from . import FINISH_CATEGORY, Summary
+
+CARRIES_THINKING = True
+
+
+class StreamError(Exception):
+    """The stream broke MMSP's grammar, or ended without its stop event."""
+
+
+class ServerError(Exception):
+    """The server sent ``data: {"error": ...}``."""
+
+
+def read(body: bytes) -> Summary:
+    decoder = sse.Decoder()
+    events: list[UniEvent] = []
+    error: str | None = None
+    done = False
+    try:
+        for event in decoder.feed(body) + decoder.close():
+            if event.data.strip() == "[DONE]":
+                done = True
+                break
+            obj = json.loads(event.data)
+            if "error" in obj and "event_type" not in obj:
+                err = obj["error"]
+                raise ServerError(f"{err.get('type')}: {err.get('message')}")
+            events.append(UniEvent.from_dict(obj))
+        problems = grammar_violations(events)
+        if problems:
+            raise StreamError("; ".join(problems[:3]))
+        if not done:
+            raise StreamError("no [DONE] after the stop event")
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    message = assemble_message(events)
+    summary = Summary(
+        text=message.text,
+        thinking=message.thinking,
+        tool_calls=[(c.name, c.arguments) for c in message.tool_calls],
+        tool_call_ids=[c.tool_call_id for c in message.tool_calls],
+        error=error,
+    )
+    if message.finish_reason is not None:
+        # Our own reader knows the hub reason kept beside MMSP's coarser word.
+        finish = (message.llmbridge or {}).get("finish") or {}
+        reason = finish.get("reason") or FINISH_FROM_MMSP.get(message.finish_reason)
+        summary.finish = FINISH_CATEGORY.get(reason)
+    usage = message.usage_metadata
+    if usage is not None:
+        summary.input_tokens = usage.prompt_tokens
+        if usage.response_tokens is not None or usage.thoughts_tokens is not None:
+            summary.output_tokens = (usage.response_tokens or 0) + (usage.thoughts_tokens or 0)
+    return summary
