@@ -919,9 +919,9 @@ class UniEventView:
 
     def _stop_extras(self, finish: hub.Finish | None, reason: str, end: hub.ResponseEnd) -> dict | None:
         extra: dict[str, Any] = {}
-        if finish is not None and (
-            FINISH_FROM_MMSP.get(reason) != finish.reason or finish.raw not in (None, reason) or finish.stop_sequence
-        ):
+        if finish is None:
+            extra["finish"] = None  # the source gave no finish reason; "unknown" stands in for it
+        elif FINISH_FROM_MMSP.get(reason) != finish.reason or finish.raw not in (None, reason) or finish.stop_sequence:
             extra["finish"] = _finish_dict(finish)
         others = [_finish_dict(f) for c, f in self._finishes.items() if c != 0]
         if others:

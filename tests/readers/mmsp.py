@@ -51,10 +51,10 @@ def read(body: bytes) -> Summary:
         tool_call_ids=[c.tool_call_id for c in message.tool_calls],
         error=error,
     )
-    if message.finish_reason is not None:
+    extra = message.llmbridge or {}
+    if message.finish_reason is not None and not ("finish" in extra and extra["finish"] is None):
         # Our own reader knows the hub reason kept beside MMSP's coarser word.
-        finish = (message.llmbridge or {}).get("finish") or {}
-        reason = finish.get("reason") or FINISH_FROM_MMSP.get(message.finish_reason)
+        reason = (extra.get("finish") or {}).get("reason") or FINISH_FROM_MMSP.get(message.finish_reason)
         summary.finish = FINISH_CATEGORY.get(reason)
     usage = message.usage_metadata
     if usage is not None:

@@ -344,12 +344,9 @@ def _decode_config(config: dict, request: hub.Request) -> None:
     if level is not None:
         if level not in _THINKING_LEVELS:
             raise RequestError(f"must be one of {', '.join(_THINKING_LEVELS)}", "config.thinking_level")
-        if level == "none":
-            request.thinking = {"type": "disabled"}
-        else:
-            request.thinking = {"type": "enabled", "effort": level if level in ("low", "medium") else "high"}
-            if level in ("xhigh", "max"):
-                request.extensions["mmsp:thinking_level"] = level
+        request.thinking = _thinking_from_level(level)
+        if level in ("xhigh", "max"):
+            request.extensions["mmsp:thinking_level"] = level
     if config.get("trace_id") is not None:
         request.metadata["trace_id"] = config["trace_id"]
     extra = config.get("llmbridge")
@@ -492,6 +489,8 @@ def encode_request(request: hub.Request) -> dict:
     extra: dict[str, Any] = {}
     for key in _EXTRA_FIELDS:
         value = {"metadata": metadata, "extensions": ext}.get(key, getattr(request, key))
+        if key == "thinking" and level and value == _thinking_from_level(level):
+            continue  # thinking_level says it all
         if value not in (None, [], {}):
             extra[key] = value
     tools_extra = {
@@ -504,6 +503,12 @@ def encode_request(request: hub.Request) -> dict:
     if extra:
         config["llmbridge"] = extra
     return {"model": request.model, "messages": messages, "config": config}
+
+
+def _thinking_from_level(level: str) -> dict:
+    if level == "none":
+        return {"type": "disabled"}
+    return {"type": "enabled", "effort": level if level in ("low", "medium") else "high"}
 
 
 def _thinking_level(thinking: dict | None) -> str | None:
@@ -636,8 +641,7 @@ class StreamDecoder(SSEStreamDecoder):
                 info.get("id"), info.get("model"), info.get("created"), info.get("request_id"), info.get("extensions")
             )
         else:
-            created = event.created_at // 1000 if event is not None and event.created_at else None
-            start = hub.ResponseStart(created=created)
+            start = hub.ResponseStart()
         if start.id:
             self._response_id = start.id
         self.emit(start)
@@ -837,7 +841,9 @@ class StreamDecoder(SSEStreamDecoder):
             self.emit(usage)
         finish = extra.get("finish")
         reason = event.finish_reason
-        if isinstance(finish, dict) and finish.get("reason") in hub.FINISH_REASONS:
+        if "finish" in extra and finish is None:
+            pass  # the source had no finish reason
+        elif isinstance(finish, dict) and finish.get("reason") in hub.FINISH_REASONS:
             self.emit(hub.Finish(finish["reason"], 0, finish.get("raw"), finish.get("stop_sequence")))
         elif reason in FINISH_FROM_MMSP:
             self.emit(hub.Finish(FINISH_FROM_MMSP[reason], 0, reason))
