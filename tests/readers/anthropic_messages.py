@@ -93,7 +93,8 @@ def summarize(
             thinking.append(block.thinking or "")
         elif kind == "tool_use":
             args = block.input if isinstance(block.input, dict) else None
-            if not _complete("".join((inputs or {}).get(n, ()))):
+            carried_args = ((block.model_extra or {}).get(EXT) or {}).get("arguments")
+            if not _complete("".join((inputs or {}).get(n, ()))) or not _complete(carried_args or ""):
                 args = None  # cut off (max_tokens): the SDK shows a partial parse, the JSON is invalid
             summary.tool_calls.append((block.name, args))
             summary.tool_call_ids.append(block.id)

@@ -161,20 +161,26 @@ def error_body(error: hub.Error) -> dict[str, Any]:
     return out
 
 
+def _type_for_status(status: int | None) -> str:
+    if not status or status == 502:  # a bad gateway is an upstream API error, not a cut stream
+        return "api_error"
+    return hub.error_type_for_status(status)
+
+
 def error_from_body(body: Any, status: int | None = None) -> hub.Error:
     err = body.get("error") if type(body) is dict else None
     if type(err) is not dict:
         message = body if type(body) is str else "upstream error"
-        return hub.Error(message, hub.error_type_for_status(status) if status else "api_error", None, status, body)
+        return hub.Error(message, _type_for_status(status), None, status, body)
     kind = err.get("type")
-    hub_type = ERROR_TO_HUB.get(kind) or (hub.error_type_for_status(status) if status else "api_error")
+    hub_type = ERROR_TO_HUB.get(kind) or _type_for_status(status)
     code: str | None = kind if type(kind) is str else None
     ours = body.get(EXT)
     if type(ours) is dict:
         hub_type = ours.get("type") or hub_type
         code = ours.get("code")
         status = ours.get("status") or status
-        body = ours.get("body", body)
+        body = ours.get("body")
     message = err.get("message")
     return hub.Error(message if type(message) is str else str(err), hub_type, code, status, body)
 

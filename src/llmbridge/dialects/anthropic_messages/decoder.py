@@ -17,6 +17,7 @@ from ..base import SSEStreamDecoder, json_decode, json_encode
 from .common import EXT, NAME, apply_usage_extra, error_from_body, event_from_json, finish_from_stop, usage_from_raw
 
 _TEXT_KEYS = frozenset(("type", "text"))
+_WHOLE_TEXT_KEYS = frozenset(("type", "text", "citations"))
 _THINKING_KEYS = frozenset(("type", "thinking", "signature", EXT))
 _TOOL_KEYS = frozenset(("type", "id", "name", "input", EXT))
 _MESSAGE_KEYS = frozenset(("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage", EXT))
@@ -27,11 +28,16 @@ def _extras(block: dict[str, Any], known: frozenset[str]) -> dict[str, Any] | No
     return {NAME: extras} if extras else None
 
 
-def block_start(block: dict[str, Any], index: int, tool_id: str) -> tuple[hub.BlockStart, str]:
-    """The hub BlockStart for an Anthropic content block (start or whole), and the text it already holds."""
+def block_start(block: dict[str, Any], index: int, tool_id: str, whole: bool = False) -> tuple[hub.BlockStart, str]:
+    """The hub BlockStart for an Anthropic content block, and the text it already holds.
+
+    ``whole`` blocks (non-streaming, pre-populated) hold their final input or content, which
+    becomes the text a streamed block would have had; their citations go out as Extensions
+    (:func:`citations`), as streamed ones do.
+    """
     kind = block.get("type")
     if kind == "text":
-        start = hub.BlockStart(index, "text", extensions=_extras(block, _TEXT_KEYS))
+        start = hub.BlockStart(index, "text", extensions=_extras(block, _WHOLE_TEXT_KEYS if whole else _TEXT_KEYS))
         text = block.get("text")
         return start, text if type(text) is str else ""
     if kind == "thinking":
@@ -64,13 +70,25 @@ def block_start(block: dict[str, Any], index: int, tool_id: str) -> tuple[hub.Bl
             data.get("extensions"),
         ), ""
     # server_tool_use, *_tool_result, mcp_*, compaction, and block types yet to come
+    text = ""
+    if whole:
+        args, content = block.get("input"), block.get("content")
+        text = json_encode(args).decode() if args else content if kind == "compaction" and type(content) is str else ""
     return hub.BlockStart(
         index,
         "native",
         block.get("id") or block.get("tool_use_id"),
         block.get("name") or kind,
         extensions={NAME: block},
-    ), ""
+    ), text
+
+
+def citations(block: dict[str, Any], index: int) -> list[hub.Extension]:
+    """A whole text block's citations, as the citations_delta Extensions a stream carries."""
+    found = block.get("citations") if block.get("type") == "text" else None
+    if type(found) is not list:
+        return []
+    return [hub.Extension(NAME, {"type": "citations_delta", "citation": c}, index) for c in found]
 
 
 def _with_ext(start: hub.BlockStart, ours: Any) -> hub.BlockStart:
@@ -201,11 +219,13 @@ class StreamDecoder(SSEStreamDecoder):
             self._start_stop = (stop, message.get("stop_sequence"))
 
     def _emit_whole_block(self, block: dict[str, Any]) -> None:
-        start, text = block_start(block, self._allocate(None), self._tool_id())
+        start, text = block_start(block, self._allocate(None), self._tool_id(), whole=True)
         start = _with_ext(start, block.get(EXT))
         self.emit(start)
         if text:
             self.emit(hub.Delta(start.index, text))
+        for note in citations(block, start.index):
+            self.emit(note)
         self.emit(hub.BlockStop(start.index))
 
     def _emit_usage(self, raw: dict[str, Any], extra: Any) -> None:
@@ -252,7 +272,7 @@ class StreamDecoder(SSEStreamDecoder):
         index = getattr(event, "index", None)
         if index is not None:
             if type(event) is hub.BlockStart:
-                remap[index] = self._allocate(None)
+                remap[index] = self._allocate(index)
             mapped = remap.get(index, self._wire_to_hub.get(index) if type(event) is hub.Extension else None)
             if mapped is None:
                 self.violation("llmbridge", f"carried event for unknown block {index} ignored")
@@ -295,7 +315,9 @@ class StreamDecoder(SSEStreamDecoder):
             self._close_block(wire, {})
         elif wire in self._wire_to_hub:
             self.violation("block-unique", f"content block {wire} started twice")
-        index = self._allocate(wire)
+        ours = block.get(EXT)
+        preferred = ours.get("index") if type(ours) is dict else None  # the hub index our encoder renumbered
+        index = self._allocate(preferred if type(preferred) is int else wire)
         self._wire_to_hub[wire] = index
         start, text = block_start(block, index, self._tool_id())
         start = _with_ext(start, block.get(EXT))

@@ -260,6 +260,8 @@ class StreamEncoder:
         ours = content.get(EXT) if content.get("type") == EXT else {}
         if kind == "text" and start.id:
             ours["id"] = start.id
+        if start.index != block.wire:
+            ours["index"] = start.index
         if start.fidelity:
             ours["fidelity"] = start.fidelity
         if foreign_ext:
@@ -283,6 +285,8 @@ class StreamEncoder:
         else:
             content = {"type": "thinking", "thinking": "", "signature": ""}
         ours: dict[str, Any] = {"id": start.id} if start.id else {}
+        if start.index != block.wire:
+            ours["index"] = start.index
         if foreign:
             ours["fidelity"] = foreign
         if start.extensions:

@@ -20,7 +20,7 @@ from .common import (
     usage_from_raw,
     usage_to_raw,
 )
-from .decoder import _MESSAGE_KEYS, block_start
+from .decoder import _MESSAGE_KEYS, block_start, citations
 
 _BLOCK_EXT_KEYS = ("fidelity", "extensions", "annotations")
 
@@ -54,7 +54,7 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
     for n, block in enumerate(content if type(content) is list else ()):
         if type(block) is not dict:
             continue
-        start, text = block_start(block, n, f"toolu_{message_id}_{n + 1}")
+        start, text = block_start(block, n, f"toolu_{message_id}_{n + 1}", whole=True)
         block_ours = block.get(EXT) if type(block.get(EXT)) is dict else {}
         fidelity = hub.merge_dicts(start.fidelity, block_ours.get("fidelity"))
         extensions = hub.merge_dicts(start.extensions, block_ours.get("extensions"))
@@ -66,6 +66,7 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
             text = block_ours["arguments"]
         if text:
             events.append(hub.Delta(n, text))
+        events.extend(citations(block, n))
         for note in block_ours.get("annotations") or ():
             event = event_from_json(note)
             if type(event) is hub.Extension:
