@@ -15,8 +15,8 @@ from llmbridge.dialects import anthropic_messages as am
 from llmbridge.dialects.base import decode_all, encode_all
 from llmbridge.errors import RequestError
 from tests.conftest import CORPUS, corpus_files
-from tests.readers import expected
 from tests.readers import anthropic_messages as reader
+from tests.readers import expected
 
 FILES = corpus_files("anthropic-messages")
 TRUNCATED_TOOL_INPUT = "claude37-fine-grained-tool-max-tokens.sse"
@@ -82,7 +82,10 @@ def test_corpus_decodes_to_a_valid_hub_stream(path):
 def test_cache_usage_counts_cached_tokens_as_input():
     usage = hub.assemble(corpus("claude-cache-read-usage.sse")).usage
     assert (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.output_tokens) == (
-        3 + 1217, 1217, 0, 6,
+        3 + 1217,
+        1217,
+        0,
+        6,
     )
 
 
@@ -154,27 +157,51 @@ def test_stop_reasons():
 
 
 def sse(*events: tuple[str, dict | str]) -> bytes:
-    return b"".join(
-        f"event: {n}\ndata: {d if isinstance(d, str) else json.dumps(d)}\n\n".encode() for n, d in events
-    )
+    return b"".join(f"event: {n}\ndata: {d if isinstance(d, str) else json.dumps(d)}\n\n".encode() for n, d in events)
 
 
-START = ("message_start", {"type": "message_start", "message": {
-    "id": "msg_1", "type": "message", "role": "assistant", "model": "claude", "content": [],
-    "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 1}}})
-TEXT_START = ("content_block_start", {"type": "content_block_start", "index": 0,
-                                      "content_block": {"type": "text", "text": ""}})
-TEXT_DELTA = ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                      "delta": {"type": "text_delta", "text": "Hi"}})
+START = (
+    "message_start",
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 1},
+        },
+    },
+)
+TEXT_START = (
+    "content_block_start",
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+)
+TEXT_DELTA = (
+    "content_block_delta",
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+)
 
 
 def test_error_event_mid_stream():
-    body = sse(START, TEXT_START, TEXT_DELTA, ("error", {"type": "error", "error": {
-        "type": "overloaded_error", "message": "Overloaded"}}))
+    body = sse(
+        START,
+        TEXT_START,
+        TEXT_DELTA,
+        ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    )
     events, violations = decode(body)
     assert hub.validate(events) == [] and violations == []
-    assert events[-2] == hub.Error("Overloaded", "overloaded", "overloaded_error", None, {
-        "type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    assert events[-2] == hub.Error(
+        "Overloaded",
+        "overloaded",
+        "overloaded_error",
+        None,
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    )
 
 
 def test_truncated_stream_is_an_error():
@@ -185,9 +212,12 @@ def test_truncated_stream_is_an_error():
 
 def test_grammar_violations_are_recorded():
     body = sse(
-        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta",
-                                                                                      "text": "x"}}),
-        START, ("content_block_stop", {"type": "content_block_stop", "index": 3}),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}},
+        ),
+        START,
+        ("content_block_stop", {"type": "content_block_stop", "index": 3}),
         ("content_block_delta", "{not json"),
         ("content_block_start", {"type": "content_block_start"}),
         ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}}),
@@ -197,8 +227,13 @@ def test_grammar_violations_are_recorded():
     events, violations = decode(body)
     assert hub.validate(events) == []
     assert [(v.event, v.rule) for v in violations] == [
-        (0, "start-first"), (0, "block-open"), (1, "start-once"), (2, "block-open"), (3, "json"),
-        (4, "missing-field"), (7, "after-terminal"),
+        (0, "start-first"),
+        (0, "block-open"),
+        (1, "start-once"),
+        (2, "block-open"),
+        (3, "json"),
+        (4, "missing-field"),
+        (7, "after-terminal"),
     ]
 
 
@@ -247,8 +282,12 @@ def parallel_tools() -> list[hub.Event]:
         hub.ResponseStart("chatcmpl-1", "gpt"),
         hub.BlockStart(0, "tool_call", "call_a", "get_weather"),
         hub.BlockStart(1, "tool_call", "call_b", "get_time"),
-        hub.Delta(0, '{"city":'), hub.Delta(1, '{"tz":'), hub.Delta(0, '"Paris"}'), hub.Delta(1, '"CET"}'),
-        hub.BlockStop(1), hub.BlockStop(0),
+        hub.Delta(0, '{"city":'),
+        hub.Delta(1, '{"tz":'),
+        hub.Delta(0, '"Paris"}'),
+        hub.Delta(1, '"CET"}'),
+        hub.BlockStop(1),
+        hub.BlockStop(0),
         hub.Finish("tool_use", raw="tool_calls"),
         hub.Usage(input_tokens=40, output_tokens=12, cache_read_tokens=10, total_tokens=52),
         hub.ResponseEnd(),
@@ -318,9 +357,13 @@ def test_foreign_thinking_native_data_choices_and_reasons_round_trip():
 def test_anthropic_fidelity_replays_natively():
     events = [
         hub.ResponseStart("msg_1", "claude"),
-        hub.BlockStart(0, "thinking"), hub.Delta(0, "hmm"), hub.BlockStop(0, fidelity={NS: {"signature": "sig"}}),
-        hub.BlockStart(1, "thinking"), hub.BlockStop(1, fidelity={NS: {"redacted_data": "RED"}}),
-        hub.Finish("end_turn"), hub.ResponseEnd(),
+        hub.BlockStart(0, "thinking"),
+        hub.Delta(0, "hmm"),
+        hub.BlockStop(0, fidelity={NS: {"signature": "sig"}}),
+        hub.BlockStart(1, "thinking"),
+        hub.BlockStop(1, fidelity={NS: {"redacted_data": "RED"}}),
+        hub.Finish("end_turn"),
+        hub.ResponseEnd(),
     ]
     wire = wire_events(encode(events))
     assert {"type": "signature_delta", "signature": "sig"} in [d.get("delta") for _, d in wire]
@@ -330,20 +373,29 @@ def test_anthropic_fidelity_replays_natively():
 
 def test_error_mid_stream_raises_the_sdk_exception():
     events = [
-        hub.ResponseStart("msg_1", "claude"), hub.BlockStart(0, "text"), hub.Delta(0, "partial"),
-        hub.Error("Overloaded", "overloaded", status=529), hub.ResponseEnd(),
+        hub.ResponseStart("msg_1", "claude"),
+        hub.BlockStart(0, "text"),
+        hub.Delta(0, "partial"),
+        hub.Error("Overloaded", "overloaded", status=529),
+        hub.ResponseEnd(),
     ]
     body = encode(events)
-    assert wire_events(body)[-1] == ("error", {
-        "type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
-        "llmbridge": {"type": "overloaded", "status": 529}})
+    assert wire_events(body)[-1] == (
+        "error",
+        {
+            "type": "error",
+            "error": {"type": "overloaded_error", "message": "Overloaded"},
+            "llmbridge": {"type": "overloaded", "status": 529},
+        },
+    )
     summary = reader.read(body)
     assert summary.error.startswith("APIStatusError") and summary.text == "partial"
     assert hub.assemble(decode(body)[0]).error == events[-2]
     client = reader.client_for(body)
     with pytest.raises(anthropic.APIStatusError):
-        for _ in client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}],
-                                        stream=True):
+        for _ in client.messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}], stream=True
+        ):
             pass
 
 
@@ -354,8 +406,14 @@ def test_error_right_after_response_start():
 
 
 def test_stream_without_usage_reads_as_unknown():
-    events = [hub.ResponseStart("x"), hub.BlockStart(0, "text"), hub.Delta(0, "hi"), hub.BlockStop(0),
-              hub.Finish("end_turn"), hub.ResponseEnd()]
+    events = [
+        hub.ResponseStart("x"),
+        hub.BlockStart(0, "text"),
+        hub.Delta(0, "hi"),
+        hub.BlockStop(0),
+        hub.Finish("end_turn"),
+        hub.ResponseEnd(),
+    ]
     body = encode(events)
     assert reader.read(body) == expected(events)
     assert hub.assemble(decode(body)[0]).usage is None
@@ -364,8 +422,12 @@ def test_stream_without_usage_reads_as_unknown():
 def test_raw_sdk_stream_sees_every_event():
     body = (CORPUS / NS / "claude-thinking-then-tool-use.sse").read_bytes()
     client = reader.client_for(encode(decode(body)[0]))
-    kinds = [e.type for e in client.messages.create(
-        model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}], stream=True)]
+    kinds = [
+        e.type
+        for e in client.messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}], stream=True
+        )
+    ]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "content_block_delta" in kinds
 
 
@@ -391,8 +453,9 @@ def test_response_round_trip_and_sdk_parse(path):
     def handler(request):
         return httpx2.Response(200, json=body)
 
-    client = anthropic.Anthropic(api_key="x", base_url="http://t", http_client=httpx2.Client(
-        transport=httpx2.MockTransport(handler)))
+    client = anthropic.Anthropic(
+        api_key="x", base_url="http://t", http_client=httpx2.Client(transport=httpx2.MockTransport(handler))
+    )
     message = client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
     assert message.stop_reason == body["stop_reason"] and len(message.content) == len(body["content"])
     assert reader.summarize(message) == reader.read(path.read_bytes())
@@ -403,8 +466,12 @@ def test_errors_codec():
     assert status == 429 and body == {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
     assert am.encode_error(hub.Error("busy", "overloaded"))[0] == 529
     error = am.decode_error(529, b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}')
-    assert (error.type, error.message, error.status, error.code) == ("overloaded", "Overloaded", 529,
-                                                                     "overloaded_error")
+    assert (error.type, error.message, error.status, error.code) == (
+        "overloaded",
+        "Overloaded",
+        529,
+        "overloaded_error",
+    )
     assert am.decode_error(502, b"<html>bad gateway</html>").type == "api_error"
 
 
@@ -416,33 +483,55 @@ RICH_REQUEST = {
     "max_tokens": 2048,
     "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
     "messages": [
-        {"role": "user", "content": [
-            {"type": "text", "text": "Look:"},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}},
-            {"type": "image", "source": {"type": "url", "url": "https://x/cat.jpg"}},
-            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
-             "title": "spec"},
-            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain"}},
-        ]},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
-            {"type": "redacted_thinking", "data": "RED"},
-            {"type": "text", "text": "Calling."},
-            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
-            {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}},
-            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
-            {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
-             "content": [{"type": "text", "text": "no clock"},
-                         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}]},
-            {"type": "text", "text": "Thanks"},
-        ]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look:"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}},
+                {"type": "image", "source": {"type": "url", "url": "https://x/cat.jpg"}},
+                {
+                    "type": "document",
+                    "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
+                    "title": "spec",
+                },
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "RED"},
+                {"type": "text", "text": "Calling."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}},
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "is_error": True,
+                    "content": [
+                        {"type": "text", "text": "no clock"},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}},
+                    ],
+                },
+                {"type": "text", "text": "Thanks"},
+            ],
+        },
     ],
     "tools": [
-        {"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {
-            "city": {"type": "string"}}}, "cache_control": {"type": "ephemeral"}},
+        {
+            "name": "get_weather",
+            "description": "Weather",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "cache_control": {"type": "ephemeral"},
+        },
         {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
     ],
     "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
@@ -464,8 +553,7 @@ def test_request_decodes_every_field():
     assert r.messages[0].parts[0].extensions == {NS: {"cache_control": {"type": "ephemeral"}}}
     image, url_image, pdf, text_doc = r.messages[1].parts[1:]
     assert (image.media_type, image.data, url_image.url) == ("image/png", "iVBOR", "https://x/cat.jpg")
-    assert (pdf.media_type, pdf.name, text_doc.extensions[NS]["source"]["data"]) == ("application/pdf", "spec",
-                                                                                     "plain")
+    assert (pdf.media_type, pdf.name, text_doc.extensions[NS]["source"]["data"]) == ("application/pdf", "spec", "plain")
     thinking, redacted, _, call, _, native = r.messages[2].parts
     assert thinking.fidelity == {NS: {"signature": "sig"}} and redacted.fidelity == {NS: {"redacted_data": "RED"}}
     assert (call.id, call.name, json.loads(call.arguments)) == ("toolu_1", "get_weather", {"city": "Paris"})
@@ -489,10 +577,14 @@ def test_hub_request_encodes_for_anthropic():
         messages=[
             hub.Message("system", [hub.TextPart("sys")]),
             hub.Message("user", [hub.ImagePart(url="data:image/jpeg;base64,/9j/")]),
-            hub.Message("assistant", [
-                hub.ThinkingPart("foreign", {"openai-responses": {"encrypted_content": "x"}}),
-                hub.ToolCallPart("call_1", "f", ""), hub.ToolCallPart("call_2", "g", '{"a":1}'),
-            ]),
+            hub.Message(
+                "assistant",
+                [
+                    hub.ThinkingPart("foreign", {"openai-responses": {"encrypted_content": "x"}}),
+                    hub.ToolCallPart("call_1", "f", ""),
+                    hub.ToolCallPart("call_2", "g", '{"a":1}'),
+                ],
+            ),
             hub.Message("tool", [hub.ToolResultPart("call_1", [hub.TextPart("one")])]),
             hub.Message("tool", [hub.ToolResultPart("call_2", [hub.TextPart("two")])]),
             hub.Message("user", [hub.TextPart("go on")]),
@@ -503,38 +595,45 @@ def test_hub_request_encodes_for_anthropic():
     )
     body = am.encode_request(request)
     assert body["max_tokens"] == am.DEFAULT_MAX_TOKENS and body["system"] == "sys"
-    assert body["messages"][0]["content"][0]["source"] == {"type": "base64", "media_type": "image/jpeg",
-                                                            "data": "/9j/"}
+    assert body["messages"][0]["content"][0]["source"] == {"type": "base64", "media_type": "image/jpeg", "data": "/9j/"}
     assert body["messages"][1]["content"] == [  # unsigned foreign thinking is left out
         {"type": "tool_use", "id": "call_1", "name": "f", "input": {}},
         {"type": "tool_use", "id": "call_2", "name": "g", "input": {"a": 1}},
     ]
-    assert body["messages"][2] == {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "call_1", "content": "one"},
-        {"type": "tool_result", "tool_use_id": "call_2", "content": "two"},
-        {"type": "text", "text": "go on"},
-    ]}
+    assert body["messages"][2] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "call_1", "content": "one"},
+            {"type": "tool_result", "tool_use_id": "call_2", "content": "two"},
+            {"type": "text", "text": "go on"},
+        ],
+    }
     assert body["tool_choice"] == {"type": "tool", "name": "f"} and body["output_config"] == {"effort": "low"}
     budget = am.encode_request(hub.Request(thinking={"type": "enabled", "budget_tokens": 8000}))
     assert budget["max_tokens"] > 8000
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ([], "body"),
-    ({"model": "m"}, "messages"),
-    ({"messages": {}}, "messages"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
-    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": 5}]}, "messages[1].content"),
-    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "ftp"}}]}]},
-     "messages[0].content[0].source.type"),
-    ({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, "messages[0].content[0].tool_use_id"),
-    ({"messages": [], "max_tokens": "10"}, "max_tokens"),
-    ({"messages": [], "temperature": True}, "temperature"),
-    ({"messages": [], "tools": [{"name": "f"}]}, "tools[0].input_schema"),
-    ({"messages": [], "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
-    ({"messages": [], "thinking": {"type": "maybe"}}, "thinking.type"),
-    ({"messages": [], "stop_sequences": "END"}, "stop_sequences"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([], "body"),
+        ({"model": "m"}, "messages"),
+        ({"messages": {}}, "messages"),
+        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": 5}]}, "messages[1].content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "ftp"}}]}]},
+            "messages[0].content[0].source.type",
+        ),
+        ({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, "messages[0].content[0].tool_use_id"),
+        ({"messages": [], "max_tokens": "10"}, "max_tokens"),
+        ({"messages": [], "temperature": True}, "temperature"),
+        ({"messages": [], "tools": [{"name": "f"}]}, "tools[0].input_schema"),
+        ({"messages": [], "tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
+        ({"messages": [], "thinking": {"type": "maybe"}}, "thinking.type"),
+        ({"messages": [], "stop_sequences": "END"}, "stop_sequences"),
+    ],
+)
 def test_bad_requests_name_the_field(body, field):
     with pytest.raises(RequestError) as info:
         am.decode_request(body)
