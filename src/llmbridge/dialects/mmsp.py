@@ -562,10 +562,11 @@ class StreamEncoder:
 class _Open:
     """The group being read: its hub block and what it has carried so far."""
 
-    __slots__ = ("call_id", "fidelity", "index", "kind", "mime_type", "name", "parts", "rest", "started")
+    __slots__ = ("call_id", "fast", "fidelity", "index", "kind", "mime_type", "name", "parts", "rest", "started")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        self.fast = _FAST.get(kind)  # (delta type, growing field) of a plain string fragment
         self.index = -1
         self.started = False
         self.parts: list[str] = []  # text / thinking / arguments, to check the .done against
@@ -574,6 +575,13 @@ class _Open:
         self.name = ""
         self.call_id = ""
         self.mime_type = ""
+
+
+_FAST = {
+    "text": ("text.delta", "text"),
+    "thinking": ("thinking.delta", "thinking"),
+    "tool_call": ("tool_call.delta", "arguments"),
+}
 
 
 class StreamDecoder(SSEStreamDecoder):
@@ -593,7 +601,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def on_event(self, event: sse.Event) -> None:
         data = event.data
-        if data.strip() == "[DONE]":
+        if data[:1] != "{" and data.strip() == "[DONE]":
             if self._stopped:
                 self.finish_stream(self._request_id)
             else:
@@ -608,6 +616,9 @@ class StreamDecoder(SSEStreamDecoder):
 
     def feed_object(self, obj: Any) -> None:
         """One decoded ``data:`` JSON value."""
+        g = self._group
+        if g is not None and g.fast is not None and type(obj) is dict and self._fragment(g, obj):
+            return
         if isinstance(obj, dict) and "error" in obj and "event_type" not in obj:
             self._start(None)
             self.fail(_error_from_object(obj["error"]))
@@ -628,6 +639,25 @@ class StreamDecoder(SSEStreamDecoder):
             self.violation("one-item", f"a delta event with {len(event.content_items)} items")
         for item in event.content_items:
             self._item(item)
+
+    def _fragment(self, g: _Open, obj: dict) -> bool:
+        """The hot path: a plain string fragment of the open group (no fidelity, nothing else)."""
+        items = obj.get("content_items")
+        if obj.get("event_type") != "delta" or type(items) is not list or len(items) != 1 or "llmbridge" in obj:
+            return False
+        item = items[0]
+        kind, key = g.fast  # type: ignore[misc]
+        if type(item) is not dict or item.get("type") != kind or "fidelity" in item:
+            return False
+        value = item.get(key)
+        if type(value) is not str or (kind == "tool_call.delta" and (item.get("name") or item.get("tool_call_id"))):
+            return False
+        if value:
+            if not g.started:
+                self._begin(g)
+            g.parts.append(value)
+            self.emit(hub.Delta(g.index, value))
+        return True
 
     # -- pieces
 
