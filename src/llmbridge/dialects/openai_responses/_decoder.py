@@ -554,7 +554,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._pending_error = hub.Error(
             message=str(error.get("message") or "error"),
             type=kind,
-            code=error.get("code") or error.get("type"),
+            code=None if "code" in own and own["code"] is None else error.get("code") or error.get("type"),
             status=own.get("status"),
             body=error,
         )

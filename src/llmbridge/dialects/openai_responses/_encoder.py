@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import msgspec
+
 from ... import hub
 from ..base import json_decode, json_encode
 from ._common import ERROR_WORD, EXT_KEY, FINISH_INCOMPLETE, NAME, carry, usage_to
@@ -105,6 +107,7 @@ class StreamEncoder:
         self._next_output = 0
         self._message: dict | None = None  # the message item still taking content parts
         self._message_index = -1
+        self._waiting: dict[int, dict] = {}  # earlier messages whose parts are still streaming
         self._carry: list[dict] = []
         self._finish: hub.Finish | None = None
         self._usage: hub.Usage | None = None
@@ -231,7 +234,7 @@ class StreamEncoder:
             own = own_ext if isinstance(own_ext, dict) else {}
             block.refusal = own.get("part_type") == "refusal"
             if self._message is None or not event.id or self._message["id"] != event.id:
-                out += self._close_message()
+                out += self._release_message()
                 item = {
                     "id": event.id or self._id("msg"),
                     "type": "message",
@@ -262,7 +265,7 @@ class StreamEncoder:
                 + str(block.content_index).encode()
             )
             return out
-        out += self._close_message()
+        out += self._release_message()
         if kind == "thinking":
             block.content_mode = own_fid.get("text_kind") == "reasoning_text"
             item = {"id": own_fid.get("id") or self._id("rs"), "type": "reasoning", "summary": []}
@@ -464,6 +467,12 @@ class StreamEncoder:
             own_ext = (event.extensions or {}).get(NAME)
             if isinstance(own_ext, dict) and isinstance(own_ext.get("type"), str):
                 item = dict(own_ext)
+        if kind != "native":  # our fidelity that arrived too late for the item as added
+            late = {k: v for k, v in own_fid.items() if k in ("id", "text_kind") and v != block.item.get(k)}
+            if late.get("text_kind") == "reasoning_text" and block.content_mode:
+                del late["text_kind"]
+            if late:
+                extra["fidelity"] = {**extra.get("fidelity", {}), NAME: late}
         if extra:
             item[EXT_KEY] = extra
         block.item = item
@@ -479,20 +488,38 @@ class StreamEncoder:
         if extra:
             part[EXT_KEY] = extra
         block.item["content"][block.content_index] = part
+        waiting = self._waiting.get(block.output_index)
+        if waiting is not None and None not in waiting["content"]:
+            del self._waiting[block.output_index]
+            return (
+                out
+                + self._part_event("response.content_part.done", block, part=part)
+                + self._message_done(block.output_index, waiting)
+            )
         return out + self._part_event("response.content_part.done", block, part=part)
 
-    def _close_message(self) -> bytes:
+    def _release_message(self) -> bytes:
+        """No more parts join the current message: done now, or when its open parts end."""
         message = self._message
         if message is None:
             return b""
         self._message = None
-        out = b""
-        if None in message["content"]:  # a part still open (malformed hub stream): close it first
-            for index, block in list(self._blocks.items()):
-                if block.kind == "text" and block.item is message:
-                    out += self._block_stop(hub.BlockStop(index))
+        if None in message["content"]:
+            self._waiting[self._message_index] = message
+            return b""
+        return self._message_done(self._message_index, message)
+
+    def _message_done(self, output_index: int, message: dict) -> bytes:
         message["status"] = "completed"
-        return out + self._done_item(self._message_index, dict(message))
+        return self._done_item(output_index, dict(message))
+
+    def _close_message(self) -> bytes:
+        """Finish every message item (closing parts a malformed hub stream left open)."""
+        out = self._release_message()
+        for index, block in list(self._blocks.items()):
+            if block.kind == "text" and not block.stopped:
+                out += self._block_stop(hub.BlockStop(index))
+        return out
 
     # ------------------------------------------------------------------ the end
 
@@ -543,6 +570,8 @@ class StreamEncoder:
         extra: dict[str, Any] = {"type": error.type}
         if error.status is not None:
             extra["status"] = error.status
+        if error.code is None:
+            extra["code"] = None  # the "code" above is made up
         if self._finish is not None:
             extra["finish"] = _finish_record(self._finish)
         if self._usage is not None:
@@ -575,6 +604,8 @@ def encode_response(response: hub.Response) -> dict:
     """An assembled response as a Responses object (what ``responses.create()`` returns)."""
     encoder = StreamEncoder()
     for event in hub.response_events(response):
+        if type(event) is hub.BlockStart:  # fidelity up front, so items are written with their own ids
+            block = next(b for b in response.blocks if b.index == event.index)
+            event = msgspec.structs.replace(event, fidelity=block.fidelity)
         encoder.encode(event)
-    body = encoder.final_response or {}
-    return body
+    return encoder.final_response or {}

@@ -1,0 +1,665 @@
+"""The openai-responses dialect: corpus decoding, chunking, encoder round trips, the official SDK
+reading what we write, requests, non-streaming bodies and errors."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import httpx
+import openai
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmbridge import hub
+from llmbridge.dialects import openai_responses as R
+from llmbridge.dialects.base import decode_all, encode_all
+from llmbridge.errors import RequestError
+from tests.conftest import CORPUS, corpus_files
+from tests.readers import expected
+from tests.readers import openai_responses as reader
+
+FILES = corpus_files("openai-responses")
+NS = "openai-responses"
+
+
+def load(name: str) -> bytes:
+    return (CORPUS / "openai-responses" / f"{name}.sse").read_bytes()
+
+
+def decode(body: bytes) -> tuple[list[hub.Event], list[hub.Violation]]:
+    decoder = R.StreamDecoder()
+    events = decode_all(decoder, body)
+    return events, decoder.violations
+
+
+def content(events: list[hub.Event]) -> tuple:
+    """What must survive a round trip: blocks, usage, finish, error, stream metadata."""
+    r = hub.assemble(events)
+    blocks = [
+        (
+            b.kind,
+            b.id,
+            b.name,
+            b.choice,
+            b.text,
+            b.fidelity,
+            b.extensions,
+            [(a.namespace, a.data) for a in b.annotations],
+        )
+        for b in r.blocks
+    ]
+    error = (r.error.message, r.error.type, r.error.code) if r.error else None
+    notes = [(a.namespace, a.data) for a in r.annotations]
+    return blocks, r.usage, r.finishes, error, r.id, r.model, r.extensions, notes, r.complete
+
+
+def roundtrip(events: list[hub.Event]) -> list[hub.Event]:
+    again, violations = decode(encode_all(R.StreamEncoder(), events))
+    assert violations == []
+    assert hub.validate(again) == []
+    return again
+
+
+def sdk_client(body: bytes, content_type: str = "text/event-stream", status: int = 200) -> openai.OpenAI:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body, headers={"content-type": content_type})
+
+    return openai.OpenAI(
+        base_url="http://test/v1",
+        api_key="x",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+    )
+
+
+# ------------------------------------------------------------------------------------ corpus
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_corpus_decodes_clean(path):
+    events, violations = decode(path.read_bytes())
+    assert violations == []  # every file in the folder is a whole, well-formed stream
+    assert hub.validate(events) == []
+    r = hub.assemble(events)
+    assert r.complete or r.error is not None
+    assert r.finish is not None or r.error is not None
+
+
+def test_text_usage_and_finish():
+    r = hub.assemble(decode(load("openai-text"))[0])
+    assert [b.kind for b in r.blocks] == ["text"]
+    assert r.blocks[0].text == "The capital of France is Paris."
+    assert r.blocks[0].id.startswith("msg_")
+    assert r.finish.reason == "end_turn"
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (278, 9, 287)
+    assert r.id == "resp_67e554a21aa88191b65876ac5e5bbe0406c52f0e511c76ed" and r.model == "gpt-4o-2024-08-06"
+
+
+def test_reasoning_usage_and_function_call():
+    r = hub.assemble(decode(load("openai-reasoning-function-call-usage"))[0])
+    assert r.usage.reasoning_tokens == 448 and r.usage.output_tokens == 469 and r.usage.cache_read_tokens == 0
+    call = next(b for b in r.blocks if b.kind == "tool_call")
+    assert call.id.startswith("call_") and call.fidelity[NS]["id"].startswith("fc_")
+    assert isinstance(json.loads(call.text), dict)
+    assert r.finish.reason == "tool_use"
+
+
+def test_encrypted_reasoning_with_several_summary_parts():
+    r = hub.assemble(decode(load("openai-reasoning-summary-encrypted"))[0])
+    thinking = r.blocks[0]
+    assert thinking.kind == "thinking"
+    own = thinking.fidelity[NS]
+    assert own["id"].startswith("rs_") and own["encrypted_content"]
+    assert len(own["summary"]) == 4
+    assert thinking.text == "\n\n".join(p["text"] for p in own["summary"])
+
+
+def test_reasoning_text_of_open_models():
+    r = hub.assemble(decode(load("deepseek-responses-reasoning-text"))[0])
+    assert r.blocks[0].kind == "thinking" and r.blocks[0].text
+    assert r.blocks[0].fidelity[NS]["text_kind"] == "reasoning_text"
+
+
+def test_arguments_only_in_done_event():
+    r = hub.assemble(decode(load("lmstudio-open-responses-tool-call"))[0])
+    call = next(b for b in r.blocks if b.kind == "tool_call")
+    assert json.loads(call.text)  # no argument deltas: the .done event supplies them
+
+
+def test_data_before_event_and_sorted_keys():
+    r = hub.assemble(decode(load("bedrock-mantle-function-call"))[0])
+    assert [(b.kind, b.name) for b in r.blocks] == [("tool_call", "first_tool")]
+    assert json.loads(r.blocks[0].text) == {}
+
+
+def test_done_terminator_and_interleaved_items():
+    events, violations = decode(load("openrouter-gpt-oss-reasoning-text"))
+    assert violations == []
+    r = hub.assemble(events)
+    assert [b.kind for b in r.blocks] == ["thinking", "text"]
+    assert r.blocks[1].text == "4" and "2+2" in r.blocks[0].text
+
+
+def test_resumed_stream_without_created():
+    events, _ = decode(load("openai-background-resume-starting-after"))
+    assert type(events[0]) is hub.ResponseStart and events[0].id.startswith("resp_")
+    assert hub.assemble(events).blocks[0].text
+
+
+def test_insufficient_quota_is_an_error():
+    r = hub.assemble(decode(load("openai-error-insufficient-quota-failed"))[0])
+    assert r.error.type == "rate_limit" and r.error.code == "insufficient_quota"
+    assert "quota" in r.error.message and not r.complete and r.finish is None
+
+
+def test_annotations_logprobs_and_native_items():
+    r = hub.assemble(decode(load("openai-web-search-annotations"))[0])
+    assert [b.kind for b in r.blocks] == ["native", "native", "text"]
+    assert r.blocks[0].name == "web_search_call" and r.blocks[0].extensions[NS]["type"] == "web_search_call"
+    notes = r.blocks[2].annotations
+    assert notes and notes[0].data["annotation"]["type"] == "url_citation"
+
+    r = hub.assemble(decode(load("openai-logprobs"))[0])
+    logprobs = [a.data["logprobs"] for a in r.blocks[0].annotations]
+    assert "".join(lp[0]["token"] for lp in logprobs) == r.blocks[0].text
+
+    r = hub.assemble(decode(load("openai-code-interpreter-reasoning"))[0])
+    code = [b for b in r.blocks if b.kind == "native"]
+    assert len(code) == 3 and code[0].extensions[NS]["code"].startswith("n = pow")
+    kinds = [a.data["type"] for a in code[0].annotations]
+    assert "response.code_interpreter_call_code.delta" in kinds
+
+    r = hub.assemble(decode(load("openai-image-generation-partial-image"))[0])
+    image = next(b for b in r.blocks if b.kind == "native")
+    assert any(a.data["type"] == "response.image_generation_call.partial_image" for a in image.annotations)
+
+
+# ------------------------------------------------------------------------------------ grammar violations
+
+
+def test_truncated_stream_is_an_error():
+    body = load("openai-text")
+    events, violations = decode(body[: body.index(b"event: response.output_text.done")])
+    assert [v.rule for v in violations] == ["truncated"]
+    assert type(events[-2]) is hub.Error and events[-2].type == "incomplete_stream"
+    assert hub.validate(events) == []
+
+
+def _sse(*objs: dict | str) -> bytes:
+    return b"".join(b"data: " + (o.encode() if isinstance(o, str) else json.dumps(o).encode()) + b"\n\n" for o in objs)
+
+
+CREATED = {"type": "response.created", "response": {"id": "resp_1", "model": "m", "status": "in_progress"}}
+
+
+def test_violations_are_recorded():
+    body = _sse(
+        CREATED,
+        "{not json",
+        {"type": "response.output_text.delta", "output_index": 5, "content_index": 0, "delta": "x"},
+        {"no": "type"},
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}},
+        {"type": "response.output_text.delta", "output_index": 0, "delta": "late"},
+    )
+    events, violations = decode(body)
+    assert [v.rule for v in violations] == ["json", "item-unknown", "missing-type", "after-terminal"]
+    assert [v.event for v in violations] == [1, 2, 3, 5]
+    assert hub.validate(events) == []
+
+
+def test_sequence_gap_and_early_done():
+    body = _sse({**CREATED, "sequence_number": 0}, {"type": "response.in_progress", "sequence_number": 2}, "[DONE]")
+    events, violations = decode(body)
+    assert [v.rule for v in violations] == ["sequence", "missing-field", "done-early", "truncated"]
+    assert events[-2].type == "incomplete_stream"
+
+
+def test_error_event_alone_is_terminal():
+    events, violations = decode(_sse(CREATED, {"type": "error", "code": "server_error", "message": "boom"}))
+    assert violations == []
+    assert [type(e) for e in events] == [hub.ResponseStart, hub.Error, hub.ResponseEnd]
+    assert events[1].message == "boom" and events[1].type == "api_error"
+
+
+@pytest.mark.parametrize(
+    ("reason", "finish"), [("max_output_tokens", "max_tokens"), ("content_filter", "content_filter")]
+)
+def test_incomplete(reason, finish):
+    terminal = {
+        "type": "response.incomplete",
+        "response": {"id": "resp_1", "status": "incomplete", "incomplete_details": {"reason": reason}},
+    }
+    r = hub.assemble(decode(_sse(CREATED, terminal))[0])
+    assert r.finish.reason == finish and r.finish.raw == reason and r.complete
+
+
+# ------------------------------------------------------------------------------------ chunking
+
+
+SMALL = [p for p in FILES if p.stat().st_size < 12000]
+
+
+@given(data=st.data())
+def test_chunking_does_not_matter(data):
+    path = data.draw(st.sampled_from(SMALL))
+    body = path.read_bytes()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=40)))
+    decoder = R.StreamDecoder()
+    events: list[hub.Event] = []
+    last = 0
+    for cut in [*cuts, len(body)]:
+        events += decoder.feed(body[last:cut])
+        last = cut
+    events += decoder.close()
+    assert events == decode(body)[0]
+
+
+# ------------------------------------------------------------------------------------ encoder
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_corpus_round_trip(path):
+    events = decode(path.read_bytes())[0]
+    assert content(roundtrip(events)) == content(events)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_sdk_reads_encoder_output(path):
+    events = decode(path.read_bytes())[0]
+    got = reader.read(encode_all(R.StreamEncoder(), events))
+    want = expected(events)
+    if want.error:  # the reader reports the SDK's exception, the hub its error type
+        assert got.error and want.error.split(": ", 1)[1] in got.error
+        got.error = want.error
+    assert got == want
+
+
+def _stream(*events: hub.Event) -> list[hub.Event]:
+    return [hub.ResponseStart("resp_x", "m", 1700000000), *events]
+
+
+FOREIGN = [
+    # interleaved text and tool calls, thinking with another vendor's signature, usage with cache writes
+    _stream(
+        hub.BlockStart(0, "thinking"),
+        hub.Delta(0, "Let me think."),
+        hub.BlockStop(0, fidelity={"anthropic-messages": {"signature": "sig=="}}),
+        hub.BlockStart(1, "text"),
+        hub.Delta(1, "Calling "),
+        hub.BlockStart(2, "tool_call", id="call_a", name="f"),
+        hub.Delta(2, '{"x":'),
+        hub.BlockStart(3, "tool_call", id="call_b", name="g"),
+        hub.Delta(3, "{}"),
+        hub.Delta(2, "1}"),
+        hub.Delta(1, "tools."),
+        hub.BlockStop(2),
+        hub.BlockStop(3),
+        hub.BlockStop(1),
+        hub.Usage(100, 20, cache_read_tokens=60, cache_write_tokens=10, reasoning_tokens=5),
+        hub.Finish("tool_use", raw="tool_use"),
+        hub.ResponseEnd(),
+    ),
+    # another vendor's native block, a citation, inline data, a second choice, a stop sequence
+    _stream(
+        hub.BlockStart(
+            0,
+            "native",
+            id="srvtoolu_1",
+            name="web_search",
+            extensions={"anthropic-messages": {"type": "server_tool_use", "id": "srvtoolu_1"}},
+        ),
+        hub.Delta(0, '{"query": "x"}'),
+        hub.BlockStop(0),
+        hub.BlockStart(1, "text", fidelity={"gemini": {"thoughtSignature": "abc"}}),
+        hub.Delta(1, "Hi"),
+        hub.Extension("anthropic-messages", {"type": "citation", "url": "u"}, 1),
+        hub.BlockStop(1),
+        hub.BlockStart(2, "data", mime_type="image/png"),
+        hub.Delta(2, "iVBOR"),
+        hub.BlockStop(2),
+        hub.BlockStart(3, "text", choice=1),
+        hub.Delta(3, "other choice"),
+        hub.BlockStop(3),
+        hub.Finish("stop_sequence", stop_sequence="END"),
+        hub.Finish("end_turn", choice=1),
+        hub.Extension("openai-chat", {"system_fingerprint": "fp"}),
+        hub.ResponseEnd("req-1"),
+    ),
+    # an error mid-stream, after usage and a finish
+    _stream(
+        hub.BlockStart(0, "text"),
+        hub.Delta(0, "par"),
+        hub.Usage(5, 1),
+        hub.Finish("max_tokens"),
+        hub.Error("upstream died", "incomplete_stream"),
+        hub.ResponseEnd(),
+    ),
+    # an error right after the start
+    _stream(hub.Error("slow down", "rate_limit", code="rate_limit_exceeded", status=429), hub.ResponseEnd()),
+    # finish reasons: length, filter, refusal, none at all; an empty tool call
+    _stream(
+        hub.BlockStart(0, "text"), hub.Delta(0, "cut"), hub.BlockStop(0), hub.Finish("max_tokens"), hub.ResponseEnd()
+    ),
+    _stream(hub.Finish("content_filter", raw="SAFETY"), hub.ResponseEnd()),
+    _stream(hub.BlockStart(0, "text"), hub.Delta(0, "No."), hub.BlockStop(0), hub.Finish("refusal"), hub.ResponseEnd()),
+    _stream(hub.BlockStart(0, "tool_call", id="c", name="noargs"), hub.BlockStop(0), hub.ResponseEnd()),
+]
+
+
+def _without_ours(mapping: dict | None) -> dict | None:
+    rest = {k: v for k, v in (mapping or {}).items() if k != NS}
+    return rest or None
+
+
+def foreign_content(events: list[hub.Event], source: list[hub.Event] | None = None) -> tuple:
+    """Round-trip content of another dialect's stream: ids we had to make up, our own namespace
+    (item ids, response fields) and the source vendor's raw finish word are not compared."""
+    blocks, usage, finishes, error, rid, model, extensions, notes, complete = content(events)
+    sourced = {b.index for b in hub.assemble(source or events).blocks if b.id is not None}
+    blocks = [
+        (kind, bid if n in sourced else None, name, choice, text, _without_ours(fid), _without_ours(ext), ann)
+        for n, (kind, bid, name, choice, text, fid, ext, ann) in enumerate(blocks)
+    ]
+    finishes = {c: (f.reason, f.stop_sequence) for c, f in finishes.items()}
+    if usage is not None:  # Responses always states cached and reasoning tokens, and the total
+        usage = (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens or 0,
+            usage.cache_write_tokens,
+            usage.reasoning_tokens or 0,
+        )
+    return blocks, usage, finishes, error, rid, model, _without_ours(extensions), notes, complete
+
+
+@pytest.mark.parametrize("events", FOREIGN)
+def test_foreign_streams_round_trip_and_read(events):
+    assert hub.validate(events) == []
+    again = roundtrip(events)
+    want_blocks, *want = foreign_content(events)
+    got_blocks, *got = foreign_content(again, events)
+    # "" arguments come back as the "{}" they mean; everything else is as it was
+    want_blocks = [(*b[:4], "{}" if b[0] == "tool_call" and not b[4] else b[4], *b[5:]) for b in want_blocks]
+    assert got_blocks == want_blocks and got == want
+    got, want = reader.read(encode_all(R.StreamEncoder(), events)), expected(events)
+    if want.error:
+        assert got.error.startswith("APIError: ") and want.error.split(": ", 1)[1] in got.error
+        got.error = want.error
+    assert got == want
+
+
+def test_sdk_stream_helper_final_response():
+    events = decode(load("openai-reasoning-summary-encrypted"))[0]
+    body = encode_all(R.StreamEncoder(), events)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with sdk_client(body).responses.stream(model="m", input="hi") as stream:
+            kinds = {event.type for event in stream}
+            final = stream.get_final_response()
+    assert {"response.reasoning_summary_text.delta", "response.output_text.delta", "response.completed"} <= kinds
+    reasoning, message = final.output
+    assert message.type == "message"
+    assert reasoning.encrypted_content and len(reasoning.summary) == 4
+    assert final.output_text == hub.assemble(events).blocks[1].text
+    assert final.usage.output_tokens_details.reasoning_tokens == hub.assemble(events).usage.reasoning_tokens
+
+
+def test_sdk_raw_stream_parses_every_event_and_raises_on_errors():
+    events = FOREIGN[0]
+    stream = sdk_client(encode_all(R.StreamEncoder(), events)).responses.create(model="m", input="x", stream=True)
+    seen = list(stream)
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    assert all(type(e).__name__ != "BaseModel" for e in seen)
+    calls = [e.item for e in seen if e.type == "response.output_item.done" and e.item.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("f", {"x": 1}), ("g", {})]
+    with pytest.raises(openai.APIError, match="slow down"):
+        list(sdk_client(encode_all(R.StreamEncoder(), FOREIGN[3])).responses.create(model="m", input="x", stream=True))
+
+
+def test_delta_fast_path_matches_generic_event():
+    encoder = R.StreamEncoder()
+    encoder.encode(hub.ResponseStart("resp_1"))
+    encoder.encode(hub.BlockStart(0, "text"))
+    chunk = encoder.encode(hub.Delta(0, 'a "quoted" \n line'))
+    assert chunk.startswith(b"event: response.output_text.delta\ndata: ")
+    data = json.loads(chunk.split(b"data: ", 1)[1])
+    assert data == {
+        "type": "response.output_text.delta",
+        "item_id": data["item_id"],
+        "output_index": 0,
+        "content_index": 0,
+        "delta": 'a "quoted" \n line',
+        "logprobs": [],
+        "sequence_number": 4,
+    }
+
+
+# ------------------------------------------------------------------------------------ non-streaming
+
+
+def _completed_object(name: str) -> dict:
+    for line in load(name).decode().splitlines():
+        if line.startswith("data:") and '"response.completed"' in line:
+            return json.loads(line[5:])["response"]
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["openai-text", "openai-reasoning-summary-encrypted", "openai-function-call", "openai-web-search-annotations"],
+)
+def test_decode_response_matches_stream(name):
+    streamed = hub.assemble(decode(load(name))[0])
+    whole = hub.assemble(R.decode_response(_completed_object(name)))
+    assert [(b.kind, b.text, b.id, b.name) for b in whole.blocks] == [
+        (b.kind, b.text, b.id, b.name) for b in streamed.blocks
+    ]
+    assert whole.usage == streamed.usage and whole.finish == streamed.finish
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_response_round_trip_and_sdk(path):
+    assembled = hub.assemble(decode(path.read_bytes())[0])
+    body = R.encode_response(assembled)
+    again = hub.assemble(R.decode_response(body))
+    assert [(b.kind, b.text, b.id, b.fidelity) for b in again.blocks] == [
+        (b.kind, b.text, b.id, b.fidelity) for b in assembled.blocks
+    ]
+    assert again.usage == assembled.usage and (again.error is None) == (assembled.error is None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        parsed = sdk_client(json.dumps(body).encode(), "application/json").responses.create(model="m", input="x")
+    texts = "".join(b.text for b in assembled.blocks if b.kind == "text")
+    assert parsed.output_text == texts and parsed.id == body["id"]
+
+
+# ------------------------------------------------------------------------------------ requests
+
+
+FULL_REQUEST = {
+    "model": "gpt-5",
+    "instructions": "Be brief.",
+    "input": [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "look"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"},
+                {"type": "input_image", "image_url": "https://x/y.png", "detail": "auto"},
+                {"type": "input_file", "file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"},
+            ],
+        },
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "hmm"}],
+            "encrypted_content": "enc",
+        },
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get", "arguments": '{"a":1}'},
+        {"type": "custom_tool_call", "call_id": "call_2", "name": "code", "input": "print(1)"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok", "annotations": []}]},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}},
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "later"}]},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "name": "get",
+            "parameters": {"type": "object", "properties": {}},
+            "description": "d",
+            "strict": True,
+        },
+        {"name": "code", "description": "free", "type": "custom", "format": {"type": "text"}},
+        {"type": "web_search"},
+    ],
+    "tool_choice": {"type": "function", "name": "get"},
+    "stream": True,
+    "max_output_tokens": 100,
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "parallel_tool_calls": False,
+    "text": {
+        "verbosity": "low",
+        "format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}, "strict": True},
+    },
+    "reasoning": {"effort": "high", "summary": "auto"},
+    "metadata": {"k": "v"},
+    "store": False,
+    "previous_response_id": "resp_0",
+    "include": ["reasoning.encrypted_content"],
+}
+
+
+def test_request_decode():
+    r = R.decode_request(FULL_REQUEST)
+    assert r.messages[0].role == "system" and r.messages[0].text == "Be brief."
+    user = r.messages[1]
+    assert [type(p).__name__ for p in user.parts] == ["TextPart", "ImagePart", "ImagePart", "FilePart"]
+    assert user.parts[1].data == "AAAA" and user.parts[1].media_type == "image/png" and user.parts[2].url
+    thinking, call, custom = r.messages[2].parts
+    assert thinking.fidelity == {NS: {"id": "rs_1", "encrypted_content": "enc"}} and thinking.text == "hmm"
+    assert (call.id, call.name, call.arguments) == ("call_1", "get", '{"a":1}')
+    assert json.loads(custom.arguments) == {"input": "print(1)"} and custom.fidelity[NS]["custom"]
+    assert r.messages[3].role == "tool" and r.messages[3].parts[0].content[0].text == "42"
+    assert r.messages[4].text == "ok" and isinstance(r.messages[4].parts[1], hub.NativePart)
+    assert r.messages[5].role == "system"
+    assert [t.name for t in r.tools] == ["get", "code"] and r.extensions[f"{NS}:hosted_tools"] == [
+        {"type": "web_search"}
+    ]
+    assert r.tool_choice == hub.ToolChoice("tool", "get")
+    assert (r.max_tokens, r.temperature, r.top_p, r.parallel_tool_calls, r.stream) == (100, 0.5, 0.9, False, True)
+    assert r.response_format == {"type": "json_schema", "schema": {"type": "object"}, "name": "x", "strict": True}
+    assert r.thinking == {"type": "enabled", "effort": "high"} and r.metadata == {"k": "v"}
+    assert r.extensions[f"{NS}:previous_response_id"] == "resp_0" and r.extensions[f"{NS}:store"] is False
+
+
+def test_request_round_trip():
+    r = R.decode_request(FULL_REQUEST)
+    body = R.encode_request(r)
+    assert R.decode_request(body) == r
+    assert body["instructions"] == "Be brief." and body["previous_response_id"] == "resp_0"
+    assert body["input"][1] == FULL_REQUEST["input"][1]  # reasoning replayed with its encrypted content
+    assert body["input"][3] == {"type": "custom_tool_call", "call_id": "call_2", "name": "code", "input": "print(1)"}
+    assert "llmbridge" not in body
+
+
+def test_request_from_other_dialects():
+    r = hub.Request(
+        model="m",
+        stream=True,
+        stop=["END"],
+        seed=7,
+        top_k=40,
+        messages=[
+            hub.Message("system", [hub.TextPart("sys")]),
+            hub.Message("user", [hub.TextPart("hi"), hub.FilePart("audio/wav", "UklG")]),
+            hub.Message(
+                "assistant",
+                [
+                    hub.ThinkingPart("t", {"anthropic-messages": {"signature": "s"}}),
+                    hub.ToolCallPart("toolu_1", "f", '{"q":1}'),
+                ],
+            ),
+            hub.Message("tool", [hub.ToolResultPart("toolu_1", [hub.TextPart("done")], is_error=True)]),
+        ],
+        tools=[hub.Tool("f", "does f", {"type": "object", "properties": {"q": {"type": "integer"}}})],
+        tool_choice=hub.ToolChoice("required"),
+        thinking={"type": "enabled", "budget_tokens": 2048},
+        response_format={"type": "json_object"},
+        extensions={"anthropic-messages:cache_control": {"type": "ephemeral"}},
+    )
+    body = R.encode_request(r)
+    assert body["instructions"] == "sys" and body["tool_choice"] == "required"
+    assert body["reasoning"] == {"effort": "low"} and body["text"] == {"format": {"type": "json_object"}}
+    assert body["input"][0]["content"][1] == {"type": "input_audio", "input_audio": {"data": "UklG", "format": "wav"}}
+    assert [i["type"] for i in body["input"]] == ["message", "function_call", "function_call_output"]
+    assert body["llmbridge"] == {
+        "top_k": 40,
+        "stop": ["END"],
+        "seed": 7,
+        "extensions": {"anthropic-messages:cache_control": {"type": "ephemeral"}},
+    }
+    back = R.decode_request(body)
+    assert (back.stop, back.seed, back.top_k) == (["END"], 7, 40)
+    assert back.extensions == r.extensions and back.tools == r.tools
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([], "body"),
+        ({"model": "m"}, "input"),
+        ({"input": 5}, "input"),
+        ({"input": [{"role": "user", "content": 5}]}, "input[0].content"),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        ({"input": ["x"]}, "input[0]"),
+        ({"input": [{"role": "user", "content": [{"type": "input_video"}]}]}, "input[0].content[0].type"),
+        ({"input": [{"type": "function_call", "name": "f"}]}, "input[0].call_id"),
+        ({"input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
+        ({"input": "x", "tool_choice": "sometimes"}, "tool_choice"),
+        ({"input": "x", "max_output_tokens": "many"}, "max_output_tokens"),
+        ({"input": "x", "temperature": True}, "temperature"),
+        ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format.schema"),
+    ],
+)
+def test_bad_requests_name_the_field(body, field):
+    with pytest.raises(RequestError) as info:
+        R.decode_request(body)
+    assert info.value.field == field and str(info.value).startswith(field + ": ")
+
+
+def test_endpoint():
+    url, headers = R.endpoint(hub.Request(stream=True), base_url="https://api.openai.com/v1/", api_key="sk")
+    assert url == "https://api.openai.com/v1/responses"
+    assert headers["authorization"] == "Bearer sk" and headers["accept"] == "text/event-stream"
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize(
+    ("error", "exception"),
+    [
+        (hub.Error("bad", "invalid_request"), openai.BadRequestError),
+        (hub.Error("who", "authentication"), openai.AuthenticationError),
+        (hub.Error("slow", "rate_limit", code="insufficient_quota"), openai.RateLimitError),
+        (hub.Error("oops", "api_error"), openai.InternalServerError),
+    ],
+)
+def test_error_bodies(error, exception):
+    status, body = R.encode_error(error)
+    decoded = R.decode_error(status, json.dumps(body).encode())
+    assert (decoded.message, decoded.type, decoded.status) == (error.message, error.type, status)
+    if error.code:
+        assert decoded.code == error.code
+    client = sdk_client(json.dumps(body).encode(), "application/json", status)
+    with pytest.raises(exception, match=error.message):
+        client.responses.create(model="m", input="x")
+
+
+def test_decode_error_without_json():
+    error = R.decode_error(502, b"<html>bad gateway</html>")
+    assert error.status == 502 and "bad gateway" in error.message
