@@ -17,7 +17,9 @@ class Server:
 
     def __init__(self, app: Any):
         self.app = app
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on sockets whose proto says TCP,
+        # and without it Nagle + delayed ACK add ~40 ms to every small write.
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -58,3 +60,38 @@ def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.02) -> bo
         if value or time.monotonic() > deadline:
             return bool(value)
         time.sleep(interval)
+
+
+UPSTREAM_OF = {  # dialect -> the upstream name used in test configs
+    "openai-chat": "rep-chat",
+    "openai-responses": "rep-responses",
+    "anthropic-messages": "rep-anthropic",
+    "gemini": "rep-gemini",
+    "llm-stream": "rep-llm-stream",
+    "mmsp": "rep-mmsp",
+}
+
+# What each dialect's endpoint() expects after the server root (OpenAI's base URLs end in /v1;
+# MMSP's own wire path /v1/stream is served by the replay under /mmsp, /v1/stream being llm-stream's).
+BASE_PATH = {"openai-chat": "/v1", "openai-responses": "/v1", "mmsp": "/mmsp"}
+
+
+def replay_config(replay_url: str, models: dict[str, tuple[str, str]], *, gateway: dict | None = None,
+                  timeouts: dict | None = None, extra_upstreams: dict | None = None) -> dict:
+    """A raw gateway config: one upstream per dialect, all pointing at a replay server.
+
+    ``models`` maps a gateway model name to ``(dialect, upstream model)``; a dialect may also be
+    a list of upstream names, for fallback.
+    """
+    upstreams = {
+        name: {"format": dialect, "base_url": replay_url + BASE_PATH.get(dialect, ""), "timeouts": dict(timeouts or {})}
+        for dialect, name in UPSTREAM_OF.items()
+    }
+    upstreams.update(extra_upstreams or {})
+    entries = []
+    for name, (dialect, target) in models.items():
+        if isinstance(dialect, list):
+            entries.append({"name": name, "upstreams": dialect, "upstream_model": target})
+        else:
+            entries.append({"name": name, "upstream": UPSTREAM_OF[dialect], "upstream_model": target})
+    return {"gateway": dict(gateway or {}), "upstreams": upstreams, "models": entries}

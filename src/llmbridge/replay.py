@@ -33,7 +33,7 @@ from starlette.routing import Route
 from . import dialects, hub
 from .dialects.base import decode_all, json_decode
 from .gateway import replies
-from .gateway.app import ENDPOINTS, GEMINI
+from .gateway.app import ENDPOINTS, GEMINI, GEMINI_VERSIONS
 from .gateway.streaming import StreamResponse
 
 DEFAULT_CHUNK = 256
@@ -114,7 +114,7 @@ class Replay:
     async def models(self, request: Request) -> Response:
         names = sorted(self.files)
         path = request.url.path
-        if path.startswith("/v1beta"):
+        if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
             return replies.json_response(replies.gemini_models(names))
         if path.startswith("/mmsp"):
             return replies.json_response(replies.mmsp_models(names))
@@ -197,7 +197,7 @@ def create_app(directory: str | Path, seed: int = 0, dialect: str | None = None,
     replay = Replay(directory, seed, dialect, delay_ms)
     routes = [Route(path, replay.generate, methods=["POST"]) for path in ENDPOINTS]
     routes += [
-        Route("/v1beta/models/{target:path}", replay.gemini, methods=["POST"]),
+        *(Route(f"/{v}/models/{{target:path}}", replay.gemini, methods=["POST"]) for v in GEMINI_VERSIONS),
         Route("/v1/models", replay.models, methods=["GET"]),
         Route("/v1beta/models", replay.models, methods=["GET"]),
         Route("/mmsp/v1/models", replay.models, methods=["GET"]),

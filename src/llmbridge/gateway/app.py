@@ -38,6 +38,7 @@ ENDPOINTS = {
     "/mmsp/v1/stream": "mmsp",
 }
 GEMINI = "gemini"
+GEMINI_VERSIONS = ("v1beta", "v1", "v1alpha")  # google-genai uses v1 or v1beta, per version and option
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
@@ -88,7 +89,7 @@ class Gateway:
 
     async def models(self, request: Request) -> Response:
         path = request.url.path
-        if path.startswith("/v1beta"):
+        if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
             dialect, shape = GEMINI, replies.gemini_models
         elif path.startswith("/mmsp"):
             dialect, shape = "mmsp", replies.mmsp_models
@@ -165,10 +166,12 @@ class Gateway:
         model = self.config.models.get(hreq.model or "")
         if model is None:
             return replies.error(out_dialect, f"model {hreq.model!r} not found", "not_found")
-        request_id = (hreq.metadata or {}).get("request_id") or request.scope["state"]["request_id"]
-        return await self.route(hreq, model.routes, out_dialect, str(request_id), json_array)
+        # Only a request id the client put in its request is echoed in the body (llm-stream's
+        # stream.start/stream.end); the x-request-id header carries ours either way.
+        request_id = (hreq.metadata or {}).get("request_id")
+        return await self.route(hreq, model.routes, out_dialect, str(request_id) if request_id else None, json_array)
 
-    async def route(self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str,
+    async def route(self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str | None,
                     json_array: bool) -> Response:
         """Try the model's upstreams in order; fall back only while the client has seen nothing."""
         codec = dialects.get(out_dialect)
@@ -194,13 +197,13 @@ class Gateway:
             last.status = hub.ERROR_STATUS.get(last.type, 502)
         return replies.error_response(out_dialect, last)
 
-    async def open(self, upstream: Upstream, hreq: hub.Request, codec: Any, out_dialect: str, request_id: str,
+    async def open(self, upstream: Upstream, hreq: hub.Request, codec: Any, out_dialect: str, request_id: str | None,
                    stream: bool, json_array: bool) -> Exchange:
         started = asyncio.get_running_loop().time()
         record = None
         if isinstance(upstream, HTTPUpstream):
             raw = await upstream.open(hreq)
-            recorder = Recorder.start(self, upstream.config, hreq, request_id) if self.record_dir else None
+            recorder = Recorder.start(self, upstream.config, hreq) if self.record_dir else None
             record = recorder.write if recorder else None
             batches = http_batches(raw, upstream.dialect.StreamDecoder(), record)
             # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
@@ -214,7 +217,7 @@ class Gateway:
                         request_id=request_id, on_end=recorder.finish if recorder else None)
 
     async def answer(self, exchange: Exchange, codec: Any, out_dialect: str, stream: bool, json_array: bool,
-                     request_id: str) -> Response:
+                     request_id: str | None) -> Response:
         if stream:
             media = "application/json" if json_array else getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
             return StreamResponse(exchange.body(), media_type=media)
@@ -224,7 +227,7 @@ class Gateway:
             if error.status is None:
                 error.status = hub.ERROR_STATUS.get(error.type, 502)
             return replies.error_response(out_dialect, error)
-        response.request_id = response.request_id or request_id
+        response.request_id = request_id or response.request_id
         return replies.json_response(codec.encode_response(response))
 
     async def aclose(self) -> None:
@@ -255,12 +258,12 @@ class Recorder:
         self.parts: list[bytes] = []
 
     @classmethod
-    def start(cls, gateway: Gateway, upstream: UpstreamConfig, hreq: hub.Request, request_id: str) -> Recorder:
+    def start(cls, gateway: Gateway, upstream: UpstreamConfig, hreq: hub.Request) -> Recorder:
         gateway._recorded += 1
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        name = safe_name(f"{stamp}-{gateway._recorded}-{upstream.name}-{hreq.model}-{request_id}")
-        meta = {"dialect": upstream.format, "upstream": upstream.name, "model": hreq.model,
-                "request_id": request_id, "status": 200}
+        name = safe_name(f"{stamp}-{gateway._recorded}-{upstream.name}-{hreq.model}")
+        meta = {"dialect": upstream.format, "upstream": upstream.name, "model": hreq.model, "status": 200,
+                "request_id": hreq.metadata.get("request_id")}
         return cls(confined(gateway.record_dir, name + ".sse"), meta)
 
     def write(self, chunk: bytes) -> None:
@@ -335,7 +338,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
 
     routes = [Route(path, gateway.generate, methods=["POST"]) for path in ENDPOINTS]
     routes += [
-        Route("/v1beta/models/{target:path}", gateway.gemini, methods=["POST"]),
+        *(Route(f"/{v}/models/{{target:path}}", gateway.gemini, methods=["POST"]) for v in GEMINI_VERSIONS),
         Route("/v1/models", gateway.models, methods=["GET"]),
         Route("/v1beta/models", gateway.models, methods=["GET"]),
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
