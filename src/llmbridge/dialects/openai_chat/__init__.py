@@ -60,6 +60,11 @@ def decode_error(status: int, body: bytes) -> hub.Error:
         bridge = obj.get("llmbridge")
         return error_from_object({k: v for k, v in obj.items() if k != "llmbridge"}, status, bridge)
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):  # {"error": "message"} (Ollama ...)
-        return hub.Error(parsed["error"], hub.error_type_for_status(status), status=status, body=parsed)
+        return hub.Error(parsed["error"], _status_type(status), status=status, body=parsed)
     text = body.decode("utf-8", "replace").strip() if body else ""
-    return hub.Error(text or f"HTTP {status}", hub.error_type_for_status(status), status=status, body=parsed)
+    return hub.Error(text or f"HTTP {status}", _status_type(status), status=status, body=parsed)
+
+
+def _status_type(status: int) -> str:
+    # hub.error_type_for_status(502) answers "incomplete_stream"; an upstream 502 is an api_error
+    return "api_error" if status == 502 else hub.error_type_for_status(status)

@@ -8,6 +8,18 @@ from ... import hub
 
 NAME = "openai-chat"
 BRIDGE = "llmbridge"  # the extension key on chunks, choices, messages and error objects
+# Top-level chunk fields that are content (citations, filter and moderation verdicts): hub Extension
+# events.  Other extra top-level fields describe the response: ResponseStart.extensions.
+CONTENT_KEYS = frozenset(
+    {
+        "citations",
+        "search_results",
+        "images",
+        "related_questions",
+        "moderation",
+        "prompt_filter_results",
+    }
+)
 
 # OpenAI finish_reason -> hub reason.  "error" is OpenRouter's word (and seed 004's).
 FINISH_FROM_WIRE = {
@@ -79,7 +91,7 @@ def error_from_object(obj: Any, status: int | None = None, bridge: Any = None) -
     if kind is None:
         kind = ERROR_FROM_WIRE.get(obj.get("type")) or ERROR_FROM_WIRE.get(code)
     if kind is None:
-        kind = hub.error_type_for_status(status) if status else "api_error"
+        kind = hub.error_type_for_status(status) if status and status != 502 else "api_error"
     return hub.Error(message, kind, None if code is None else str(code), status, obj)
 
 

@@ -13,31 +13,28 @@ from typing import Any
 
 from ... import hub, sse
 from ..base import SSEStreamDecoder
-from ._common import BRIDGE, FINISH_FROM_WIRE, NAME, error_from_object, reasoning_fidelity, usage_from_wire
+from ._common import (
+    BRIDGE,
+    CONTENT_KEYS,
+    FINISH_FROM_WIRE,
+    NAME,
+    error_from_object,
+    reasoning_fidelity,
+    usage_from_wire,
+)
 
 # Top-level chunk keys with a meaning of their own, or noise that changes on every chunk.
 _CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "error", BRIDGE, "obfuscation"})
 _VOLATILE = frozenset({"sla_metrics"})  # kept from the first chunk only
-_CHOICE_KEYS = frozenset(
-    {
-        "index",
-        "delta",
-        "finish_reason",
-        "logprobs",
-        "content_filter_results",
-        "native_finish_reason",
-        "stop_reason",
-        "text",
-        "token_ids",
-        BRIDGE,
-    }
-)
+_CHOICE_PLAIN = frozenset({"index", "delta", "finish_reason", "text", "token_ids"})
 _DELTA_SKIP = frozenset({"role", "token_id", "channel"})  # per-token decoding metadata
+_DELTA_PLAIN = _DELTA_SKIP | {"content", "reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls"}
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
 
 class _Choice:
     __slots__ = (
+        "background",
         "buf",
         "finished",
         "had_tools",
@@ -73,6 +70,7 @@ class _Choice:
         self.refused = False
         self.had_tools = False
         self.last: int | None = None  # the block opened last, for extensions
+        self.background: list[int] = []  # blocks kept open under the llmbridge key (interleaved)
 
 
 class StreamDecoder(SSEStreamDecoder):
@@ -119,8 +117,14 @@ class StreamDecoder(SSEStreamDecoder):
                     self._choice(choice)
         elif choices is None and "usage" not in chunk:
             self.violation("missing-field", "chunk without choices")
-        if len(chunk) > 5:
-            self._extras(chunk)
+        for key in chunk:
+            if key not in _CHUNK_KEYS:
+                self._extras(chunk)
+                break
+        bridge = chunk.get(BRIDGE)
+        if isinstance(bridge, dict) and isinstance(bridge.get("extension"), dict):
+            ext = bridge["extension"]
+            self.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data")))
         usage = chunk.get("usage")
         if usage:
             self._usage(usage)
@@ -131,19 +135,20 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _maybe_start(self, chunk: dict) -> bool:
         """Emit ResponseStart at the first chunk with content; fold earlier preambles (Azure) into it."""
+        if chunk.get("choices") or chunk.get("usage") or chunk.get("id") or chunk.get("error"):
+            self._start(chunk)
+            return True
         for key, value in chunk.items():
             if key not in _CHUNK_KEYS and value is not None:
                 self._pending_ext[key] = value
-        if not (chunk.get("choices") or chunk.get("usage") or chunk.get("id") or chunk.get("error")):
-            return False
-        self._start(chunk)
-        return True
+        return False
 
     def _start(self, chunk: dict) -> None:
         self.started = True
         for key, value in chunk.items():
             if key not in _CHUNK_KEYS and value is not None:
                 self._pending_ext[key] = value
+        content = {k: self._pending_ext.pop(k) for k in list(self._pending_ext) if k in CONTENT_KEYS}
         extensions: dict[str, Any] = {NAME: self._pending_ext} if self._pending_ext else {}
         self._seen = dict(self._pending_ext)
         bridge = chunk.get(BRIDGE)
@@ -164,6 +169,9 @@ class StreamDecoder(SSEStreamDecoder):
                 extensions or None,
             )
         )
+        for key, value in content.items():  # content-like extras are Extension events, as they are later on
+            self._seen[key] = value
+            self.emit(hub.Extension(NAME, {key: value}))
 
     def _extras(self, chunk: dict) -> None:
         """Top-level fields beyond the standard ones: reported once per new value (citations, moderation)."""
@@ -173,10 +181,6 @@ class StreamDecoder(SSEStreamDecoder):
             if self._seen.get(key, _MISSING) != value:
                 self._seen[key] = value
                 self.emit(hub.Extension(NAME, {key: value}))
-        bridge = chunk.get(BRIDGE)
-        if isinstance(bridge, dict) and isinstance(bridge.get("extension"), dict):
-            ext = bridge["extension"]
-            self.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data")))
 
     def _usage(self, raw: Any) -> None:
         if not isinstance(raw, dict):
@@ -280,6 +284,9 @@ class StreamDecoder(SSEStreamDecoder):
         for index in ch.natives.values():
             self.emit(hub.BlockStop(index))
         ch.natives.clear()
+        for index in ch.background:
+            self.emit(hub.BlockStop(index))
+        ch.background.clear()
 
     # ------------------------------------------------------------------ choices
 
@@ -304,8 +311,10 @@ class StreamDecoder(SSEStreamDecoder):
             self._delta(ch, delta)
         elif delta is None and "message" not in choice and choice.get("finish_reason") is None:
             self.violation("missing-field", "choice without delta")
-        if len(choice) > 4:
-            self._choice_extras(ch, choice)
+        for key in choice:
+            if key not in _CHOICE_PLAIN:
+                self._choice_extras(ch, choice)
+                break
         if bridge is not None:
             self._bridge_after(ch, bridge)
         reason = choice.get("finish_reason")
@@ -314,6 +323,8 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _delta(self, ch: _Choice, delta: dict) -> None:
         content = delta.get("content")
+        if ch.buf and not content:
+            self._flush_think(ch)  # something else arrives: what the tag parser held is text
         details = delta.get("reasoning_details")
         if details:
             self._reasoning_details(ch, details)
@@ -339,8 +350,10 @@ class StreamDecoder(SSEStreamDecoder):
         calls = delta.get("tool_calls")
         if calls:
             self._tool_calls(ch, calls)
-        if len(delta) > 2:
-            self._delta_extras(ch, delta)
+        for key in delta:
+            if key not in _DELTA_PLAIN:
+                self._delta_extras(ch, delta)
+                break
 
     def _content(self, ch: _Choice, text: str) -> None:
         if ch.think == "text":
@@ -532,6 +545,12 @@ class StreamDecoder(SSEStreamDecoder):
     def _bridge_before(self, ch: _Choice, bridge: Any) -> None:
         if not isinstance(bridge, dict):
             return
+        keep = bridge.get("keep")
+        if keep is not None and ch.seq is not None:  # the open block stays open, interleaved with the next
+            self._flush_think(ch)
+            self._refs[keep] = ch.seq
+            ch.background.append(ch.seq)
+            ch.seq, ch.seq_kind, ch.rd_index = None, "", None
         block = bridge.get("block")
         if isinstance(block, dict):
             self._flush_think(ch)
@@ -554,8 +573,10 @@ class StreamDecoder(SSEStreamDecoder):
             if "ref" in block:
                 self._refs[block["ref"]] = index
         text = bridge.get("delta")
-        if isinstance(text, str) and ch.seq is not None:
-            self.emit(hub.Delta(ch.seq, text))
+        if isinstance(text, str):
+            target = self._refs.get(bridge.get("ref"), ch.seq)
+            if target is not None:
+                self.emit(hub.Delta(target, text))
 
     def _bridge_after(self, ch: _Choice, bridge: Any) -> None:
         if not isinstance(bridge, dict):
@@ -568,8 +589,12 @@ class StreamDecoder(SSEStreamDecoder):
         if isinstance(stop, dict):
             fidelity, extensions = stop.get("fidelity"), stop.get("extensions")
             tool = stop.get("tool")
+            ref = self._refs.get(stop.get("ref"))
             if tool is not None and tool in ch.tools:
                 self.emit(hub.BlockStop(ch.tools.pop(tool), fidelity, extensions))
+            elif ref is not None and ref in ch.background:
+                ch.background.remove(ref)
+                self.emit(hub.BlockStop(ref, fidelity, extensions))
             elif ch.seq is not None and ch.seq_kind == stop.get("kind", ch.seq_kind):
                 self._flush_think(ch)
                 self._close_seq(ch, fidelity, extensions)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ... import hub
 from ..base import json_encode
-from ._common import BRIDGE, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
+from ._common import BRIDGE, CONTENT_KEYS, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
 
 _DONE = b"data: [DONE]\n\n"
 _CHOICE_NATIVE = ("logprobs", "content_filter_results")  # choice fields the SDK reads or ignores safely
@@ -23,10 +23,12 @@ _RESERVED = frozenset({"id", "object", "created", "model", "choices", "usage", "
 
 
 class _Block:
-    __slots__ = ("choice", "extensions", "fidelity", "head", "kind", "refusal", "tail", "tool")
+    __slots__ = ("choice", "current", "extensions", "fidelity", "head", "kind", "open", "refusal", "tail", "tool")
 
     def __init__(self, choice: int, kind: str) -> None:
         self.choice = choice
+        self.current = True  # the decoder appends this choice's plain deltas to this block
+        self.open = True
         self.kind = kind
         self.head = b""
         self.tail = b""
@@ -47,6 +49,7 @@ class StreamEncoder:
         self._introduced: set[int] = set()
         self._tools: dict[int, int] = {}  # choice -> tool calls so far
         self._seq_kind: dict[int, str] = {}  # choice -> kind of the block the decoder would extend
+        self._current: dict[int, int] = {}  # choice -> hub index of that block
         self._refused: set[int] = set()
         self._usage: hub.Usage | None = None
         self._done = False
@@ -56,7 +59,7 @@ class StreamEncoder:
 
     def _start(self, event: hub.ResponseStart | None) -> None:
         self._started = True
-        rid = event.id if event and event.id else "chatcmpl-llmbridge"
+        rid = event.id if event and event.id else ""
         created = event.created if event and event.created else 0
         model = event.model if event and event.model else ""
         head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
@@ -82,6 +85,13 @@ class StreamEncoder:
             return self._prefix + choice_json + b"]," + json_encode(extra)[1:] + b"\n\n"
         return self._prefix + choice_json + b"]}\n\n"
 
+    def _top(self, fields: dict[str, Any]) -> bytes:
+        """A chunk with ``choices: []`` and top-level ``fields`` (usage, errors, stream-level data)."""
+        if self._first_extra:
+            fields = {**self._first_extra, **fields}
+            self._first_extra = {}
+        return self._prefix + b"]," + json_encode(fields)[1:] + b"\n\n"
+
     def _choice(self, n: int, delta: dict[str, Any], **fields: Any) -> bytes:
         """One chunk for choice ``n``; the first delta of each choice carries the role."""
         out = b""
@@ -104,9 +114,9 @@ class StreamEncoder:
             block = self._blocks.get(event.index)  # emptied once the stream is over
             if block is None or not event.text:
                 return b""
-            if block.head:
+            if block.current and block.head:
                 return block.head + json_encode(event.text) + block.tail
-            return self._choice(block.choice, {}, **{BRIDGE: {"delta": event.text}})
+            return self._choice(block.choice, {}, **{BRIDGE: {"delta": event.text, "ref": event.index}})
         if self._done:
             return b""
         if not self._started:
@@ -127,21 +137,25 @@ class StreamEncoder:
         if kind is hub.Error:
             self._done = True
             self._blocks.clear()
-            return self._prefix + b"]," + json_encode({"error": error_object(event)})[1:] + b"\n\n" + _DONE
+            error = self._top({"error": error_object(event)})
+            return self._usage_chunk() + error + _DONE  # usage first: the SDK raises at the error chunk
         if kind is hub.ResponseEnd:
             self._done = True
             self._blocks.clear()
-            out = b""
-            if self._usage is not None and self.include_usage:
-                out = self._prefix + b"]," + json_encode({"usage": usage_to_wire(self._usage)})[1:] + b"\n\n"
-            return out + _DONE
+            return self._usage_chunk() + _DONE
         return b""
+
+    def _usage_chunk(self) -> bytes:
+        if self._usage is None or not self.include_usage:
+            return b""
+        return self._top({"usage": usage_to_wire(self._usage)})
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
         n = e.choice
         block = _Block(n, e.kind)
         self._blocks[e.index] = block
         prefix = self._prefix + b'{"index":' + str(n).encode()
+        keep = self._replace_current(n, None if e.kind == "tool_call" else e.index)
         if e.kind == "tool_call":
             k = self._tools.get(n, 0)
             self._tools[n] = k + 1
@@ -156,9 +170,8 @@ class StreamEncoder:
                 "type": "function",
                 "function": {"name": e.name or "", "arguments": ""},
             }
-            return self._choice(
-                n, {"content": None, "tool_calls": [call]} if n not in self._introduced else {"tool_calls": [call]}
-            )
+            delta = {"content": None, "tool_calls": [call]} if n not in self._introduced else {"tool_calls": [call]}
+            return self._choice(n, delta, **({BRIDGE: {"keep": keep}} if keep is not None else {}))
         refusal = bool(e.kind == "text" and e.extensions and (e.extensions.get(NAME) or {}).get("refusal"))
         block.refusal = refusal
         if refusal:
@@ -173,6 +186,7 @@ class StreamEncoder:
                 or e.id
                 or (e.extensions and not _only_refusal(e.extensions))
                 or self._seq_kind.get(n) == wire_kind
+                or keep is not None
             )
             self._seq_kind[n] = wire_kind
             if not needs_marker:
@@ -187,12 +201,28 @@ class StreamEncoder:
             value = getattr(e, key)
             if value is not None:
                 marker[key] = value
-        return self._choice(n, {}, **{BRIDGE: {"block": marker}})
+        bridge: dict[str, Any] = {"block": marker}
+        if keep is not None:
+            bridge["keep"] = keep
+        return self._choice(n, {}, **{BRIDGE: bridge})
+
+    def _replace_current(self, n: int, index: int | None) -> int | None:
+        """Make ``index`` the block the decoder extends; returns the hub index of a replaced block
+        that is still open (interleaved blocks), which the decoder must then keep open."""
+        previous = self._current.pop(n, None)
+        if index is not None:
+            self._current[n] = index
+        if previous is None:
+            return None
+        block = self._blocks[previous]
+        block.current = False
+        return previous if block.open else None
 
     def _block_stop(self, e: hub.BlockStop) -> bytes:
         block = self._blocks.get(e.index)
-        if block is None:
+        if block is None or not block.open:
             return b""
+        block.open = False
         n = block.choice
         if block.tool is not None:
             fidelity = hub.merge_dicts(block.fidelity, e.fidelity)
@@ -202,9 +232,11 @@ class StreamEncoder:
             stop: dict[str, Any] = {"tool": block.tool}
         else:
             fidelity, extensions = e.fidelity, e.extensions
-            if not (fidelity or extensions):
+            if block.current and not (fidelity or extensions):
                 return b""
-            stop = {"kind": block.kind}
+            stop = {"kind": block.kind, "ref": e.index}
+            if block.current:
+                self._replace_current(n, None)
             if self._seq_kind.get(n) == ("refusal" if block.refusal else block.kind):
                 self._seq_kind.pop(n, None)
         if fidelity:
@@ -227,20 +259,16 @@ class StreamEncoder:
         if e.stop_sequence:
             fields["stop_reason"] = e.stop_sequence  # vLLM's field for the matched stop string
         self._seq_kind.pop(n, None)
+        self._replace_current(n, None)
         return self._choice(n, {}, **fields)
 
     def _extension(self, e: hub.Extension) -> bytes:
         block = self._blocks.get(e.index) if e.index is not None else None
         if block is None:
             data = e.data
-            if e.namespace == NAME and isinstance(data, dict) and data and not (_RESERVED & data.keys()):
-                return self._prefix + b"]," + json_encode(data)[1:] + b"\n\n"
-            return (
-                self._prefix
-                + b"],"
-                + json_encode({BRIDGE: {"extension": {"namespace": e.namespace, "data": data}}})[1:]
-                + b"\n\n"
-            )
+            if e.namespace == NAME and isinstance(data, dict) and data and data.keys() <= CONTENT_KEYS:
+                return self._top(data)
+            return self._top({BRIDGE: {"extension": {"namespace": e.namespace, "data": data}}})
         data = e.data
         if e.namespace == NAME and isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _CHOICE_NATIVE:
             return self._choice(block.choice, {}, **data)

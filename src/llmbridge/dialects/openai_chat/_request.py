@@ -456,8 +456,16 @@ def _encode_part(part: hub.Part) -> dict[str, Any] | None:
     return None
 
 
+def _plain(part: hub.Part) -> bool:
+    """A text part with nothing but our own role/refusal markers."""
+    if not isinstance(part, hub.TextPart):
+        return False
+    ext = part.extensions
+    return not ext or (list(ext) == [NAME] and set(ext[NAME]) <= {"role", "refusal"})
+
+
 def _content(parts: list[hub.Part]) -> str | list[dict[str, Any]]:
-    if all(isinstance(p, hub.TextPart) and not p.extensions for p in parts):
+    if all(_plain(p) for p in parts):
         return "".join(p.text for p in parts)  # type: ignore[union-attr]
     return [e for p in parts if (e := _encode_part(p)) is not None]
 

@@ -110,6 +110,8 @@ def _replay_blocks(decoder: StreamDecoder, choice: dict, message: dict, blocks: 
     reason = choice.get("finish_reason")
     if reason:
         ch = decoder._choices.setdefault(n, _new_choice(n))
+        ch.refused = any(spec.get("refusal") for spec in blocks)
+        ch.had_tools = any(spec.get("kind") == "tool_call" for spec in blocks)
         decoder._finish(ch, reason, choice, message.get(BRIDGE) or {})
 
 
@@ -123,7 +125,7 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
     ext = dict(response.extensions or {})
     own = ext.pop(NAME, None) or {}
     body: dict[str, Any] = {
-        "id": response.id or "chatcmpl-llmbridge",
+        "id": response.id or "",
         "object": "chat.completion",
         "created": response.created or 0,
         "model": response.model or "",
@@ -211,8 +213,6 @@ def _encode_choice(response: hub.Response, n: int) -> dict[str, Any]:
         choice["finish_reason"] = word or ("content_filter" if finish.reason == "refusal" else "stop")
         if finish.stop_sequence:
             choice["stop_reason"] = finish.stop_sequence
-    elif response.error is not None:
-        choice["finish_reason"] = "error"
     return choice
 
 
