@@ -145,12 +145,18 @@ class StreamDecoder(SSEStreamDecoder):
     def on_event(self, event: sse.Event) -> None:
         if event.event == "ping":
             return
-        data = self.parse_json(event)
+        try:
+            data = json_decode(event.data)
+        except msgspec.DecodeError as exc:
+            self.violation("json", f"data is not valid JSON ({exc})")
+            return
         if type(data) is not dict:
-            if data is not None:
-                self.violation("json-object", "data is not a JSON object")
+            self.violation("json-object", "data is not a JSON object")
             return
         kind = data.get("type") or event.event
+        if kind == "content_block_delta" and self._started:  # the hot path
+            self._on_block_delta(data)
+            return
         handler = self._handlers.get(kind)
         if handler is None:
             if kind != "ping":
