@@ -36,7 +36,7 @@ are ``system`` messages at the start of ``messages`` whatever the dialect.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -139,7 +139,7 @@ class ResponseEnd(msgspec.Struct):
     request_id: str | None = None
 
 
-Event = Union[ResponseStart, BlockStart, Delta, BlockStop, Usage, Finish, Extension, Error, ResponseEnd]
+Event = ResponseStart | BlockStart | Delta | BlockStop | Usage | Finish | Extension | Error | ResponseEnd
 
 ERROR_STATUS = {
     "invalid_request": 400,
@@ -434,7 +434,7 @@ class NativePart:
     data: Any
 
 
-Part = Union[TextPart, ImagePart, FilePart, ThinkingPart, ToolCallPart, ToolResultPart, NativePart]
+Part = TextPart | ImagePart | FilePart | ThinkingPart | ToolCallPart | ToolResultPart | NativePart
 
 Role = Literal["system", "user", "assistant", "tool"]
 

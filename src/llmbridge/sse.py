@@ -15,14 +15,14 @@ that is not followed by a blank line.  Real providers send such streams, so
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import msgspec
 
 __all__ = ["Event", "Decoder", "encode", "encode_comment"]
 
 _BOM = b"\xef\xbb\xbf"
 
 
-class Event(NamedTuple):
+class Event(msgspec.Struct, frozen=True, gc=False):
     """One dispatched event. ``id`` is the last event ID in force when it was dispatched."""
 
     event: str = "message"
@@ -34,11 +34,11 @@ class Event(NamedTuple):
 class Decoder:
     """Bytes in, :class:`Event` out. Call :meth:`feed` per chunk and :meth:`close` at end of input."""
 
-    __slots__ = ("_buf", "_scan", "_skip_lf", "_bom_done", "last_id", "retry", "comments", "unterminated")
+    __slots__ = ("_bom_done", "_last_lf", "_pending", "_skip_lf", "comments", "last_id", "retry", "unterminated")
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._scan = 0  # where to resume searching for a blank line
+        self._pending: list[bytes] = []  # bytes after the last blank line, line ends normalised to LF
+        self._last_lf = False  # the pending bytes end with LF: a LF at the start of the next chunk ends a block
         self._skip_lf = False  # a chunk ended in CR: a LF at the start of the next belongs to it
         self._bom_done = False
         self.last_id = ""
@@ -47,57 +47,92 @@ class Decoder:
         self.unterminated = False  # close() dispatched an event that had no blank line after it
 
     def feed(self, chunk: bytes) -> list[Event]:
+        # (int membership is a memchr: much cheaper than a bytes needle)
+        if self._skip_lf or 13 in chunk or not self._bom_done:
+            chunk = self._prepare(chunk)
         if not chunk:
             return []
-        if self._skip_lf:
-            self._skip_lf = False
-            if chunk[:1] == b"\n":
-                chunk = chunk[1:]
-        if b"\r" in chunk:
-            # Normalise line ends to LF; a trailing CR may be the first half of a CRLF.
-            self._skip_lf = chunk.endswith(b"\r")
-            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buf = self._buf
-        buf += chunk
-        if not self._bom_done:
-            if len(buf) < 3 and _BOM.startswith(bytes(buf)):
-                return []  # could still become a BOM
-            if buf.startswith(_BOM):
-                del buf[:3]
-            self._bom_done = True
-        end = buf.rfind(b"\n\n", self._scan)
-        if end < 0:
-            self._scan = max(0, len(buf) - 1)
+        # Most chunks end no event: keep them and return at once (the hot path for small chunks).
+        if 10 not in chunk or (b"\n\n" not in chunk and not (self._last_lf and chunk[0] == 10)):
+            self._pending.append(chunk)
+            self._last_lf = chunk[-1] == 10
             return []
-        blocks = bytes(buf[:end]).split(b"\n\n")
-        del buf[: end + 2]
-        self._scan = 0
+        pending = self._pending
+        if pending:
+            pending.append(chunk)
+            chunk = b"".join(pending)
+            pending.clear()
+        end = chunk.rfind(b"\n\n")
+        rest = chunk[end + 2 :]
+        if rest:
+            pending.append(rest)
+            self._last_lf = rest[-1] == 10
+        else:
+            self._last_lf = False
+        # One decode for all complete blocks: UTF-8 never puts a LF inside a character,
+        # so splitting the text on blank lines is the same as splitting the bytes.
+        # (when nothing follows the last blank line, decode it all: a trailing "" block is a no-op)
+        text = (chunk[:end] if rest else chunk).decode("utf-8", "replace")
         events = []
-        for block in blocks:
+        last_id = self.last_id
+        append = events.append
+        for block in text.split("\n\n"):
+            # Fast paths for the two shapes providers send: "data: X" and "event: E\ndata: X".
+            if block[:6] == "data: ":
+                if "\n" not in block:
+                    append(Event("message", block[6:], last_id, None))
+                    continue
+            elif block[:7] == "event: ":
+                head, _, rest = block.partition("\n")
+                if rest[:6] == "data: " and len(head) > 7 and "\n" not in rest:
+                    append(Event(head[7:], rest[6:], last_id, None))
+                    continue
             event = self._block(block)
+            last_id = self.last_id
             if event is not None:
                 events.append(event)
         return events
 
+    def _prepare(self, chunk: bytes) -> bytes:
+        """The rare cases: CR line ends (also split across chunks) and the leading BOM."""
+        if self._skip_lf and chunk:
+            self._skip_lf = False
+            if chunk[0] == 10:
+                chunk = chunk[1:]
+        if b"\r" in chunk:
+            self._skip_lf = chunk.endswith(b"\r")
+            chunk = chunk.replace(b"\r\n", b"\n")
+            if 13 in chunk:
+                chunk = chunk.replace(b"\r", b"\n")
+        if not self._bom_done and chunk:
+            head = b"".join(self._pending) + chunk
+            if len(head) < 3 and _BOM.startswith(head):
+                self._pending[:] = [head]  # could still become a BOM
+                return b""
+            self._pending.clear()
+            self._bom_done = True
+            chunk = head[3:] if head.startswith(_BOM) else head
+        return chunk
+
     def close(self) -> list[Event]:
         """End of input: dispatch a last event that was not followed by a blank line."""
-        if not self._bom_done and self._buf.startswith(_BOM):
-            del self._buf[:3]
+        block = b"".join(self._pending)
+        if not self._bom_done and block.startswith(_BOM):
+            block = block[3:]
         self._bom_done = True
-        block = bytes(self._buf).rstrip(b"\n")
-        self._buf.clear()
-        self._scan = 0
+        self._pending.clear()
+        self._last_lf = False
+        block = block.rstrip(b"\n")
         if not block:
             return []
-        event = self._block(block)
+        event = self._block(block.decode("utf-8", "replace"))
         if event is None:
             return []
         self.unterminated = True
         return [event]
 
-    def _block(self, block: bytes) -> Event | None:
+    def _block(self, text: str) -> Event | None:
         """Interpret the lines of one event block (its blank line already consumed)."""
-        text = block.decode("utf-8", "replace")
         data: list[str] = []
         event_type = ""
         retry = None
@@ -124,9 +159,8 @@ class Decoder:
             elif field == "id":
                 if "\0" not in value:
                     self.last_id = value
-            elif field == "retry":
-                if value.isascii() and value.isdigit():
-                    self.retry = retry = int(value)
+            elif field == "retry" and value.isascii() and value.isdigit():
+                self.retry = retry = int(value)
         if not data:
             return None
         return Event(event_type or "message", "\n".join(data), self.last_id, retry)

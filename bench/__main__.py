@@ -1,0 +1,34 @@
+"""Run the benchmarks: ``python -m bench [NAME ...]`` (default: all). See bench/README.md."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHES = {
+    "sse": "bench.sse_bench",
+    "translate": "bench.translate_bench",
+    "gateway": "bench.gateway_bench",
+    "local": "bench.local_bench",
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHES)
+    for name in names:
+        if name not in BENCHES:
+            print(f"unknown benchmark {name!r}; known: {', '.join(BENCHES)}", file=sys.stderr)
+            return 2
+        try:
+            module = importlib.import_module(BENCHES[name])
+        except ModuleNotFoundError as exc:
+            print(f"== {name}: not available ({exc})\n")
+            continue
+        print(f"== {name}")
+        print(module.run())
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
