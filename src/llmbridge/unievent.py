@@ -596,6 +596,7 @@ class UniEventView:
     def __init__(self, clock: Callable[[], int] | None = None) -> None:
         self._clock = clock or _now_ms
         self._groups: dict[int, _Group] = {}
+        self._ordinals: dict[int, int] = {}  # hub block index -> its group's place (the decoder's index)
         self._live: _Group | None = None
         self._queue: deque[_Group] = deque()
         self._usage: hub.Usage | None = None
@@ -656,6 +657,7 @@ class UniEventView:
         elif kind is hub.BlockStart:
             g = self._new_group(e)
             self._groups[e.index] = g
+            self._ordinals[e.index] = len(self._ordinals)
             if self._live is None:
                 self._activate(g, out)
             else:
@@ -680,8 +682,8 @@ class UniEventView:
             if g is not None:
                 g.annotations.append(entry)
             else:
-                if e.index is not None:
-                    entry["index"] = e.index
+                if e.index is not None:  # a block already done: name it by its place in the message
+                    entry["index"] = self._ordinals.get(e.index, e.index)
                 self._annotations.append(entry)
         elif kind is hub.ResponseStart:
             info = {
