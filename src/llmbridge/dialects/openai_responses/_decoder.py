@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import msgspec
+
 from ... import hub, sse
-from ..base import SSEStreamDecoder, json_encode
+from ..base import SSEStreamDecoder, json_decode, json_encode
 from ._common import EXT_KEY, INCOMPLETE_FINISH, NAME, POSITIONAL, error_type, uncarry, usage_from
 
 PART_SEPARATOR = "\n\n"  # between the summary parts of one reasoning item
@@ -45,9 +47,22 @@ def _positionless(event: dict) -> dict:
 class _Item:
     """An open output item: its hub block(s) and what has streamed into them."""
 
-    __slots__ = ("closed", "done_keys", "ext", "id", "index", "last_key", "parts", "streamed", "text_kind", "type")
+    __slots__ = (
+        "closed",
+        "done_keys",
+        "ext",
+        "id",
+        "index",
+        "last_key",
+        "out",
+        "parts",
+        "streamed",
+        "text_kind",
+        "type",
+    )
 
-    def __init__(self, type_: str, id_: str | None) -> None:
+    def __init__(self, type_: str, id_: str | None, out: int | None = None) -> None:
+        self.out = out  # output_index
         self.type = type_
         self.id = id_
         self.index = -1  # the hub block (all item kinds but message)
@@ -76,6 +91,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._refused = False
         self._seq: int | None = None
         self._carried: dict[int, int] = {}  # hub index in a carried event -> ours
+        self._text_slots: dict[tuple, list] = {}  # (output_index, content_index) -> message part slot
         self._handlers = {
             "response.created": self._on_lifecycle,
             "response.queued": self._on_lifecycle,
@@ -110,12 +126,13 @@ class StreamDecoder(SSEStreamDecoder):
 
     def on_event(self, event: sse.Event) -> None:
         data = event.data
-        if not data or data == "[DONE]":
-            if data == "[DONE]" and not self.ended:
+        try:
+            obj = json_decode(data)
+        except msgspec.DecodeError:
+            if data == "[DONE]":
                 self.violation("done-early", "[DONE] before the terminal event")
-            return
-        obj = self.parse_json(event)
-        if obj is None:
+            elif data:
+                self.parse_json(event)  # records the violation
             return
         if type(obj) is not dict or type(obj.get("type")) is not str:
             self.violation("missing-type", "event without a string 'type'")
@@ -125,6 +142,13 @@ class StreamDecoder(SSEStreamDecoder):
             if self._seq is not None and seq != self._seq + 1:
                 self.violation("sequence", f"sequence_number {seq} after {self._seq}")
             self._seq = seq
+        if obj["type"] == "response.output_text.delta":  # the hot path: one dict lookup, one event
+            slot = self._text_slots.get((obj.get("output_index"), obj.get("content_index")))
+            delta = obj.get("delta")
+            if slot is not None and slot[2] and type(delta) is str and not obj.get("logprobs") and EXT_KEY not in obj:
+                slot[1] = True
+                self._out.append(hub.Delta(slot[0], delta))
+                return
         self.handle(obj)
 
     def handle(self, obj: dict) -> None:
@@ -155,7 +179,7 @@ class StreamDecoder(SSEStreamDecoder):
             extensions.update(own["extensions"])
         self.emit(
             hub.ResponseStart(
-                id=response.get("id"),
+                id=None if isinstance(own, dict) and "id" in own and own["id"] is None else response.get("id"),
                 model=response.get("model"),
                 created=response.get("created_at"),
                 request_id=own.get("request_id") if isinstance(own, dict) else None,
@@ -213,7 +237,7 @@ class StreamDecoder(SSEStreamDecoder):
     def _open_item(self, out: int, item: dict) -> _Item:
         kind, item_id = item["type"], item.get("id")
         own = item.get(EXT_KEY) if isinstance(item.get(EXT_KEY), dict) else {}
-        state = _Item(kind, item_id)
+        state = _Item(kind, item_id, out)
         self._items[out] = state
         if item_id:
             self._by_id[item_id] = out
@@ -307,6 +331,8 @@ class StreamDecoder(SSEStreamDecoder):
         index = self._start_block("text", id=state.id, fidelity=own.get("fidelity"), extensions=ext)
         slot = [index, False, True, 0]
         state.parts[n] = slot
+        if state.out is not None:
+            self._text_slots[(state.out, n)] = slot
         return slot
 
     def _finish_part(self, state: _Item, slot: list, part: dict | None) -> None:

@@ -204,6 +204,8 @@ class StreamEncoder:
             extra["extensions"] = foreign
         if event.request_id:
             extra["request_id"] = event.request_id
+        if event.id is None:
+            extra["id"] = None  # the id above is made up
         if extra:
             response[EXT_KEY] = extra
         self._response = response
