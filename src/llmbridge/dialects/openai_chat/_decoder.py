@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from ... import hub, sse
-from ..base import SSEStreamDecoder
+from ..base import SSEStreamDecoder, json_decode
 from ._common import (
     BRIDGE,
     CONTENT_KEYS,
@@ -25,8 +27,7 @@ from ._common import (
 
 # Top-level chunk keys with a meaning of their own, or noise that changes on every chunk.
 _CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "error", BRIDGE, "obfuscation"})
-_VOLATILE = frozenset({"sla_metrics"})  # kept from the first chunk only
-_CHOICE_PLAIN = frozenset({"index", "delta", "finish_reason", "text", "token_ids"})
+_NOT_EXTRA = _CHUNK_KEYS | {"sla_metrics"}  # sla_metrics changes on every chunk: kept from the first only
 _DELTA_SKIP = frozenset({"role", "token_id", "channel"})  # per-token decoding metadata
 _DELTA_PLAIN = _DELTA_SKIP | {"content", "reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls"}
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -41,6 +42,7 @@ class _Choice:
         "last",
         "n",
         "natives",
+        "plain",
         "rd_index",
         "reasoned",
         "refused",
@@ -55,6 +57,7 @@ class _Choice:
 
     def __init__(self, n: int) -> None:
         self.n = n
+        self.plain = False  # plain content goes straight to the open text block (the hot path)
         self.seq: int | None = None  # the open sequential block (text, thinking, native, data)
         self.seq_kind = ""
         self.seq_refusal = False
@@ -90,17 +93,34 @@ class StreamDecoder(SSEStreamDecoder):
 
     # ------------------------------------------------------------------ SSE events
 
+    def feed(self, data: bytes) -> list[hub.Event]:
+        # the base class's loop, without one call per event (this is the hot path)
+        on_event = self.on_event
+        for event in self._sse.feed(data):
+            self.event_number += 1
+            if self.ended:
+                if event.data.strip() not in ("[DONE]", ""):
+                    self.violation("after-terminal", f"event {event.event!r} after the terminal event")
+            else:
+                on_event(event)
+        out, self._out = self._out, []
+        return out
+
     def on_event(self, event: sse.Event) -> None:
         data = event.data
-        if data == "[DONE]" or data.strip() == "[DONE]":
-            self._end()
+        if data[:1] != "{":
+            stripped = data.strip()
+            if stripped == "[DONE]":
+                self._end()
+                return
+            if not stripped:
+                return
+        try:
+            chunk = json_decode(data)
+        except msgspec.DecodeError as exc:
+            self.violation("json", f"data is not valid JSON ({exc})")
             return
-        if not data.strip():
-            return
-        chunk = self.parse_json(event)
-        if chunk is None:
-            return
-        if not isinstance(chunk, dict):
+        if type(chunk) is not dict:
             self.violation("chunk-object", "data is not a JSON object")
             return
         if event.event == "error" or chunk.get("error"):
@@ -114,13 +134,30 @@ class StreamDecoder(SSEStreamDecoder):
                 self.violation("choices", "choices is not a list")
             else:
                 for choice in choices:
+                    # the hot path: one more piece of text for the open text block of a choice
+                    delta = choice.get("delta") if type(choice) is dict else None
+                    if (
+                        type(delta) is dict
+                        and len(delta) == 1
+                        and type(content := delta.get("content")) is str
+                        and (ch := self._choices.get(choice.get("index", 0))) is not None
+                        and ch.plain
+                        and choice.get("finish_reason") is None
+                        and choice.get("logprobs") is None
+                        and len(choice)
+                        == 1 + ("index" in choice) + ("finish_reason" in choice) + ("logprobs" in choice)
+                    ):
+                        if content:
+                            self._out.append(hub.Delta(ch.seq, content))  # type: ignore[arg-type]
+                        continue
                     self._choice(choice)
         elif choices is None and "usage" not in chunk:
             self.violation("missing-field", "chunk without choices")
-        for key in chunk:
-            if key not in _CHUNK_KEYS:
-                self._extras(chunk)
-                break
+        seen = self._seen
+        for key, value in chunk.items():  # fields beyond the standard ones: reported once per new value
+            if key not in _NOT_EXTRA and value is not None and seen.get(key, _MISSING) != value:
+                seen[key] = value
+                self.emit(hub.Extension(NAME, {key: value}))
         bridge = chunk.get(BRIDGE)
         if isinstance(bridge, dict) and isinstance(bridge.get("extension"), dict):
             ext = bridge["extension"]
@@ -172,15 +209,6 @@ class StreamDecoder(SSEStreamDecoder):
         for key, value in content.items():  # content-like extras are Extension events, as they are later on
             self._seen[key] = value
             self.emit(hub.Extension(NAME, {key: value}))
-
-    def _extras(self, chunk: dict) -> None:
-        """Top-level fields beyond the standard ones: reported once per new value (citations, moderation)."""
-        for key, value in chunk.items():
-            if key in _CHUNK_KEYS or key in _VOLATILE or value is None:
-                continue
-            if self._seen.get(key, _MISSING) != value:
-                self._seen[key] = value
-                self.emit(hub.Extension(NAME, {key: value}))
 
     def _usage(self, raw: Any) -> None:
         if not isinstance(raw, dict):
@@ -263,6 +291,7 @@ class StreamDecoder(SSEStreamDecoder):
         self.emit(hub.BlockStop(ch.seq, fidelity, extensions))
         ch.seq = None
         ch.seq_kind = ""
+        ch.plain = False
         ch.rd_index = None
 
     def _seq(self, ch: _Choice, kind: str, text: str, refusal: bool = False) -> None:
@@ -272,6 +301,7 @@ class StreamDecoder(SSEStreamDecoder):
             ch.seq = self._open(ch, kind, extensions={NAME: {"refusal": True}} if refusal else None)
             ch.seq_kind = kind
             ch.seq_refusal = refusal
+        ch.plain = kind == "text" and not refusal and ch.think == "text" and not ch.buf and not ch.finished
         if text:
             self.emit(hub.Delta(ch.seq, text))
 
@@ -311,13 +341,16 @@ class StreamDecoder(SSEStreamDecoder):
             self._delta(ch, delta)
         elif delta is None and "message" not in choice and choice.get("finish_reason") is None:
             self.violation("missing-field", "choice without delta")
-        for key in choice:
-            if key not in _CHOICE_PLAIN:
-                self._choice_extras(ch, choice)
-                break
+        reason = choice.get("finish_reason")
+        logprobs = choice.get("logprobs")
+        if logprobs and (logprobs.get("content") or logprobs.get("refusal")):
+            self.emit(hub.Extension(NAME, {"logprobs": logprobs}, ch.seq if ch.seq is not None else ch.last))
+        if len(choice) > ("index" in choice) + ("delta" in choice) + ("finish_reason" in choice) + (
+            "logprobs" in choice
+        ):
+            self._choice_extras(ch, choice)
         if bridge is not None:
             self._bridge_after(ch, bridge)
-        reason = choice.get("finish_reason")
         if reason:
             self._finish(ch, reason, choice, bridge)
 
@@ -506,11 +539,9 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _choice_extras(self, ch: _Choice, choice: dict) -> None:
         for key, value in choice.items():
-            if key in ("index", "delta", "finish_reason", "text", "token_ids", BRIDGE, "stop_reason"):
+            if key in ("index", "delta", "finish_reason", "logprobs", "text", "token_ids", BRIDGE, "stop_reason"):
                 continue
             if value is None or value == {} or value == []:
-                continue
-            if key == "logprobs" and not (value.get("content") or value.get("refusal")):
                 continue
             if key == "native_finish_reason" and (not choice.get("finish_reason") or ch.finished):
                 continue
@@ -550,7 +581,7 @@ class StreamDecoder(SSEStreamDecoder):
             self._flush_think(ch)
             self._refs[keep] = ch.seq
             ch.background.append(ch.seq)
-            ch.seq, ch.seq_kind, ch.rd_index = None, "", None
+            ch.seq, ch.seq_kind, ch.rd_index, ch.plain = None, "", None, False
         block = bridge.get("block")
         if isinstance(block, dict):
             self._flush_think(ch)
@@ -565,7 +596,7 @@ class StreamDecoder(SSEStreamDecoder):
                 block.get("fidelity"),
                 block.get("extensions"),
             )
-            ch.seq, ch.seq_kind = index, kind
+            ch.seq, ch.seq_kind, ch.plain = index, kind, False
             ch.seq_refusal = bool((block.get("extensions") or {}).get(NAME, {}).get("refusal"))
             if kind in ("text", "thinking"):
                 ch.think = "text"
