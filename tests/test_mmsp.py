@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 
+import anthropic
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmbridge import hub
+from llmbridge import dialects, hub, replay
 from llmbridge.dialects import mmsp
 from llmbridge.dialects.base import decode_all, encode_all
 from llmbridge.errors import RequestError
+from llmbridge.gateway import config, create_app
 from llmbridge.unievent import UniEvent, grammar_violations
+from tests.conftest import CORPUS
+from tests.gateway_util import replay_config, serving
 from tests.readers import expected
 from tests.readers import mmsp as reader
 
@@ -408,3 +413,82 @@ def test_encode_error_uses_mmsp_error_classes():
     assert mmsp.encode_error(hub.Error("key", "authentication"))[0] == 401
     status, body = mmsp.encode_error(hub.Error("slow", "timeout"))
     assert status == 504 and body["error"]["error_type"] == "timeout"
+
+
+# --------------------------------------------------------------------------- through the gateway
+
+GATEWAY_CASES = {
+    "anthropic-messages": ["claude-text-simple", "claude-thinking-then-tool-use"],
+    "openai-chat": ["openai-gpt4o-parallel-tool-calls", "deepseek-reasoner-reasoning-content"],
+    "openai-responses": ["openai-reasoning-function-call-usage"],
+    "gemini": ["gemini25pro-thoughts", "gemini20-parallel-function-calls"],
+}
+GATEWAY_SOURCES = [(d, n) for d, names in GATEWAY_CASES.items() for n in names]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    # The replay upstream serves the corpus, plus each source translated to mmsp.
+    root = tmp_path_factory.mktemp("replay")
+    (root / "mmsp").mkdir()
+    for dialect, name in GATEWAY_SOURCES:
+        (root / dialect).mkdir(exist_ok=True)
+        body = (CORPUS / dialect / f"{name}.sse").read_bytes()
+        (root / dialect / f"{name}.sse").write_bytes(body)
+        events = decode_all(dialects.get(dialect).StreamDecoder(), body)
+        (root / "mmsp" / f"mmsp-{name}.sse").write_bytes(encode(events))
+    models = {name: (dialect, name + "@chunk=64") for dialect, name in GATEWAY_SOURCES}
+    models.update({f"mmsp-{name}": ("mmsp", f"mmsp-{name}@chunk=64") for _, name in GATEWAY_SOURCES})
+    with serving(replay.create_app(root, seed=3)) as upstream:
+        app = create_app(config.parse(replay_config(upstream.url, models)))
+        with serving(app) as gw:
+            yield gw
+
+
+def source_summary(dialect: str, name: str):
+    body = (CORPUS / dialect / f"{name}.sse").read_bytes()
+    return expected(decode_all(dialects.get(dialect).StreamDecoder(), body))
+
+
+@pytest.mark.parametrize(("dialect", "name"), GATEWAY_SOURCES, ids=[n for _, n in GATEWAY_SOURCES])
+def test_an_mmsp_client_streams_from_any_upstream(gateway, dialect, name):
+    request = {
+        "model": name,
+        "messages": [{"role": "user", "content_items": [{"type": "text.done", "text": "Hi"}]}],
+        "config": {"max_tokens": 256},
+    }
+    response = httpx.post(gateway.url + "/mmsp/v1/stream", json=request, timeout=30)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    got, want = reader.read(response.content), source_summary(dialect, name)
+    assert got.error is None
+    assert (got.text, got.thinking or "", got.tool_calls, got.finish) == (
+        want.text,
+        want.thinking or "",
+        want.tool_calls,
+        want.finish,
+    )
+    assert got.input_tokens == want.input_tokens
+
+
+@pytest.mark.parametrize(("dialect", "name"), GATEWAY_SOURCES, ids=[n for _, n in GATEWAY_SOURCES])
+def test_the_anthropic_sdk_streams_from_an_mmsp_upstream(gateway, dialect, name):
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    kwargs = {"model": f"mmsp-{name}", "max_tokens": 256, "messages": [{"role": "user", "content": "Hi"}]}
+    with client.messages.stream(**kwargs) as s:
+        for _ in s:
+            pass
+        message = s.get_final_message()
+    want = source_summary(dialect, name)
+    assert "".join(b.text for b in message.content if b.type == "text") == want.text
+    assert "".join(b.thinking for b in message.content if b.type == "thinking") == (want.thinking or "")
+    assert [(b.name, b.input) for b in message.content if b.type == "tool_use"] == want.tool_calls
+
+
+def test_an_mmsp_client_gets_errors_in_mmsp_shape(gateway):
+    bad = httpx.post(gateway.url + "/mmsp/v1/stream", json={"model": "x", "messages": "no"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "InvalidRequestError"
+    assert "messages" in bad.json()["error"]["message"]
+    unknown = httpx.post(gateway.url + "/mmsp/v1/stream", json={"model": "nope", "messages": []}, timeout=30)
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "UpstreamError"
+    models = httpx.get(gateway.url + "/mmsp/v1/models", timeout=30)
+    assert models.status_code == 200
