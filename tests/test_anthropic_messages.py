@@ -653,3 +653,82 @@ def test_endpoint():
     assert url == "https://api.anthropic.com/v1/messages"
     assert headers["x-api-key"] == "k" and headers["anthropic-version"] and headers["accept"] == "text/event-stream"
     assert am.endpoint(hub.Request(), base_url="http://gw/v1/", api_key=None)[0] == "http://gw/v1/messages"
+
+
+# --------------------------------------------------------------------------- any hub stream
+
+KINDS = ("text", "thinking", "tool_call", "native", "data")
+FOREIGN = st.sampled_from([None, {"openai-responses": {"id": "rs_1"}}, {"gemini": {"thoughtSignature": "c2ln"}}])
+
+
+@st.composite
+def hub_streams(draw):
+    """Valid hub streams: interleaved blocks, two choices, foreign data, usage anywhere, maybe an error."""
+    n = draw(st.integers(0, 5))
+    blocks = []
+    for index in range(n):
+        kind = draw(st.sampled_from(KINDS))
+        own = {NS: {"signature": "sig"}} if kind == "thinking" and draw(st.booleans()) else None
+        start = hub.BlockStart(
+            index,
+            kind,
+            draw(st.sampled_from([None, f"id_{index}"])) if kind != "tool_call" else f"call_{index}",
+            f"tool_{index}" if kind in ("tool_call", "native") else None,
+            draw(st.sampled_from([0, 0, 1])),
+            "image/png" if kind == "data" else None,
+            draw(FOREIGN),
+            {"openai-responses": {"type": "web_search_call"}} if kind == "native" else None,
+        )
+        texts = draw(st.lists(st.text(max_size=5), max_size=3)) if kind != "tool_call" else ['{"a":', "1}"]
+        blocks.append((start, texts, hub.BlockStop(index, hub.merge_dicts(own, draw(FOREIGN)))))
+    # Interleave: each block's own events stay in order, blocks mix freely.
+    queues = [[b[0], *(hub.Delta(b[0].index, t) for t in b[1]), b[2]] for b in blocks]
+    body = []
+    while any(queues):
+        queue = draw(st.sampled_from([q for q in queues if q]))
+        body.append(queue.pop(0))
+        if type(body[-1]) is hub.Delta and draw(st.booleans()):
+            body.append(hub.Extension("openai-chat", {"logprobs": [body[-1].text]}, body[-1].index))
+    events = [hub.ResponseStart(draw(st.sampled_from([None, "resp_1"])), "model")]
+    events += body
+    if draw(st.booleans()):
+        events.insert(draw(st.integers(1, len(events))), hub.Usage(input_tokens=7, output_tokens=3))
+    reason = draw(st.sampled_from([None, *hub.FINISH_REASONS]))
+    if reason:
+        events.append(hub.Finish(reason, raw=draw(st.sampled_from([None, "stop", "SAFETY"]))))
+    if any(b[0].choice == 1 for b in blocks):
+        events.append(hub.Finish("end_turn", choice=1))
+    if draw(st.booleans()):
+        events.append(hub.Extension("gemini", {"groundingMetadata": {}}))
+    if draw(st.integers(0, 4)) == 0:
+        events.append(hub.Error("boom", draw(st.sampled_from(hub.ERROR_TYPES)), draw(st.sampled_from([None, "c"]))))
+    events.append(hub.ResponseEnd())
+    return events
+
+
+@given(hub_streams())
+def test_any_hub_stream_round_trips(events):
+    assert hub.validate(events) == []
+    body = encode(events)
+    again, violations = decode(body)
+    assert hub.validate(again) == []
+    original, back = hub.assemble(events), hub.assemble(again)
+    if original.error is None:
+        assert_well_formed(body)
+        assert violations == []
+        back.blocks.sort(key=lambda b: b.index)
+        original.blocks.sort(key=lambda b: b.index)
+        for choice, finish in original.finishes.items():
+            if finish.raw is None:  # the decoder names the Anthropic word
+                original.finishes[choice] = back.finishes[choice]
+                assert (finish.reason, finish.choice) == (back.finishes[choice].reason, choice)
+        assert back == original
+    else:
+        assert (back.error.type, back.error.message) == (original.error.type, "boom")
+        assert wire_events(body)[-1][0] == "error"
+    summary = reader.read(body)
+    wanted = expected(events)
+    if original.error is None:
+        assert summary == wanted
+    else:
+        assert summary.error.startswith("APIStatusError")
