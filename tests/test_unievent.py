@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import importlib
+import importlib.util
 import json
 from collections import deque
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -517,7 +519,7 @@ def test_other_choices_travel_as_carried_blocks():
 
 def corpus_cases():
     cases = []
-    for folder in ("anthropic-messages", "openai-chat", "openai-responses", "gemini", "llm-stream"):
+    for folder in ("anthropic-messages", "openai-chat", "openai-responses", "gemini"):
         try:
             module = importlib.import_module(f"llmbridge.dialects.{folder.replace('-', '_')}")
             decoder = module.StreamDecoder
@@ -525,6 +527,11 @@ def corpus_cases():
         except (ImportError, AttributeError, FileNotFoundError):
             continue  # that dialect has not landed yet
         cases += [pytest.param(decoder, f, id=f"{folder}/{f.name}") for f in files]
+    # the standard has no captured corpus; its fixtures live with the tests
+    local = sorted((Path(__file__).parent / "data" / "llm-stream").glob("*.sse"))
+    if local and importlib.util.find_spec("llmbridge.dialects.llm_stream"):
+        decoder = importlib.import_module("llmbridge.dialects.llm_stream").StreamDecoder
+        cases += [pytest.param(decoder, f, id=f"llm-stream/{f.name}") for f in local]
     return cases
 
 
