@@ -219,17 +219,27 @@ class Exchange:
                 if out:
                     yield out
             self._held = []
+            # Keep-alives go out when the *client* has had no bytes for a keep-alive interval:
+            # a silent upstream, or one whose events the encoder is still buffering.
+            keepalive = self.keepalive if not self._framing else None
+            clock = asyncio.get_running_loop().time
+            last = clock()
             while not self.puller.done:
-                batch = await self.puller.pull(self.keepalive)
+                wait = None if keepalive is None else max(0.0, last + keepalive - clock())
+                batch = await self.puller.pull(wait)
                 if batch is KEEPALIVE:
-                    if not self._framing:
-                        yield KEEPALIVE_BYTES
+                    yield KEEPALIVE_BYTES
+                    last = clock()
                     continue
                 if batch is None:
                     break
                 out = self._process(batch)
                 if out:
                     yield out
+                    last = clock()
+                elif keepalive is not None and clock() - last >= keepalive:
+                    yield KEEPALIVE_BYTES
+                    last = clock()
             out = self._finish()
             if out:
                 yield out

@@ -1,0 +1,410 @@
+"""The gateway under bad input and upstream faults, over real HTTP.
+
+Every request error is answered in the client's dialect (its error shape, the right status);
+after a stream has started, every upstream fault is an error event plus the dialect's terminal
+event; disconnects cancel the upstream; stalls hit the idle timeout; keep-alives flow while an
+upstream is silent; fallback happens before the first byte and never after.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import anthropic
+import httpx
+import openai
+import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
+
+from llmbridge import dialects, hub, replay
+from llmbridge.dialects.base import decode_all
+from llmbridge.gateway import config, create_app
+from tests.conftest import CORPUS
+from tests.gateway_util import UPSTREAM_OF, replay_config, serving, wait_for
+from tests.readers import expected
+
+ALL = list(dialects.NAMES)
+TEXT = {d: n for d, n in [("anthropic-messages", "claude-text-simple"), ("openai-chat", "hf-novita-text"),
+                          ("openai-responses", "openai-text"), ("gemini", "gemini20-text")]}
+LONG = ("openai-chat", "openai-gpt4o-tool-call-long-arguments")  # 22 kB, many events
+KEEPALIVE, IDLE = 0.2, 1.0
+
+
+def _dead_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    return port
+
+
+def _truncate_at(dialect: str, name: str, fraction: float = 0.6) -> int:
+    return int(len((CORPUS / dialect / f"{name}.sse").read_bytes()) * fraction)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    record_dir = tmp_path_factory.mktemp("recordings")
+    with serving(replay.create_app(CORPUS, seed=3)) as up:
+        models = {}
+        for dialect, name in TEXT.items():
+            models[name] = (dialect, name)
+            models[f"{name}@trunc"] = (dialect, f"{name}@truncate={_truncate_at(dialect, name)}")
+            models[f"{name}@stall"] = (dialect, f"{name}@stall=3")
+        models["slow"] = (LONG[0], f"{LONG[1]}@delay-ms=40@chunk=64")
+        models["slow-anthropic"] = ("anthropic-messages", "claude-thinking-then-tool-use@delay-ms=40@chunk=64")
+        models["tool"] = ("anthropic-messages", "claude-sonnet4-text-then-tool-use")
+        models["error-after-text"] = ("openai-chat", "groq-gpt-oss-error-event-after-text")
+        models["failing"] = ("anthropic-messages", "claude-text-simple@status=500")
+        models["dead"] = (["dead"], "x")
+        models["fallback-status"] = (["rep-chat", "rep-anthropic"],
+                                     {"rep-chat": "hf-novita-text@status=503", "rep-anthropic": "claude-text-simple"})
+        models["fallback-dead"] = (["dead", "rep-gemini"], {"rep-gemini": "gemini20-text"})
+        models["fallback-429"] = (["rep-gemini", "rep-chat"],
+                                  {"rep-gemini": "gemini20-text@status=429", "rep-chat": "hf-novita-text"})
+        models["no-fallback-400"] = (["rep-gemini", "rep-chat"],
+                                     {"rep-gemini": "gemini20-text@status=400", "rep-chat": "hf-novita-text"})
+        trunc = f"claude-text-simple@truncate={_truncate_at('anthropic-messages', 'claude-text-simple')}"
+        models["fallback-after-first-byte"] = (["rep-anthropic", "rep-chat"],
+                                               {"rep-anthropic": trunc, "rep-chat": "hf-novita-text@fallback"})
+        raw = replay_config(
+            up.url, {},
+            gateway={"keepalive_seconds": KEEPALIVE, "max_body_bytes": 4096, "record_dir": str(record_dir)},
+            timeouts={"idle": IDLE, "connect": 1},
+            extra_upstreams={"dead": {"format": "openai-chat", "base_url": f"http://127.0.0.1:{_dead_port()}/v1"}},
+        )
+        for name, (dialect, target) in models.items():
+            if isinstance(dialect, list):
+                raw["models"].append({"name": name, "upstreams": dialect, "upstream_model": target})
+            else:
+                raw["models"].append({"name": name, "upstream": UPSTREAM_OF[dialect], "upstream_model": target})
+        with serving(create_app(config.parse(raw))) as gw:
+            yield gw, up, record_dir
+
+
+@pytest.fixture
+def gw(servers):
+    return servers[0]
+
+
+@pytest.fixture
+def stats(servers):
+    return servers[1].app.state.replay.stats
+
+
+# --------------------------------------------------------------------------- helpers: one request per dialect
+
+
+def request_for(dialect: str, model: str, stream: bool = True) -> tuple[str, dict, dict]:
+    """(path, body, headers) of a minimal request in ``dialect``."""
+    user = [{"role": "user", "content": "hi"}]
+    if dialect == "openai-chat":
+        return "/v1/chat/completions", {"model": model, "messages": user, "stream": stream}, {}
+    if dialect == "openai-responses":
+        return "/v1/responses", {"model": model, "input": "hi", "stream": stream}, {}
+    if dialect == "anthropic-messages":
+        return "/v1/messages", {"model": model, "max_tokens": 64, "messages": user, "stream": stream}, {}
+    if dialect == "gemini":
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"/v1beta/models/{model}:{method}", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}, {}
+    if dialect == "llm-stream":
+        return "/v1/stream", {"model": model, "messages": user, "stream": stream}, {
+            "content-type": "application/llm-request+json"}
+    if dialect == "mmsp":
+        return "/mmsp/v1/stream", {"model": model, "messages": user}, {}
+    raise AssertionError(dialect)
+
+
+def post(gw, dialect: str, model: str, stream: bool = True, headers: dict | None = None) -> httpx.Response:
+    path, body, base_headers = request_for(dialect, model, stream)
+    return httpx.post(gw.url + path, json=body, headers={**base_headers, **(headers or {})}, timeout=10)
+
+
+def client_events(dialect: str, body: bytes) -> list[hub.Event]:
+    return decode_all(dialects.get(dialect).StreamDecoder(), body)
+
+
+def assert_error_shape(dialect: str, response: httpx.Response, status: int, type: str) -> None:
+    """The status, no traceback, and a body the client dialect's own codec reads as ``type``."""
+    assert response.status_code == status, response.text
+    assert "Traceback" not in response.text
+    assert response.headers["content-type"].startswith("application/json")
+    error = dialects.get(dialect).decode_error(status, response.content)
+    assert error.type == type, (error, response.text)
+    assert response.headers.get("x-request-id")
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("dialect", ALL)
+def test_malformed_json(gw, dialect):
+    path, _, headers = request_for(dialect, "claude-text-simple")
+    r = httpx.post(gw.url + path, content=b'{"model": "x", "messages": [', headers=headers)
+    assert_error_shape(dialect, r, 400, "invalid_request")
+    r = httpx.post(gw.url + path, content=b"[1, 2]", headers=headers)
+    assert_error_shape(dialect, r, 400, "invalid_request")
+
+
+@pytest.mark.parametrize("dialect", ALL)
+def test_wrong_types(gw, dialect):
+    path, body, headers = request_for(dialect, "claude-text-simple")
+    for key in ("messages", "input", "contents"):
+        if key in body:
+            body[key] = 42
+    r = httpx.post(gw.url + path, json=body, headers=headers)
+    assert_error_shape(dialect, r, 400, "invalid_request")
+
+
+@pytest.mark.parametrize("dialect", ALL)
+def test_missing_fields(gw, dialect):
+    path, _, headers = request_for(dialect, "claude-text-simple")
+    r = httpx.post(gw.url + path, json={}, headers=headers)
+    assert_error_shape(dialect, r, 400, "invalid_request")
+
+
+@pytest.mark.parametrize("dialect", ALL)
+def test_unknown_model(gw, dialect):
+    assert_error_shape(dialect, post(gw, dialect, "no-such-model"), 404, "not_found")
+
+
+@pytest.mark.parametrize("dialect", ALL)
+def test_body_too_large(gw, dialect):
+    path, body, headers = request_for(dialect, "claude-text-simple")
+    body["padding"] = "x" * 5000
+    assert_error_shape(dialect, httpx.post(gw.url + path, json=body, headers=headers), 413, "request_too_large")
+
+
+@pytest.mark.parametrize("dialect", [d for d in ALL if d != "llm-stream"])
+def test_unsupported_media_type(gw, dialect):
+    path, body, _ = request_for(dialect, "claude-text-simple")
+    r = httpx.post(gw.url + path, content=json.dumps(body), headers={"content-type": "text/plain"})
+    assert_error_shape(dialect, r, 415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize("dialect", ALL)
+def test_upstream_failure(gw, dialect):
+    # the upstream answers 500 with its error body; a dead upstream is a 502
+    assert_error_shape(dialect, post(gw, dialect, "failing"), 500, "api_error")
+    r = post(gw, dialect, "dead")
+    assert r.status_code == 502 and "Traceback" not in r.text
+    assert dialects.get(dialect).decode_error(502, r.content).status in (None, 502)
+
+
+@pytest.mark.parametrize("dialect", ALL)
+def test_wrong_key_is_401_in_dialect(dialect, servers):
+    up = servers[1]
+    raw = replay_config(up.url, {"m": ("anthropic-messages", "claude-text-simple")}, gateway={"api_keys": ["sekrit"]})
+    with serving(create_app(config.parse(raw))) as gw:
+        assert_error_shape(dialect, post(gw, dialect, "m"), 401, "authentication")
+        assert_error_shape(dialect, post(gw, dialect, "m", headers={"authorization": "Bearer nope"}), 401,
+                           "authentication")
+        for headers, params in [({"authorization": "Bearer sekrit"}, None), ({"x-api-key": "sekrit"}, None),
+                                ({"x-goog-api-key": "sekrit"}, None), ({}, {"key": "sekrit"})]:
+            path, body, h = request_for(dialect, "m")
+            r = httpx.post(gw.url + path, json=body, headers={**h, **headers}, params=params)
+            assert r.status_code == 200, r.text
+        assert httpx.get(gw.url + "/v1/models").status_code == 401
+        assert httpx.get(gw.url + "/v1/models", headers={"x-api-key": "sekrit"}).status_code == 200
+        assert httpx.get(gw.url + "/healthz").status_code == 200
+
+
+# --------------------------------------------------------------------------- faults after the stream started
+
+
+@pytest.mark.parametrize("client", ALL)
+@pytest.mark.parametrize("source", list(TEXT))
+def test_truncated_upstream_is_never_a_clean_finish(gw, client, source):
+    r = post(gw, client, TEXT[source] + "@trunc")
+    assert r.status_code == 200  # the answer had started
+    events = client_events(client, r.content)
+    assert hub.validate(events) == []
+    response = hub.assemble(events)
+    assert not response.complete
+    assert response.error is not None and response.error.type in ("incomplete_stream", "protocol_error")
+    # what arrived before the cut is there
+    want = expected(client_events(source, (CORPUS / source / f"{TEXT[source]}.sse").read_bytes())).text
+    got = "".join(b.text for b in response.blocks if b.kind == "text")
+    assert want.startswith(got)
+    # whole-response clients get an error status, not a short answer (MMSP only streams)
+    if client != "mmsp":
+        r = post(gw, client, TEXT[source] + "@trunc", stream=False)
+        assert r.status_code == 502, r.text
+
+
+def test_truncated_upstream_raises_in_the_sdks(gw):
+    model = "claude-text-simple@trunc"
+    with pytest.raises(anthropic.APIError):
+        with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0).messages.stream(
+                model=model, max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+            s.get_final_message()
+    with pytest.raises(openai.APIError):
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        with client.responses.stream(model=model, input="hi") as s:
+            s.get_final_response()
+
+
+def test_midstream_upstream_error_is_the_sdk_exception(gw):
+    model = "error-after-text"  # Groq: text, then an error event
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.APIError):
+        for _ in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                                stream=True):
+            pass
+    with pytest.raises(anthropic.APIError):
+        with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0).messages.stream(
+                model=model, max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+            s.get_final_message()
+    with pytest.raises(openai.APIError):
+        with client.responses.stream(model=model, input="hi") as s:
+            s.get_final_response()
+    gclient = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=gw.url))
+    with pytest.raises(genai_errors.APIError):
+        list(gclient.models.generate_content_stream(model=model, contents="hi"))
+
+
+@pytest.mark.parametrize(("client", "model"), [("anthropic-messages", "slow-anthropic"), ("gemini", "slow"),
+                                               ("openai-chat", "slow")], ids=["relay", "translate", "relay-chat"])
+def test_client_disconnect_cancels_the_upstream(gw, stats, client, model):
+    target = dict(slow="openai-gpt4o-tool-call-long-arguments@delay-ms=40@chunk=64",
+                  **{"slow-anthropic": "claude-thinking-then-tool-use@delay-ms=40@chunk=64"})[model]
+    before = stats.cancelled.count(target)
+    path, body, headers = request_for(client, model)
+    with httpx.stream("POST", gw.url + path, json=body, headers=headers, timeout=10) as r:
+        assert r.status_code == 200
+        next(r.iter_bytes())  # the answer is flowing
+        started = time.monotonic()
+    assert wait_for(lambda: stats.cancelled.count(target) > before, timeout=3)
+    assert time.monotonic() - started < 1.5  # at once, not after the (minutes long) paced body
+
+
+@pytest.mark.parametrize("client", ["anthropic-messages", "openai-responses", "llm-stream"])
+def test_stall_hits_the_idle_timeout_with_keepalives(gw, client):
+    started = time.monotonic()
+    r = post(gw, client, "claude-text-simple@stall")  # upstream silent for 3 s after its first chunk
+    elapsed = time.monotonic() - started
+    assert r.status_code in (200, 504)
+    assert IDLE <= elapsed < IDLE + 1.5
+    if r.status_code == 200:
+        assert r.content.count(b": keep-alive") >= 2  # every KEEPALIVE seconds while silent
+        response = hub.assemble(client_events(client, r.content))
+        assert response.error is not None and response.error.type == "timeout"
+        assert not response.complete
+    else:
+        assert_error_shape(client, r, 504, "timeout")
+
+
+def test_keepalives_flow_while_upstream_is_silent(gw):
+    with httpx.stream("POST", gw.url + "/v1/messages", json=request_for("anthropic-messages", "gemini20-text@stall")[1],
+                      timeout=10) as r:
+        seen = b""
+        started = time.monotonic()
+        for chunk in r.iter_bytes():
+            seen += chunk
+            if seen.count(b": keep-alive\n\n") >= 3:
+                break
+        assert time.monotonic() - started < IDLE + 0.5
+    assert seen.count(b": keep-alive\n\n") >= 3
+
+
+# --------------------------------------------------------------------------- fallback
+
+
+@pytest.mark.parametrize("model", ["fallback-status", "fallback-dead", "fallback-429"])
+@pytest.mark.parametrize("client", ["anthropic-messages", "openai-chat", "gemini"])
+def test_fallback_before_first_byte(gw, client, model):
+    r = post(gw, client, model)
+    assert r.status_code == 200, r.text
+    response = hub.assemble(client_events(client, r.content))
+    assert response.complete and response.error is None
+    assert "".join(b.text for b in response.blocks if b.kind == "text")
+
+
+def test_no_fallback_on_client_errors(gw):
+    assert_error_shape("openai-chat", post(gw, "openai-chat", "no-fallback-400"), 400, "invalid_request")
+
+
+def test_never_fallback_after_first_byte(gw, stats):
+    r = post(gw, "openai-chat", "fallback-after-first-byte")
+    assert r.status_code == 200
+    response = hub.assemble(client_events("openai-chat", r.content))
+    assert response.error is not None and not response.complete
+    assert "hf-novita-text@fallback" not in stats.requests
+
+
+# --------------------------------------------------------------------------- the rest of the contract
+
+
+def test_relay_is_byte_exact(gw):
+    body = (CORPUS / "anthropic-messages" / "claude-text-simple.sse").read_bytes()
+    r = post(gw, "anthropic-messages", "claude-text-simple")
+    assert r.content == body
+
+
+def test_request_id_header_and_llm_stream_echo(gw):
+    r = post(gw, "openai-chat", "claude-text-simple", headers={"x-request-id": "my-id-1"})
+    assert r.headers["x-request-id"] == "my-id-1"
+    assert post(gw, "openai-chat", "claude-text-simple").headers["x-request-id"].startswith("req_")
+    for source in ("anthropic-messages", "openai-chat"):
+        path, body, headers = request_for("llm-stream", TEXT[source])
+        body["metadata"] = {"request_id": "rid-42"}
+        r = httpx.post(gw.url + path, json=body, headers=headers)
+        events = client_events("llm-stream", r.content)
+        assert events[0].request_id == "rid-42" and events[-1].request_id == "rid-42"
+        lines = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+        assert lines[0]["type"] == "stream.start" and lines[0]["request_id"] == "rid-42"
+        assert lines[-1]["type"] == "stream.end" and lines[-1]["request_id"] == "rid-42"
+
+
+def test_standard_stream_is_negotiated_on_any_endpoint(gw):
+    accept = {"accept": 'text/event-stream; profile="llm-stream-1.0"'}
+    for dialect in ("openai-chat", "anthropic-messages", "gemini", "openai-responses"):
+        r = post(gw, dialect, "claude-text-simple", headers=accept)
+        assert r.status_code == 200
+        assert r.text.startswith("event: stream.start")
+        assert hub.assemble(client_events("llm-stream", r.content)).complete
+    # a standard request on a vendor endpoint
+    body = {"model": "claude-text-simple", "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(gw.url + "/v1/messages", json=body, headers={"content-type": "application/llm-request+json"})
+    assert r.status_code == 200 and r.text.startswith("event: stream.start")
+
+
+def test_gemini_json_array_stream(gw):
+    r = httpx.post(gw.url + "/v1beta/models/claude-text-simple:streamGenerateContent",
+                   json=request_for("gemini", "x")[1])
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    chunks = json.loads(r.content)
+    text = "".join(p.get("text", "") for c in chunks for cand in c.get("candidates", [])
+                   for p in cand.get("content", {}).get("parts", []))
+    want = expected(client_events("anthropic-messages",
+                                  (CORPUS / "anthropic-messages" / "claude-text-simple.sse").read_bytes()))
+    assert text == want.text
+
+
+def test_record_dir(servers):
+    gw, _, record_dir = servers
+    assert post(gw, "openai-chat", "hf-novita-text").status_code == 200
+    recorded = sorted(p for p in record_dir.iterdir() if "hf-novita-text" in p.name and p.suffix == ".sse")
+    assert recorded
+    assert recorded[-1].read_bytes() == (CORPUS / "openai-chat" / "hf-novita-text.sse").read_bytes()
+    meta = json.loads(recorded[-1].with_suffix(".json").read_text())
+    assert meta["dialect"] == "openai-chat" and meta["model"] == "hf-novita-text" and meta["complete"]
+
+
+def test_model_lists(gw):
+    openai_list = httpx.get(gw.url + "/v1/models").json()
+    names = {m["id"] for m in openai_list["data"]}
+    assert "claude-text-simple" in names and openai_list["object"] == "list"
+    anthropic_list = httpx.get(gw.url + "/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
+    assert {m["id"] for m in anthropic_list["data"]} == names and anthropic_list["has_more"] is False
+    gemini_list = httpx.get(gw.url + "/v1beta/models").json()
+    assert {m["name"] for m in gemini_list["models"]} == {f"models/{n}" for n in names}
+    assert {m["id"] for m in httpx.get(gw.url + "/mmsp/v1/models").json()["models"]} == names
+    assert httpx.get(gw.url + "/healthz").json()["status"] == "ok"
+    # the SDKs read them
+    assert "claude-text-simple" in {m.id for m in openai.OpenAI(base_url=gw.url + "/v1", api_key="k").models.list()}
+    assert "claude-text-simple" in {m.id for m in anthropic.Anthropic(base_url=gw.url, api_key="k").models.list()}
