@@ -314,8 +314,9 @@ def test_first_block_streams_live_while_later_ones_buffer():
     assert out[4] == b""  # block 1's delta waits for block 0 to stop
 
 
-def test_foreign_thinking_native_data_choices_and_reasons_round_trip():
-    events = [
+def foreign_events() -> list[hub.Event]:
+    """What other dialects' decoders produce: foreign fidelity, native and data blocks, two choices."""
+    return [
         hub.ResponseStart("resp_1", "gpt-5", 1700000000, "req-9", {"openai-responses": {"service_tier": "auto"}}),
         hub.BlockStart(0, "thinking", "rs_1", fidelity={"openai-responses": {"encrypted_content": "gAAA"}}),
         hub.Delta(0, "Let me think."),
@@ -340,6 +341,10 @@ def test_foreign_thinking_native_data_choices_and_reasons_round_trip():
         hub.Usage(input_tokens=9, output_tokens=4, reasoning_tokens=2, total_tokens=13),
         hub.ResponseEnd("req-9"),
     ]
+
+
+def test_foreign_thinking_native_data_choices_and_reasons_round_trip():
+    events = foreign_events()
     assert hub.validate(events) == []
     body = encode(events)
     assert_well_formed(body)
@@ -459,6 +464,40 @@ def test_response_round_trip_and_sdk_parse(path):
     message = client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
     assert message.stop_reason == body["stop_reason"] and len(message.content) == len(body["content"])
     assert reader.summarize(message) == reader.read(path.read_bytes())
+
+
+def response_client(body: dict) -> anthropic.Anthropic:
+    def handler(request):
+        return httpx2.Response(200, json=body)
+
+    return anthropic.Anthropic(
+        api_key="x", base_url="http://t", http_client=httpx2.Client(transport=httpx2.MockTransport(handler))
+    )
+
+
+@pytest.mark.parametrize("events", [foreign_events(), parallel_tools()], ids=["foreign", "parallel"])
+def test_foreign_response_body_round_trips_and_parses(events):
+    original = hub.assemble(events)
+    body = json.loads(json.dumps(am.encode_response(original)))
+    back = hub.assemble(am.decode_response(body))
+    back.blocks.sort(key=lambda b: b.index)
+    for block in original.blocks:
+        block.fidelity = hub.merge_dicts(block.fidelity, None)  # response_events puts it all on BlockStop
+    assert [(b.index, b.kind, b.id, b.name, b.choice, b.text, b.fidelity, b.annotations) for b in back.blocks] == [
+        (b.index, b.kind, b.id, b.name, b.choice, b.text, b.fidelity, b.annotations) for b in original.blocks
+    ]
+    assert (back.usage, back.finishes, back.annotations, back.extensions, back.request_id, back.created) == (
+        original.usage,
+        original.finishes,
+        original.annotations,
+        original.extensions,
+        original.request_id,
+        original.created,
+    )
+    message = response_client(body).messages.create(
+        model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+    )
+    assert reader.summarize(message, carried=body.get("llmbridge")) == expected(events)
 
 
 def test_errors_codec():

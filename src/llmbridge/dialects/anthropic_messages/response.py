@@ -51,11 +51,21 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
     ]
     content = body.get("content")
     message_id = body.get("id") or "llmbridge"
-    for n, block in enumerate(content if type(content) is list else ()):
+    used: set[int] = set()
+
+    def allocate(preferred: Any) -> int:
+        index = preferred if type(preferred) is int and preferred not in used else 0
+        while index in used:
+            index += 1
+        used.add(index)
+        return index
+
+    for position, block in enumerate(content if type(content) is list else ()):
         if type(block) is not dict:
             continue
-        start, text = block_start(block, n, f"toolu_{message_id}_{n + 1}", whole=True)
         block_ours = block.get(EXT) if type(block.get(EXT)) is dict else {}
+        n = allocate(block_ours.get("index", position))
+        start, text = block_start(block, n, f"toolu_{message_id}_{position + 1}", whole=True)
         fidelity = hub.merge_dicts(start.fidelity, block_ours.get("fidelity"))
         extensions = hub.merge_dicts(start.extensions, block_ours.get("extensions"))
         block_id = start.id or block_ours.get("id")
@@ -78,7 +88,7 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
         if event is None:
             continue
         if type(event) is hub.BlockStart:
-            remap[event.index] = len(remap) + len(content or ())
+            remap[event.index] = allocate(event.index)
         if hasattr(event, "index") and type(event) is not hub.Finish:
             if event.index not in remap:
                 continue
@@ -110,7 +120,10 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
         if block.choice != 0:
             others.extend(event_to_json(e) for e in hub.response_events(_only(block)) if _is_block_event(e))
             continue
-        content.append(_block(block, len(content) + 1, response.id))
+        encoded = _block(block, len(content) + 1, response.id)
+        if block.index != len(content):  # keep the hub index when renumbering
+            encoded.setdefault(EXT, {})["index"] = block.index
+        content.append(encoded)
     usage, usage_extra = usage_to_raw(response.usage)
     body: dict[str, Any] = {
         "id": response.id or "msg_llmbridge",
