@@ -1,0 +1,257 @@
+"""The embedded model upstream, against the real SmolLM2-135M GGUF (greedy, short answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from llmbridge import hub
+from llmbridge.errors import UpstreamError
+from llmbridge.local import LocalUpstream
+from llmbridge.local.chat import ChatTemplate
+from llmbridge.local.text import TextStream
+
+WEATHER = hub.Tool(
+    "get_weather",
+    "Get the current weather in a city",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 24},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city", "unit"],
+    },
+)
+EMAIL = hub.Tool(
+    "send_email",
+    "Send an email",
+    {
+        "type": "object",
+        "properties": {"to": {"type": "string", "maxLength": 30}, "subject": {"type": "string", "maxLength": 30}},
+        "required": ["to", "subject"],
+    },
+)
+
+
+def ask(text: str, **fields: Any) -> hub.Request:
+    return hub.Request(model="local", messages=[hub.Message("user", [hub.TextPart(text)])], **fields)
+
+
+def check(value: Any, schema: dict[str, Any], path: str = "$") -> None:
+    """A small JSON-schema check (the keywords these tests use); raises AssertionError."""
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool}
+    if kind:
+        assert isinstance(value, types[kind]) and not (kind in ("integer", "number") and isinstance(value, bool)), (
+            f"{path}: {value!r} is not {kind}"
+        )
+    if "enum" in schema:
+        assert value in schema["enum"], f"{path}: {value!r} not in {schema['enum']}"
+    if kind == "string" and "maxLength" in schema:
+        assert len(value) <= schema["maxLength"], f"{path}: longer than {schema['maxLength']}"
+    if kind == "object":
+        for name in schema.get("required", []):
+            assert name in value, f"{path}: missing {name}"
+        properties = schema.get("properties", {})
+        for name, item in value.items():
+            if name in properties:
+                check(item, properties[name], f"{path}.{name}")
+            else:
+                assert schema.get("additionalProperties", True) is not False, f"{path}: unexpected {name}"
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    up = LocalUpstream()
+    yield up
+    asyncio.run(up.aclose())
+
+
+async def collect(up: LocalUpstream, request: hub.Request) -> tuple[list[hub.Event], hub.Response]:
+    events = [e async for e in up.stream(request)]
+    assert hub.validate(events) == []
+    return events, hub.assemble(events)
+
+
+# --------------------------------------------------------------------------- no model needed
+
+
+def test_text_stream_waits_for_whole_utf8_characters():
+    data = "héllo, 日本語 🙂!".encode()
+    stream = TextStream()
+    out = [stream.feed(data[i : i + 1]) for i in range(len(data))]
+    assert "".join(out) + stream.flush() == "héllo, 日本語 🙂!"
+    assert "\ufffd" not in "".join(out)
+
+
+def test_text_stream_holds_back_a_possible_stop_sequence():
+    stream = TextStream(["END", "o w"])
+    assert stream.feed(b"Hel") == "Hel"
+    assert stream.feed(b"lo") == "l"  # "o" might start "o w"
+    assert stream.feed(b" there E") == "o there "
+    assert stream.feed(b"ND and more") == ""
+    assert stream.stop == "END"
+
+
+def test_tool_history_renders_as_text():
+    request = hub.Request(
+        messages=[
+            hub.Message("system", [hub.TextPart("Be brief.")]),
+            hub.Message("user", [hub.TextPart("Weather in Oslo?")]),
+            hub.Message("assistant", [hub.ToolCallPart("call_1", "get_weather", '{"city": "Oslo"}')]),
+            hub.Message("tool", [hub.ToolResultPart("call_1", [hub.TextPart("-3 C")])]),
+        ],
+        tools=[WEATHER],
+    )
+    prompt = ChatTemplate().render(request, with_tools=True)
+    assert prompt.startswith("<|im_start|>system\nBe brief.\n\nYou can call functions.")
+    assert '{"name": "get_weather", "description": "Get the current weather in a city"' in prompt
+    assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}' in prompt
+    assert "<|im_start|>user\n<tool_response>\n-3 C\n</tool_response><|im_end|>" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+# --------------------------------------------------------------------------- the model
+
+
+async def test_greedy_stream_is_deterministic_and_matches_llama_cpp(upstream):
+    request = ask("Say hello in Japanese.", max_tokens=16)
+    events, first = await collect(upstream, request)
+    _, second = await collect(upstream, request)
+    text = first.blocks[0].text
+    assert text and text == second.blocks[0].text
+    deltas = [e for e in events if type(e) is hub.Delta]
+    assert len(deltas) >= 4
+    assert "\ufffd" not in text
+    kinds = [type(e) for e in events]
+    assert kinds[:2] == [hub.ResponseStart, hub.BlockStart] and kinds[-3:] == [hub.Usage, hub.Finish, hub.ResponseEnd]
+    assert events[0].model == "local"
+    # The same prompt straight through llama-cpp-python gives the same tokens.
+    engine = upstream._engine
+    prompt = upstream._template.render(request, with_tools=False)
+    direct = engine.llm.create_completion(engine.tokenize(prompt), max_tokens=16, temperature=0.0)
+    assert direct["choices"][0]["text"] == text
+    assert first.usage.input_tokens == direct["usage"]["prompt_tokens"]
+    assert first.usage.output_tokens == direct["usage"]["completion_tokens"]
+
+
+async def test_max_tokens_finish_and_usage(upstream):
+    _, response = await collect(upstream, ask("Write a long story about a dragon.", max_tokens=9))
+    assert response.finish.reason == "max_tokens" and response.finish.raw == "length"
+    assert response.usage.output_tokens == 9
+    prompt = upstream._template.render(ask("Write a long story about a dragon."), with_tools=False)
+    assert response.usage.input_tokens == len(upstream._engine.tokenize(prompt))
+    assert response.usage.total_tokens == response.usage.input_tokens + 9
+
+
+async def test_stop_sequence_cuts_the_text(upstream):
+    request = ask("Count from 1 to 10, separated by commas.", max_tokens=24)
+    _, free = await collect(upstream, request)
+    assert "4" in free.blocks[0].text
+    request.stop = ["4"]
+    _, stopped = await collect(upstream, request)
+    text = stopped.blocks[0].text
+    assert stopped.finish.reason == "stop_sequence" and stopped.finish.stop_sequence == "4"
+    assert "4" not in text and free.blocks[0].text.startswith(text)
+    assert free.blocks[0].text[len(text)] == "4"
+
+
+async def test_forced_tool_call_is_valid_against_its_schema(upstream):
+    request = ask("What's the weather in Paris?", tools=[WEATHER, EMAIL], max_tokens=48)
+    request.tool_choice = hub.ToolChoice("tool", "get_weather")
+    events, response = await collect(upstream, request)
+    (block,) = response.blocks
+    assert block.kind == "tool_call" and block.name == "get_weather" and block.id.startswith("call_")
+    assert sum(type(e) is hub.Delta for e in events) >= 3  # the arguments stream
+    check(json.loads(block.text), WEATHER.parameters)
+    assert response.finish.reason == "tool_use"
+
+
+async def test_required_tool_choice_picks_a_tool_by_grammar(upstream):
+    request = ask("Email bob@example.com that lunch is at noon.", tools=[WEATHER, EMAIL], max_tokens=64)
+    request.tool_choice = hub.ToolChoice("required")
+    _, response = await collect(upstream, request)
+    (block,) = response.blocks
+    tool = {"get_weather": WEATHER, "send_email": EMAIL}[block.name]
+    check(json.loads(block.text), tool.parameters)
+    assert response.finish.reason == "tool_use"
+
+
+async def test_auto_tool_choice_gives_text_or_a_valid_call(upstream):
+    _, response = await collect(upstream, ask("What's the weather in Rome?", tools=[WEATHER], max_tokens=24))
+    for block in response.blocks:
+        if block.kind == "tool_call":
+            check(json.loads(block.text), WEATHER.parameters)
+            assert response.finish.reason == "tool_use"
+    assert response.finish.reason in ("tool_use", "end_turn", "max_tokens")
+
+
+async def test_json_schema_response_format(upstream):
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    request = ask("Invent a person.", max_tokens=40, response_format={"type": "json_schema", "schema": schema})
+    _, response = await collect(upstream, request)
+    check(json.loads(response.blocks[0].text), schema)
+    assert response.finish.reason == "end_turn"
+
+
+async def test_requests_the_model_cannot_serve_are_refused_before_streaming(upstream):
+    bad = [
+        ask("hi", n=2),
+        ask("hi", tools=[WEATHER], tool_choice=hub.ToolChoice("tool", "no_such_tool")),
+        hub.Request(messages=[hub.Message("user", [hub.ImagePart("image/png", "iVBORw0KGgo=")])]),
+        ask("hi " * 3000),
+    ]
+    for request in bad:
+        with pytest.raises(UpstreamError) as info:
+            await anext(upstream.stream(request))
+        assert info.value.status == 400 and info.value.type == "invalid_request"
+
+
+async def test_closing_the_stream_frees_the_model_at_once(upstream):
+    stream = upstream.stream(ask("Write a long story about a dragon.", max_tokens=400))
+    deltas = 0
+    async for event in stream:
+        deltas += type(event) is hub.Delta
+        if deltas == 3:
+            break
+    await stream.aclose()
+    engine = upstream._engine
+    started = time.monotonic()
+    while engine._running is not None:
+        assert time.monotonic() - started < 2, "the worker kept generating after the client left"
+        await asyncio.sleep(0.005)
+    _, response = await collect(upstream, ask("Say hi.", max_tokens=4))
+    assert response.usage.output_tokens <= 4
+
+
+async def test_full_queue_answers_429_and_cancelled_waiters_leave_it():
+    up = LocalUpstream(max_queue=1)
+    try:
+        running = up.stream(ask("Write a long story about a dragon.", max_tokens=400))
+        async for event in running:
+            if type(event) is hub.Delta:
+                break  # generating now
+        waiting = up.stream(ask("Say hi.", max_tokens=4))
+        assert type(await anext(waiting)) is hub.ResponseStart  # queued
+        with pytest.raises(UpstreamError) as info:
+            await anext(up.stream(ask("Say hi.", max_tokens=4)))
+        assert info.value.status == 429 and info.value.type == "rate_limit"
+        await waiting.aclose()  # a waiter that leaves frees its place
+        assert up._engine.waiting == 0
+        again = up.stream(ask("Say hi.", max_tokens=4))
+        assert type(await anext(again)) is hub.ResponseStart
+        await running.aclose()
+        rest = [e async for e in again]  # runs once the first one stopped
+        assert type(rest[-1]) is hub.ResponseEnd and hub.Finish in {type(e) for e in rest}
+    finally:
+        await up.aclose()
