@@ -604,7 +604,6 @@ class UniEventView:
         self._annotations: list[dict] = []
         self._response: dict | None = None
         self._first = True
-        self._tool_calls = 0
         self.message = Message()  # the .done items so far: the partial message of an exception
         self.ended = False  # stop emitted or an exception raised
         self._pending: LLMBridgeError | None = None
@@ -718,8 +717,6 @@ class UniEventView:
             kind = "embedding"
         else:
             kind, carrier = "text", True
-        if kind == "tool_call":
-            self._tool_calls += 1
         return _Group(e, kind, carrier)
 
     # -- groups

@@ -195,7 +195,11 @@ def _part_from_item(item: Any, where: str) -> hub.Part | None:
     if kind == "tool_call":
         args = item.get("arguments", {})
         if isinstance(args, dict):
-            raw = extra.get("arguments") if isinstance(extra.get("arguments"), str) else json.dumps(args)
+            raw = (
+                extra.get("arguments")
+                if isinstance(extra.get("arguments"), str)
+                else json.dumps(args, ensure_ascii=False)
+            )
         elif isinstance(args, str):
             raw = args
         else:
@@ -350,17 +354,25 @@ def _decode_config(config: dict, request: hub.Request) -> None:
     if config.get("trace_id") is not None:
         request.metadata["trace_id"] = config["trace_id"]
     extra = config.get("llmbridge")
-    if isinstance(extra, dict):
-        for key in _EXTRA_FIELDS:
-            if key in extra:
-                if key in ("metadata", "extensions"):
-                    getattr(request, key).update(extra[key])
-                else:
-                    setattr(request, key, extra[key])
-        for n, tool_extra in (extra.get("tools") or {}).items():
-            if int(n) < len(request.tools):
-                request.tools[int(n)].strict = tool_extra.get("strict")
-                request.tools[int(n)].extensions = tool_extra.get("extensions")
+    if extra is not None:
+        try:
+            _decode_extras(extra, request)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise RequestError(f"malformed ({exc})", "config.llmbridge") from None
+
+
+def _decode_extras(extra: dict, request: hub.Request) -> None:
+    """Hub fields MMSP has no key for, as our own encoder wrote them."""
+    for key in _EXTRA_FIELDS:
+        if key in extra:
+            if key in ("metadata", "extensions"):
+                getattr(request, key).update(extra[key])
+            else:
+                setattr(request, key, extra[key])
+    for n, tool_extra in (extra.get("tools") or {}).items():
+        if int(n) < len(request.tools):
+            request.tools[int(n)].strict = tool_extra.get("strict")
+            request.tools[int(n)].extensions = tool_extra.get("extensions")
 
 
 def _item_from_part(part: hub.Part) -> dict[str, Any] | None:
@@ -894,7 +906,7 @@ def _whole_fragment(item: Item) -> Item:
     if type(item) is Thinking:
         return Thinking(item.thinking)
     if type(item) is ToolCall:
-        return ToolCall(item.name, json.dumps(item.arguments), item.tool_call_id)
+        return ToolCall(item.name, json.dumps(item.arguments, ensure_ascii=False), item.tool_call_id)
     if type(item) is InlineData or type(item) is InlineThinking:
         return type(item)(item.data, item.mime_type)
     return item
@@ -950,7 +962,7 @@ def _whole_fragment_dict(item: Any) -> Any:
     kind = str(d.get("type", "")).removesuffix(".done")
     d["type"] = f"{kind}.delta"
     if kind == "tool_call":
-        d["arguments"] = json.dumps(d.get("arguments") or {})
+        d["arguments"] = json.dumps(d.get("arguments") or {}, ensure_ascii=False)
     return d
 
 
