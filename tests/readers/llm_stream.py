@@ -1,0 +1,61 @@
+"""Reads an llm-stream body as an independent client of the standard would (seed 000):
+SSE events, one JSON envelope each, ``v``/``seq``/``type``; text from ``content.delta``,
+calls from ``tool.call``, usage from ``usage``, the turn's ``stop_reason`` from the last
+``content.stop``, an ``error`` event raised, no ``stream.end`` an error.  It shares no code
+with the llm-stream codec; only the SSE layer."""
+
+from __future__ import annotations
+
+import json
+
+from llmbridge import sse
+
+from . import FINISH_CATEGORY, Summary
+
+CARRIES_THINKING = True  # as the namespaced "llmbridge:thinking" delta key
+
+
+class StreamError(Exception):
+    pass
+
+
+def read(body: bytes) -> Summary:
+    decoder = sse.Decoder()
+    s = Summary(thinking="")
+    ended = False
+    expected_seq = 0
+    try:
+        for event in decoder.feed(body) + decoder.close():
+            obj = json.loads(event.data)
+            if obj.get("v") != "1.0" or obj.get("seq") != expected_seq or obj.get("type") != event.event:
+                raise StreamError(f"bad envelope at seq {expected_seq}: {event.data[:80]}")
+            expected_seq += 1
+            kind = obj["type"]
+            if kind == "content.delta":
+                delta = obj.get("delta") or {}
+                s.text += delta.get("text", "")
+                s.thinking += delta.get("llmbridge:thinking", "")
+            elif kind == "tool.call":
+                if (obj.get("llmbridge:block") or {}).get("choice"):
+                    continue
+                try:  # a call cut off by max_tokens keeps its partial arguments
+                    arguments = json.loads(obj["arguments"])
+                except ValueError:
+                    arguments = None
+                s.tool_calls.append((obj["name"], arguments))
+                s.tool_call_ids.append(obj["id"])
+            elif kind == "usage":
+                s.input_tokens = obj.get("input_tokens", s.input_tokens)
+                s.output_tokens = obj.get("output_tokens", s.output_tokens)
+            elif kind == "content.stop" and "stop_reason" in obj and not obj.get("llmbridge:choice"):
+                s.finish = FINISH_CATEGORY.get(obj["stop_reason"], "other")
+            elif kind == "error":
+                err = obj.get("error") or {}
+                raise StreamError(f"{err.get('type')}: {err.get('message')}")
+            elif kind == "stream.end":
+                ended = True
+        if not ended:
+            raise StreamError("no stream.end")
+    except Exception as exc:
+        s.error = f"{type(exc).__name__}: {exc}"
+    return s
