@@ -108,7 +108,7 @@ def test_tool_history_renders_as_text():
         ],
         tools=[WEATHER],
     )
-    prompt = ChatTemplate().render(request, with_tools=True)
+    prompt = ChatTemplate().render(request, tools=[WEATHER])
     assert prompt.startswith("<|im_start|>system\nBe brief.\n\nYou can call functions.")
     assert '{"name": "get_weather", "description": "Get the current weather in a city"' in prompt
     assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}' in prompt
@@ -133,7 +133,9 @@ async def test_greedy_stream_is_deterministic_and_matches_llama_cpp(upstream):
     assert events[0].model == "local"
     # The same prompt straight through llama-cpp-python gives the same tokens.
     engine = upstream._engine
-    prompt = upstream._template.render(request, with_tools=False)
+    prompt = upstream._template.render(
+        request,
+    )
     direct = engine.llm.create_completion(engine.tokenize(prompt), max_tokens=16, temperature=0.0)
     assert direct["choices"][0]["text"] == text
     assert first.usage.input_tokens == direct["usage"]["prompt_tokens"]
@@ -144,7 +146,9 @@ async def test_max_tokens_finish_and_usage(upstream):
     _, response = await collect(upstream, ask("Write a long story about a dragon.", max_tokens=9))
     assert response.finish.reason == "max_tokens" and response.finish.raw == "length"
     assert response.usage.output_tokens == 9
-    prompt = upstream._template.render(ask("Write a long story about a dragon."), with_tools=False)
+    prompt = upstream._template.render(
+        ask("Write a long story about a dragon."),
+    )
     assert response.usage.input_tokens == len(upstream._engine.tokenize(prompt))
     assert response.usage.total_tokens == response.usage.input_tokens + 9
 
@@ -162,23 +166,13 @@ async def test_stop_sequence_cuts_the_text(upstream):
 
 
 async def test_forced_tool_call_is_valid_against_its_schema(upstream):
-    request = ask("What's the weather in Paris?", tools=[WEATHER, EMAIL], max_tokens=48)
+    request = ask("What's the weather in Paris?", tools=[EMAIL, WEATHER], max_tokens=48)
     request.tool_choice = hub.ToolChoice("tool", "get_weather")
     events, response = await collect(upstream, request)
     (block,) = response.blocks
     assert block.kind == "tool_call" and block.name == "get_weather" and block.id.startswith("call_")
     assert sum(type(e) is hub.Delta for e in events) >= 3  # the arguments stream
     check(json.loads(block.text), WEATHER.parameters)
-    assert response.finish.reason == "tool_use"
-
-
-async def test_required_tool_choice_picks_a_tool_by_grammar(upstream):
-    request = ask("Email bob@example.com that lunch is at noon.", tools=[WEATHER, EMAIL], max_tokens=64)
-    request.tool_choice = hub.ToolChoice("required")
-    _, response = await collect(upstream, request)
-    (block,) = response.blocks
-    tool = {"get_weather": WEATHER, "send_email": EMAIL}[block.name]
-    check(json.loads(block.text), tool.parameters)
     assert response.finish.reason == "tool_use"
 
 
@@ -189,6 +183,16 @@ async def test_auto_tool_choice_gives_text_or_a_valid_call(upstream):
             check(json.loads(block.text), WEATHER.parameters)
             assert response.finish.reason == "tool_use"
     assert response.finish.reason in ("tool_use", "end_turn", "max_tokens")
+
+
+async def test_required_tool_choice_picks_a_tool_by_grammar(upstream):
+    request = ask("Email bob@example.com that lunch is at noon.", tools=[WEATHER, EMAIL], max_tokens=64)
+    request.tool_choice = hub.ToolChoice("required")
+    _, response = await collect(upstream, request)
+    (block,) = response.blocks
+    tool = {"get_weather": WEATHER, "send_email": EMAIL}[block.name]
+    check(json.loads(block.text), tool.parameters)
+    assert response.finish.reason == "tool_use"
 
 
 async def test_json_schema_response_format(upstream):

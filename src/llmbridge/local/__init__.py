@@ -15,6 +15,6 @@ import sys
 if "llama_cpp" not in sys.modules:
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-from .upstream import LocalUpstream  # noqa: E402
+from .upstream import LocalUpstream
 
 __all__ = ["LocalUpstream"]

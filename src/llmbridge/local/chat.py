@@ -57,12 +57,12 @@ class ChatTemplate:
         self._template = env.from_string(template or CHATML)
         self.has_default_system = template is not None and DEFAULT_SYSTEM in template
 
-    def render(self, request: hub.Request, *, with_tools: bool) -> str:
-        """The prompt text, ending with the assistant's turn header."""
+    def render(self, request: hub.Request, *, tools: list[hub.Tool] | None = None) -> str:
+        """The prompt text, ending with the assistant's turn header; ``tools`` are described in the system prompt."""
         messages = [{"role": role, "content": content} for role, content in _turns(request)]
-        if with_tools and request.tools:
-            tools = "\n".join(_tool_line(tool) for tool in request.tools)
-            intro = TOOLS_INTRO.format(tools=tools)
+        if tools:
+            listing = "\n".join(_tool_line(tool) for tool in tools)
+            intro = TOOLS_INTRO.format(tools=listing)
             if messages and messages[0]["role"] == "system":
                 messages[0]["content"] += "\n\n" + intro
             else:

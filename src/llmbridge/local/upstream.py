@@ -141,7 +141,7 @@ class LocalUpstream:
                     raise _invalid(f"tool {tool.name!r}: {exc}") from None
 
         assert self._template is not None
-        prompt = self._template.render(request, with_tools=bool(tools))
+        prompt = self._template.render(request, tools=tools)
         if mode == "tool":
             prompt += CALL_PREFIX + (tools[0].name + ARGUMENTS_PREFIX if len(tools) == 1 else "")
         tokens = self._engine.tokenize(prompt)
