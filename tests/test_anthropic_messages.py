@@ -762,6 +762,12 @@ def test_any_hub_stream_round_trips(events):
                 original.finishes[choice] = back.finishes[choice]
                 assert (finish.reason, finish.choice) == (back.finishes[choice].reason, choice)
         assert back == original
+        whole = hub.assemble(am.decode_response(json.loads(json.dumps(am.encode_response(original)))))
+        whole.blocks.sort(key=lambda b: b.index)
+        assert [(b.index, b.kind, b.text, b.choice, b.annotations) for b in whole.blocks] == [
+            (b.index, b.kind, b.text, b.choice, b.annotations) for b in original.blocks
+        ]
+        assert (whole.finishes, whole.usage, whole.id) == (original.finishes, original.usage, original.id)
     else:
         assert (back.error.type, back.error.message) == (original.error.type, "boom")
         assert wire_events(body)[-1][0] == "error"

@@ -100,7 +100,9 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
             events.append(event)
     usage = body.get("usage")
     if type(usage) is dict:
-        events.append(apply_usage_extra(usage_from_raw(usage), ours.get("usage")))
+        known = apply_usage_extra(usage_from_raw(usage), ours.get("usage"))
+        if any(getattr(known, f) is not None for f in known.__struct_fields__):
+            events.append(known)
     finish = event_from_json(ours.get("finish"))
     if type(finish) is hub.Finish:
         events.append(finish)
