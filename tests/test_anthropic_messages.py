@@ -652,6 +652,16 @@ def test_hub_request_encodes_for_anthropic():
     assert budget["max_tokens"] > 8000
 
 
+def test_thinking_effort_from_other_dialects():
+    enabled = am.encode_request(hub.Request(thinking={"type": "enabled", "effort": "high"}))
+    assert enabled["thinking"] == {"type": "enabled", "budget_tokens": 16384} and "output_config" not in enabled
+    assert enabled["max_tokens"] > 16384
+    capped = am.encode_request(hub.Request(max_tokens=3000, thinking={"type": "enabled", "effort": "high"}))
+    assert (capped["max_tokens"], capped["thinking"]["budget_tokens"]) == (3000, 1500)
+    tiny = am.encode_request(hub.Request(max_tokens=500, thinking={"type": "enabled", "effort": "low"}))
+    assert "thinking" not in tiny and tiny["max_tokens"] == 500
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

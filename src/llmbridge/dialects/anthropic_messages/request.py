@@ -14,6 +14,9 @@ from .common import NAME
 DEFAULT_MAX_TOKENS = 4096
 # Room left for the answer when a thinking budget is at or above max_tokens.
 _ANSWER_ROOM = 1024
+# Thinking budgets for an effort word (OpenAI reasoning_effort) when no budget is given.
+EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32000, "max": 32000}
+_MIN_BUDGET = 1024
 
 _BODY_KEYS = frozenset(
     (
@@ -262,6 +265,16 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     effort = thinking.pop("effort", None)
     budget = thinking.get("budget_tokens")
     max_tokens = request.max_tokens or DEFAULT_MAX_TOKENS
+    if thinking.get("type") == "enabled" and type(budget) is not int:
+        # Anthropic needs a budget (at least 1024, below max_tokens); another dialect's effort sets it.
+        budget = EFFORT_BUDGET.get(effort, EFFORT_BUDGET["medium"])
+        effort = None
+        if request.max_tokens and budget >= request.max_tokens:
+            budget = max(_MIN_BUDGET, request.max_tokens // 2)
+        if request.max_tokens and budget >= request.max_tokens:
+            thinking = {}  # no room to think within the client's limit
+        else:
+            thinking["budget_tokens"] = budget
     if thinking.get("type") == "enabled" and type(budget) is int and budget >= max_tokens and not request.max_tokens:
         max_tokens = budget + _ANSWER_ROOM
     body["max_tokens"] = max_tokens
