@@ -142,6 +142,13 @@ async def test_greedy_stream_is_deterministic_and_matches_llama_cpp(upstream):
     assert first.usage.output_tokens == direct["usage"]["completion_tokens"]
 
 
+async def test_sampling_with_a_seed_repeats(upstream):
+    request = ask("Name a fruit.", max_tokens=8, temperature=0.9, top_p=0.9, seed=7)
+    _, first = await collect(upstream, request)
+    _, second = await collect(upstream, request)
+    assert first.blocks[0].text == second.blocks[0].text
+
+
 async def test_max_tokens_finish_and_usage(upstream):
     _, response = await collect(upstream, ask("Write a long story about a dragon.", max_tokens=9))
     assert response.finish.reason == "max_tokens" and response.finish.raw == "length"
@@ -176,13 +183,15 @@ async def test_forced_tool_call_is_valid_against_its_schema(upstream):
     assert response.finish.reason == "tool_use"
 
 
-async def test_auto_tool_choice_gives_text_or_a_valid_call(upstream):
-    _, response = await collect(upstream, ask("What's the weather in Rome?", tools=[WEATHER], max_tokens=24))
-    for block in response.blocks:
-        if block.kind == "tool_call":
-            check(json.loads(block.text), WEATHER.parameters)
-            assert response.finish.reason == "tool_use"
-    assert response.finish.reason in ("tool_use", "end_turn", "max_tokens")
+async def test_auto_tool_choice_answers_text_or_a_valid_call(upstream):
+    _, text = await collect(upstream, ask("What's the weather in Rome?", tools=[WEATHER], max_tokens=10))
+    assert [b.kind for b in text.blocks] == ["text"] and text.finish.reason == "max_tokens"
+    # SmolLM2 answers this one with bare JSON, which is regenerated as a constrained call.
+    _, call = await collect(upstream, ask("Call get_weather for Tokyo in celsius.", tools=[WEATHER], max_tokens=40))
+    (block,) = call.blocks
+    assert block.kind == "tool_call" and block.name == "get_weather"
+    assert json.loads(block.text) == {"city": "Tokyo", "unit": "celsius"}
+    assert call.finish.reason == "tool_use"
 
 
 async def test_required_tool_choice_picks_a_tool_by_grammar(upstream):

@@ -8,7 +8,10 @@ Three shapes of answer:
   name is picked under a grammar over the tool names (when there are several),
   then the arguments are generated under the tool's JSON-schema grammar;
 * ``auto``  -- free text, watching for ``<tool_call>``; when the model writes it,
-  the text so far is closed and the call continues as a forced one.
+  the text so far is closed and the call continues as a forced one.  An answer
+  whose first non-blank character is ``{`` is taken as a call too (SmolLM2-135M
+  tends to answer with bare JSON rather than the tag); it is regenerated as a
+  forced call, so its arguments are valid.
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ class Generation:
         budget = self._budget()
         count = 0
         reason: tuple[str, str | None] = ("max_tokens", None)
+        # "auto": an answer that opens with "{" is taken as a tool call (small models skip the tag).
+        undecided, pending = auto, ""
         sampler = self._sampler(plan.grammar)
         try:
             for token in self.engine.tokens(plan.tokens, sampler.sample, self.job):
@@ -115,6 +120,15 @@ class Generation:
                 text = stream.feed(pieces(token))
                 if stream.stop is not None:
                     reason = ("stop_sequence", stream.stop)
+                if undecided and text:
+                    pending += text
+                    text = ""
+                    if pending.strip():
+                        undecided = False
+                        if pending.lstrip().startswith("{"):
+                            reason = ("json_call", None)
+                            break
+                        text, pending = pending, ""
                 if text:
                     if not opened:
                         emit(hub.BlockStart(index, "text"))
@@ -127,13 +141,15 @@ class Generation:
         finally:
             sampler.close()
             self.generated += count
-        if reason[0] != "stop_sequence":
-            text = stream.flush()
-            if text:
-                if not opened:
-                    emit(hub.BlockStart(index, "text"))
-                    opened = True
-                emit(hub.Delta(index, text))
+        if reason[0] == "json_call":
+            prompt = plan.prompt + CALL_PREFIX
+            return self.tool_call(prompt, self.engine.tokenize(prompt))
+        text = pending + (stream.flush() if reason[0] != "stop_sequence" else "")
+        if text:
+            if not opened:
+                emit(hub.BlockStart(index, "text"))
+                opened = True
+            emit(hub.Delta(index, text))
         if opened:
             emit(hub.BlockStop(index))
             self.index += 1
@@ -185,6 +201,7 @@ class Generation:
         emit, pieces, job, vocab = self.emit, self.pieces, self.job, self._vocab
         emit(hub.BlockStart(index, "tool_call", id=new_call_id(), name=tool.name))
         stream = TextStream()
+        held = ""
         budget = self._budget()
         count = 0
         reason: tuple[str, str | None] = ("max_tokens", None)
@@ -197,15 +214,18 @@ class Generation:
                     reason = ("tool_use", None)
                     break
                 count += 1
-                text = stream.feed(pieces(token))
-                if text:
-                    emit(hub.Delta(index, text))
+                # Whitespace waits for what follows, so the grammar's optional trailing space is not sent.
+                text = held + stream.feed(pieces(token))
+                kept = text.rstrip()
+                held = text[len(kept) :]
+                if kept:
+                    emit(hub.Delta(index, kept))
                 if count >= budget:
                     break
         finally:
             sampler.close()
             self.generated += count
-        rest = stream.flush()
+        rest = stream.flush().rstrip()
         if rest:
             emit(hub.Delta(index, rest))
         emit(hub.BlockStop(index))

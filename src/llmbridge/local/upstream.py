@@ -51,7 +51,10 @@ class LocalUpstream:
     async def load(self) -> None:
         """Load the model now (it otherwise loads at the first request)."""
         if self._template is None:
-            llm = await asyncio.to_thread(self._engine.load)
+            try:
+                llm = await asyncio.to_thread(self._engine.load)
+            except Exception as exc:  # a missing or unreadable GGUF
+                raise UpstreamError(f"the local model did not load: {exc}", status=500, type="api_error") from exc
             self._template = ChatTemplate(llm.metadata.get("tokenizer.chat_template"))
 
     async def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
