@@ -266,5 +266,20 @@ async def test_full_queue_answers_429_and_cancelled_waiters_leave_it():
         await running.aclose()
         rest = [e async for e in again]  # runs once the first one stopped
         assert type(rest[-1]) is hub.ResponseEnd and hub.Finish in {type(e) for e in rest}
+
+        # Shutting down ends a running and a waiting stream with an error, never a clean end.
+        running = up.stream(ask("Write a long story about a dragon.", max_tokens=400))
+        async for event in running:
+            if type(event) is hub.Delta:
+                break
+        waiting = up.stream(ask("Say hi.", max_tokens=4))
+        await anext(waiting)
+        await up.aclose()
+        for stream in (running, waiting):
+            tail = [type(e) for e in [e async for e in stream][-2:]]
+            assert tail == [hub.Error, hub.ResponseEnd]
+        with pytest.raises(UpstreamError) as info:
+            await anext(up.stream(ask("Say hi.")))
+        assert info.value.status == 503
     finally:
         await up.aclose()

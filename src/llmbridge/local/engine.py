@@ -66,6 +66,8 @@ class Engine:
         """Load the GGUF once (about a second); safe to call from any thread."""
         if self.llm is not None:
             return self.llm
+        if self._closed:
+            raise UpstreamError("the local model is shut down", status=503, type="overloaded")
         with self._load_lock:
             if self.llm is None:
                 from llama_cpp import Llama
