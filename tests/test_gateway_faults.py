@@ -14,6 +14,7 @@ import time
 
 import anthropic
 import httpx
+import httpx2
 import openai
 import pytest
 from google import genai
@@ -32,6 +33,10 @@ TEXT = {d: n for d, n in [("anthropic-messages", "claude-text-simple"), ("openai
                           ("openai-responses", "openai-text"), ("gemini", "gemini20-text")]}
 LONG = ("openai-chat", "openai-gpt4o-tool-call-long-arguments")  # 22 kB, many events
 KEEPALIVE, IDLE = 0.2, 1.0
+HI = [{"role": "user", "content": "hi"}]
+# One client for the module: a new httpx client per call builds an SSL context, which is slow.
+HTTP = httpx.Client(timeout=10)
+HTTP2 = httpx2.Client(timeout=10)  # the anthropic SDK's own httpx
 
 
 def _dead_port() -> int:
@@ -121,7 +126,7 @@ def request_for(dialect: str, model: str, stream: bool = True) -> tuple[str, dic
 
 def post(gw, dialect: str, model: str, stream: bool = True, headers: dict | None = None) -> httpx.Response:
     path, body, base_headers = request_for(dialect, model, stream)
-    return httpx.post(gw.url + path, json=body, headers={**base_headers, **(headers or {})}, timeout=10)
+    return HTTP.post(gw.url + path, json=body, headers={**base_headers, **(headers or {})}, timeout=10)
 
 
 def client_events(dialect: str, body: bytes) -> list[hub.Event]:
@@ -144,9 +149,9 @@ def assert_error_shape(dialect: str, response: httpx.Response, status: int, type
 @pytest.mark.parametrize("dialect", ALL)
 def test_malformed_json(gw, dialect):
     path, _, headers = request_for(dialect, "claude-text-simple")
-    r = httpx.post(gw.url + path, content=b'{"model": "x", "messages": [', headers=headers)
+    r = HTTP.post(gw.url + path, content=b'{"model": "x", "messages": [', headers=headers)
     assert_error_shape(dialect, r, 400, "invalid_request")
-    r = httpx.post(gw.url + path, content=b"[1, 2]", headers=headers)
+    r = HTTP.post(gw.url + path, content=b"[1, 2]", headers=headers)
     assert_error_shape(dialect, r, 400, "invalid_request")
 
 
@@ -156,14 +161,14 @@ def test_wrong_types(gw, dialect):
     for key in ("messages", "input", "contents"):
         if key in body:
             body[key] = 42
-    r = httpx.post(gw.url + path, json=body, headers=headers)
+    r = HTTP.post(gw.url + path, json=body, headers=headers)
     assert_error_shape(dialect, r, 400, "invalid_request")
 
 
 @pytest.mark.parametrize("dialect", ALL)
 def test_missing_fields(gw, dialect):
     path, _, headers = request_for(dialect, "claude-text-simple")
-    r = httpx.post(gw.url + path, json={}, headers=headers)
+    r = HTTP.post(gw.url + path, json={}, headers=headers)
     assert_error_shape(dialect, r, 400, "invalid_request")
 
 
@@ -176,13 +181,13 @@ def test_unknown_model(gw, dialect):
 def test_body_too_large(gw, dialect):
     path, body, headers = request_for(dialect, "claude-text-simple")
     body["padding"] = "x" * 5000
-    assert_error_shape(dialect, httpx.post(gw.url + path, json=body, headers=headers), 413, "request_too_large")
+    assert_error_shape(dialect, HTTP.post(gw.url + path, json=body, headers=headers), 413, "request_too_large")
 
 
 @pytest.mark.parametrize("dialect", [d for d in ALL if d != "llm-stream"])
 def test_unsupported_media_type(gw, dialect):
     path, body, _ = request_for(dialect, "claude-text-simple")
-    r = httpx.post(gw.url + path, content=json.dumps(body), headers={"content-type": "text/plain"})
+    r = HTTP.post(gw.url + path, content=json.dumps(body), headers={"content-type": "text/plain"})
     assert_error_shape(dialect, r, 415, "unsupported_media_type")
 
 
@@ -195,22 +200,28 @@ def test_upstream_failure(gw, dialect):
     assert dialects.get(dialect).decode_error(502, r.content).status in (None, 502)
 
 
+@pytest.fixture(scope="module")
+def locked_gw(servers):
+    raw = replay_config(servers[1].url, {"m": ("anthropic-messages", "claude-text-simple")},
+                        gateway={"api_keys": ["${LLMBRIDGE_TEST_KEY:-sekrit}", "other"]})
+    with serving(create_app(config.parse(raw, env={}))) as gw:
+        yield gw
+
+
 @pytest.mark.parametrize("dialect", ALL)
-def test_wrong_key_is_401_in_dialect(dialect, servers):
-    up = servers[1]
-    raw = replay_config(up.url, {"m": ("anthropic-messages", "claude-text-simple")}, gateway={"api_keys": ["sekrit"]})
-    with serving(create_app(config.parse(raw))) as gw:
-        assert_error_shape(dialect, post(gw, dialect, "m"), 401, "authentication")
-        assert_error_shape(dialect, post(gw, dialect, "m", headers={"authorization": "Bearer nope"}), 401,
-                           "authentication")
-        for headers, params in [({"authorization": "Bearer sekrit"}, None), ({"x-api-key": "sekrit"}, None),
-                                ({"x-goog-api-key": "sekrit"}, None), ({}, {"key": "sekrit"})]:
-            path, body, h = request_for(dialect, "m")
-            r = httpx.post(gw.url + path, json=body, headers={**h, **headers}, params=params)
-            assert r.status_code == 200, r.text
-        assert httpx.get(gw.url + "/v1/models").status_code == 401
-        assert httpx.get(gw.url + "/v1/models", headers={"x-api-key": "sekrit"}).status_code == 200
-        assert httpx.get(gw.url + "/healthz").status_code == 200
+def test_wrong_key_is_401_in_dialect(dialect, locked_gw):
+    gw = locked_gw
+    assert_error_shape(dialect, post(gw, dialect, "m"), 401, "authentication")
+    assert_error_shape(dialect, post(gw, dialect, "m", headers={"authorization": "Bearer nope"}), 401,
+                       "authentication")
+    for headers, params in [({"authorization": "Bearer sekrit"}, None), ({"x-api-key": "sekrit"}, None),
+                            ({"x-goog-api-key": "sekrit"}, None), ({}, {"key": "sekrit"})]:
+        path, body, h = request_for(dialect, "m")
+        r = HTTP.post(gw.url + path, json=body, headers={**h, **headers}, params=params)
+        assert r.status_code == 200, r.text
+    assert HTTP.get(gw.url + "/v1/models").status_code == 401
+    assert HTTP.get(gw.url + "/v1/models", headers={"x-api-key": "sekrit"}).status_code == 200
+    assert HTTP.get(gw.url + "/healthz").status_code == 200
 
 
 # --------------------------------------------------------------------------- faults after the stream started
@@ -238,31 +249,28 @@ def test_truncated_upstream_is_never_a_clean_finish(gw, client, source):
 
 def test_truncated_upstream_raises_in_the_sdks(gw):
     model = "claude-text-simple@trunc"
-    with pytest.raises(anthropic.APIError):
-        with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0).messages.stream(
-                model=model, max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
-            s.get_final_message()
+    messages = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0, http_client=HTTP2).messages
+    with pytest.raises(anthropic.APIError), messages.stream(model=model, max_tokens=10, messages=HI) as s:
+        s.get_final_message()
     with pytest.raises(openai.APIError):
-        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
         with client.responses.stream(model=model, input="hi") as s:
             s.get_final_response()
 
 
 def test_midstream_upstream_error_is_the_sdk_exception(gw):
     model = "error-after-text"  # Groq: text, then an error event
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
     with pytest.raises(openai.APIError):
         for _ in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
                                                 stream=True):
             pass
-    with pytest.raises(anthropic.APIError):
-        with anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0).messages.stream(
-                model=model, max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
-            s.get_final_message()
-    with pytest.raises(openai.APIError):
-        with client.responses.stream(model=model, input="hi") as s:
-            s.get_final_response()
-    gclient = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=gw.url))
+    messages = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0, http_client=HTTP2).messages
+    with pytest.raises(anthropic.APIError), messages.stream(model=model, max_tokens=10, messages=HI) as s:
+        s.get_final_message()
+    with pytest.raises(openai.APIError), client.responses.stream(model=model, input="hi") as s:
+        s.get_final_response()
+    gclient = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=gw.url, httpx_client=HTTP))
     with pytest.raises(genai_errors.APIError):
         list(gclient.models.generate_content_stream(model=model, contents="hi"))
 
@@ -274,7 +282,7 @@ def test_client_disconnect_cancels_the_upstream(gw, stats, client, model):
                   **{"slow-anthropic": "claude-thinking-then-tool-use@delay-ms=40@chunk=64"})[model]
     before = stats.cancelled.count(target)
     path, body, headers = request_for(client, model)
-    with httpx.stream("POST", gw.url + path, json=body, headers=headers, timeout=10) as r:
+    with HTTP.stream("POST", gw.url + path, json=body, headers=headers, timeout=10) as r:
         assert r.status_code == 200
         next(r.iter_bytes())  # the answer is flowing
         started = time.monotonic()
@@ -299,7 +307,7 @@ def test_stall_hits_the_idle_timeout_with_keepalives(gw, client):
 
 
 def test_keepalives_flow_while_upstream_is_silent(gw):
-    with httpx.stream("POST", gw.url + "/v1/messages", json=request_for("anthropic-messages", "gemini20-text@stall")[1],
+    with HTTP.stream("POST", gw.url + "/v1/messages", json=request_for("anthropic-messages", "gemini20-text@stall")[1],
                       timeout=10) as r:
         seen = b""
         started = time.monotonic()
@@ -352,7 +360,7 @@ def test_request_id_header_and_llm_stream_echo(gw):
     for source in ("anthropic-messages", "openai-chat"):
         path, body, headers = request_for("llm-stream", TEXT[source])
         body["metadata"] = {"request_id": "rid-42"}
-        r = httpx.post(gw.url + path, json=body, headers=headers)
+        r = HTTP.post(gw.url + path, json=body, headers=headers)
         events = client_events("llm-stream", r.content)
         assert events[0].request_id == "rid-42" and events[-1].request_id == "rid-42"
         lines = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
@@ -369,12 +377,12 @@ def test_standard_stream_is_negotiated_on_any_endpoint(gw):
         assert hub.assemble(client_events("llm-stream", r.content)).complete
     # a standard request on a vendor endpoint
     body = {"model": "claude-text-simple", "messages": [{"role": "user", "content": "hi"}]}
-    r = httpx.post(gw.url + "/v1/messages", json=body, headers={"content-type": "application/llm-request+json"})
+    r = HTTP.post(gw.url + "/v1/messages", json=body, headers={"content-type": "application/llm-request+json"})
     assert r.status_code == 200 and r.text.startswith("event: stream.start")
 
 
 def test_gemini_json_array_stream(gw):
-    r = httpx.post(gw.url + "/v1beta/models/claude-text-simple:streamGenerateContent",
+    r = HTTP.post(gw.url + "/v1beta/models/claude-text-simple:streamGenerateContent",
                    json=request_for("gemini", "x")[1])
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
     chunks = json.loads(r.content)
@@ -396,15 +404,17 @@ def test_record_dir(servers):
 
 
 def test_model_lists(gw):
-    openai_list = httpx.get(gw.url + "/v1/models").json()
+    openai_list = HTTP.get(gw.url + "/v1/models").json()
     names = {m["id"] for m in openai_list["data"]}
     assert "claude-text-simple" in names and openai_list["object"] == "list"
-    anthropic_list = httpx.get(gw.url + "/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
+    anthropic_list = HTTP.get(gw.url + "/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
     assert {m["id"] for m in anthropic_list["data"]} == names and anthropic_list["has_more"] is False
-    gemini_list = httpx.get(gw.url + "/v1beta/models").json()
+    gemini_list = HTTP.get(gw.url + "/v1beta/models").json()
     assert {m["name"] for m in gemini_list["models"]} == {f"models/{n}" for n in names}
-    assert {m["id"] for m in httpx.get(gw.url + "/mmsp/v1/models").json()["models"]} == names
-    assert httpx.get(gw.url + "/healthz").json()["status"] == "ok"
+    assert {m["id"] for m in HTTP.get(gw.url + "/mmsp/v1/models").json()["models"]} == names
+    assert HTTP.get(gw.url + "/healthz").json()["status"] == "ok"
     # the SDKs read them
-    assert "claude-text-simple" in {m.id for m in openai.OpenAI(base_url=gw.url + "/v1", api_key="k").models.list()}
-    assert "claude-text-simple" in {m.id for m in anthropic.Anthropic(base_url=gw.url, api_key="k").models.list()}
+    assert "claude-text-simple" in {m.id for m in openai.OpenAI(base_url=gw.url + "/v1", api_key="k",
+                                                                   http_client=HTTP).models.list()}
+    assert "claude-text-simple" in {m.id for m in anthropic.Anthropic(base_url=gw.url, api_key="k",
+                                                                      http_client=HTTP2).models.list()}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import anthropic
+import httpx
+import httpx2
 import openai
 import pytest
 from google import genai
@@ -32,6 +34,9 @@ WHOLE = [(dialect, names[-1]) for dialect, names in CASES.items()]  # non-stream
 CLIENTS = ["openai-chat", "openai-responses", "anthropic-messages", "gemini"]
 CARRIES_THINKING = {"anthropic-messages", "gemini"}  # client dialects whose SDK exposes thinking text
 HELLO = "Say hello"
+# Shared clients: a new one per call builds an SSL context, which is slow. (anthropic uses httpx2.)
+HTTP = httpx.Client(timeout=30)
+HTTP2 = httpx2.Client(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +62,7 @@ def _args(text: str | None) -> dict:
 
 
 def read_openai_chat(url: str, model: str, stream: bool) -> Summary:
-    client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
     messages = [{"role": "user", "content": HELLO}]
     if stream:
         with client.chat.completions.stream(model=model, messages=messages,
@@ -82,7 +87,7 @@ def read_openai_chat(url: str, model: str, stream: bool) -> Summary:
 
 
 def read_openai_responses(url: str, model: str, stream: bool) -> Summary:
-    client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
     if stream:
         with client.responses.stream(model=model, input=HELLO) as s:
             for _ in s:
@@ -108,7 +113,7 @@ def read_openai_responses(url: str, model: str, stream: bool) -> Summary:
 
 
 def read_anthropic(url: str, model: str, stream: bool) -> Summary:
-    client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+    client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, http_client=HTTP2)
     kwargs = {"model": model, "max_tokens": 1024, "messages": [{"role": "user", "content": HELLO}]}
     if stream:
         with client.messages.stream(**kwargs) as s:
@@ -134,7 +139,7 @@ def read_anthropic(url: str, model: str, stream: bool) -> Summary:
 
 
 def read_gemini(url: str, model: str, stream: bool) -> Summary:
-    client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=url))
+    client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=url, httpx_client=HTTP))
     if stream:
         chunks = list(client.models.generate_content_stream(model=model, contents=HELLO))
     else:
