@@ -171,11 +171,20 @@ def test_grammar_violations_recorded():
         b"data: {not json}\n\n"
         b'data: {"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
         b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"late"}}]}\n\n'
+        b'data: {"id":"x","choices":[{"index":1,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}'
+        b"\n\n"
+        b'data: {"id":"x"}\n\n'
         b"data: [DONE]\n\n"
         b'data: {"id":"x","choices":[]}\n\n'
     )
     events, violations = decode(body)
-    assert [(v.event, v.rule) for v in violations] == [(1, "json"), (3, "after-finish"), (5, "after-terminal")]
+    assert [(v.event, v.rule) for v in violations] == [
+        (1, "json"),
+        (3, "after-finish"),
+        (4, "missing-field"),
+        (5, "missing-field"),
+        (7, "after-terminal"),
+    ]
     assert hub.validate(events) == []
 
 
@@ -267,6 +276,7 @@ SYNTHETIC = {
         hub.BlockStart(3, "tool_call", "toolu_1", "get"),
         hub.Delta(3, '{"a":'),
         hub.Delta(3, "1}"),
+        hub.Extension("gemini", {"on": "tool"}, 3),
         hub.BlockStop(3, {"gemini": {"thoughtSignature": "ts"}}),
         hub.Usage(10, 5, cache_read_tokens=4, reasoning_tokens=2),
         hub.Finish("tool_use", raw="tool_use"),

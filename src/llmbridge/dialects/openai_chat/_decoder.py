@@ -51,6 +51,7 @@ class _Choice:
         "seq_kind",
         "seq_refusal",
         "think",
+        "tool_blocks",
         "tool_ids",
         "tools",
     )
@@ -65,6 +66,7 @@ class _Choice:
         self.rd_index: Any = None
         self.tools: dict[int, int] = {}  # wire tool index -> open block
         self.tool_ids: dict[int, str] = {}
+        self.tool_blocks: dict[int, int] = {}  # wire tool index -> its (latest) block, open or not
         self.natives: dict[Any, int] = {}  # executed_tools index -> open block
         self.think = "start"  # inline <think> parser: "start" | "think" | "text"
         self.buf = ""
@@ -494,8 +496,10 @@ class StreamDecoder(SSEStreamDecoder):
                 if not call_id:
                     call_id = f"call_{self._response_id or 'llmbridge'}_{self._calls}"
                 self._calls += 1
+                if not fn.get("name"):
+                    self.violation("missing-field", f"tool call {k} starts without a function name")
                 block = self._open(ch, "tool_call", call_id, fn.get("name") or None)
-                ch.tools[k] = block
+                ch.tools[k] = ch.tool_blocks[k] = block
                 ch.tool_ids[k] = call_id
                 ch.had_tools = True
             args = fn.get("arguments")
@@ -614,7 +618,9 @@ class StreamDecoder(SSEStreamDecoder):
             return
         ext = bridge.get("extension")
         if isinstance(ext, dict):
-            target = self._refs.get(ext.get("ref"), ch.seq if ch.seq is not None else ch.last)
+            target = ch.tool_blocks.get(ext["tool"]) if "tool" in ext else None
+            if target is None:
+                target = self._refs.get(ext.get("ref"), ch.seq if ch.seq is not None else ch.last)
             self.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data"), target))
         stop = bridge.get("stop")
         if isinstance(stop, dict):

@@ -273,6 +273,8 @@ class StreamEncoder:
         if e.namespace == NAME and isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _CHOICE_NATIVE:
             return self._choice(block.choice, {}, **data)
         ext = {"namespace": e.namespace, "data": data, "ref": e.index}
+        if block.tool is not None:
+            ext["tool"] = block.tool
         return self._choice(block.choice, {}, **{BRIDGE: {"extension": ext}})
 
 
