@@ -93,6 +93,22 @@ def usage_from(usage: Any) -> hub.Usage | None:
     cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
     reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
     extra = usage.get(EXT_KEY) if isinstance(usage.get(EXT_KEY), dict) else {}
+    if extra.get("absent"):  # fields the source did not report, which Responses always has
+        absent = set(extra["absent"])
+        return hub.Usage(
+            **{
+                name: None if name in absent else value
+                for name, value in (
+                    ("input_tokens", usage.get("input_tokens")),
+                    ("output_tokens", usage.get("output_tokens")),
+                    ("cache_read_tokens", cached),
+                    ("reasoning_tokens", reasoning),
+                    ("total_tokens", usage.get("total_tokens")),
+                )
+            },
+            cache_write_tokens=extra.get("cache_write_tokens"),
+            extensions=extra.get("extensions"),
+        )
     return hub.Usage(
         input_tokens=usage.get("input_tokens"),
         output_tokens=usage.get("output_tokens"),
@@ -102,6 +118,9 @@ def usage_from(usage: Any) -> hub.Usage | None:
         total_tokens=usage.get("total_tokens"),
         extensions=extra.get("extensions"),
     )
+
+
+_REPORTED = ("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "total_tokens")
 
 
 def usage_to(usage: hub.Usage | None) -> dict[str, Any] | None:
@@ -115,7 +134,10 @@ def usage_to(usage: hub.Usage | None) -> dict[str, Any] | None:
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
         "total_tokens": usage.total_tokens if usage.total_tokens is not None else inp + out,
     }
-    extra = {}
+    extra: dict[str, Any] = {}
+    absent = [n for n in _REPORTED if getattr(usage, n) is None]
+    if absent:
+        extra["absent"] = absent
     if usage.cache_write_tokens is not None:
         extra["cache_write_tokens"] = usage.cache_write_tokens
     if usage.extensions:

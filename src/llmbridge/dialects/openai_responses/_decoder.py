@@ -241,6 +241,8 @@ class StreamDecoder(SSEStreamDecoder):
         self._items[out] = state
         if item_id:
             self._by_id[item_id] = out
+        if "id" in own and own["id"] is None:  # an id our encoder made up
+            state.id = item_id = None
         if kind == "message":
             extras = {k: v for k, v in item.items() if k not in _MESSAGE_MODELED}
             state.ext = {NAME: {"item": extras}} if extras else None
@@ -252,7 +254,7 @@ class StreamDecoder(SSEStreamDecoder):
                 fidelity["custom"] = True
             state.index = self._start_block(
                 "tool_call",
-                id=item.get("call_id") or self._call_id(),
+                id=None if "call_id" in own and own["call_id"] is None else item.get("call_id") or self._call_id(),
                 name=item.get("name") or "",
                 fidelity=hub.merge_dicts({NAME: fidelity} if fidelity else None, own.get("fidelity")),
                 extensions=own.get("extensions"),
@@ -301,17 +303,19 @@ class StreamDecoder(SSEStreamDecoder):
             return
         if kind == "reasoning":
             self._fill_reasoning(state, item)
-            fields = {k: v for k, v in item.items() if k in ("id", "encrypted_content") and v is not None}
+            fields = {"id": state.id} if state.id else {}
+            if item.get("encrypted_content") is not None:
+                fields["encrypted_content"] = item["encrypted_content"]
             summary = item.get("summary") or []
             if len(summary) > 1:
                 fields["summary"] = summary
-            fidelity = {NAME: fields} if fields else {}
-            if isinstance(own.get("fidelity"), dict):
-                fidelity.update(own["fidelity"])
+            if own.get("own_id") is False:  # the item id was not ours (another vendor's, or made up)
+                fields.pop("id", None)
+            fidelity = hub.merge_dicts({NAME: fields} if fields else None, own.get("fidelity"))
             self._annotate(state.index, own)
             self._stop_block(state.index, fidelity, own.get("extensions"))
         elif kind == "function_call" or kind == "custom_tool_call":
-            if not state.streamed:
+            if not state.streamed and own.get("arguments") != "":
                 self._arguments(state, item.get("arguments" if kind == "function_call" else "input") or "")
             self._end_arguments(state)
             self._annotate(state.index, own)
@@ -441,10 +445,10 @@ class StreamDecoder(SSEStreamDecoder):
         if state.index >= 0:
             return
         state.text_kind = text_kind
-        fields = {"id": state.id} if state.id else {}
+        own = state.ext or {}
+        fields = {"id": state.id} if state.id and own.get("own_id") is not False else {}
         if text_kind != "summary":
             fields["text_kind"] = text_kind
-        own = state.ext or {}
         fidelity = hub.merge_dicts({NAME: fields} if fields else None, own.get("fidelity"))
         state.index = self._start_block("thinking", id=state.id, fidelity=fidelity, extensions=own.get("extensions"))
 
@@ -529,6 +533,9 @@ class StreamDecoder(SSEStreamDecoder):
     def _on_arguments_done(self, obj: dict) -> None:
         state = self._item(obj)
         if state is None or state.streamed:
+            return
+        if (obj.get(EXT_KEY) or {}).get("arguments") == "":  # "{}" on the wire for hub arguments ""
+            state.streamed = True
             return
         text = obj.get("arguments") if obj["type"] == "response.function_call_arguments.done" else obj.get("input")
         if type(text) is str and text:

@@ -69,6 +69,7 @@ class _Block:
         "item",
         "kind",
         "logprobs",
+        "marks",
         "output_index",
         "part_open",
         "pending_logprobs",
@@ -95,6 +96,7 @@ class _Block:
         self.refusal = False
         self.content_mode = False
         self.stopped = False
+        self.marks: dict = {}  # ids we made up, so the decoder leaves them out of the hub
 
 
 class StreamEncoder:
@@ -120,7 +122,7 @@ class StreamEncoder:
         obj["sequence_number"] = self._seq
         self._seq += 1
         if self._carry:
-            obj[EXT_KEY] = {"events": self._carry}
+            obj[EXT_KEY] = {**obj.get(EXT_KEY, {}), "events": self._carry}
             self._carry = []
         return b"event: " + obj["type"].encode() + b"\ndata: " + json_encode(obj) + b"\n\n"
 
@@ -245,6 +247,8 @@ class StreamEncoder:
                     "role": "assistant",
                     **(own.get("item") or {}),
                 }
+                if not event.id:
+                    item[EXT_KEY] = {"id": None}  # made up: the decoder gives the hub no id
                 out += self._new_item(block, item)
                 self._message, self._message_index = item, block.output_index
             block.item, block.output_index = self._message, self._message_index
@@ -270,7 +274,11 @@ class StreamEncoder:
         out += self._release_message()
         if kind == "thinking":
             block.content_mode = own_fid.get("text_kind") == "reasoning_text"
-            item = {"id": own_fid.get("id") or self._id("rs"), "type": "reasoning", "summary": []}
+            item = {"id": own_fid.get("id") or event.id or self._id("rs"), "type": "reasoning", "summary": []}
+            if not own_fid.get("id"):
+                block.marks["own_id"] = False
+                if not event.id:
+                    block.marks["id"] = None
             if block.content_mode:
                 item["content"] = []
             if own_fid.get("encrypted_content"):
@@ -278,6 +286,10 @@ class StreamEncoder:
         elif kind == "tool_call":
             block.custom = bool(own_fid.get("custom"))
             call_id = event.id or self._id("call")
+            if not event.id:
+                block.marks["call_id"] = None
+            if not own_fid.get("id"):
+                block.marks["id"] = None
             if block.custom:
                 item = {
                     "id": own_fid.get("id") or self._id("ctc"),
@@ -299,6 +311,7 @@ class StreamEncoder:
         else:  # one of our own native items, as it was added
             item = dict(own_ext)
             item.setdefault("id", event.id or self._id("item"))
+        extra.update(block.marks)
         if extra:
             item[EXT_KEY] = extra
         out += self._new_item(block, item)
@@ -458,10 +471,19 @@ class StreamEncoder:
                 out += self._item_event("response.custom_tool_call_input.done", block, input=value)
                 item["input"] = value
             else:
-                if not text.strip():
+                if not text:  # hub "" means {}: clients get "{}", our decoder gets "" back
                     text = "{}"
-                    out += self._item_event("response.function_call_arguments.delta", block, delta=text)
-                out += self._item_event("response.function_call_arguments.done", block, arguments=text)
+                    block.marks["arguments"] = ""
+                    done = {
+                        "type": "response.function_call_arguments.done",
+                        "item_id": item["id"],
+                        "output_index": block.output_index,
+                        "arguments": text,
+                        EXT_KEY: {"arguments": ""},
+                    }
+                    out += self._write(done)
+                else:
+                    out += self._item_event("response.function_call_arguments.done", block, arguments=text)
                 item["arguments"] = text
             if foreign_fid:
                 extra["fidelity"] = foreign_fid
@@ -475,6 +497,7 @@ class StreamEncoder:
                 del late["text_kind"]
             if late:
                 extra["fidelity"] = {**extra.get("fidelity", {}), NAME: late}
+        extra.update(block.marks)
         if extra:
             item[EXT_KEY] = extra
         block.item = item
