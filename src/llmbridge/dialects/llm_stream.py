@@ -112,6 +112,15 @@ def _finish_fields(f: hub.Finish, out: dict) -> dict:
     return out
 
 
+def _finish(reason: str, choice: int, obj: dict) -> hub.Finish:
+    """A stop_reason and its namespaced details; a word this version does not know is kept raw."""
+    raw = obj.get("llmbridge:raw_reason")
+    sequence = obj.get("llmbridge:stop_sequence")
+    if reason not in hub.FINISH_REASONS:
+        raw, reason = raw if type(raw) is str else reason, "other"
+    return hub.Finish(reason, choice, raw if type(raw) is str else None, sequence if type(sequence) is str else None)
+
+
 def _error_fields(e: hub.Error) -> dict:
     err: dict[str, Any] = {"type": e.type, "message": e.message}
     if e.code is not None:
@@ -180,7 +189,9 @@ class StreamEncoder:
                 fields["llmbridge:status"] = error.status
             if error.body is not None:
                 fields["llmbridge:body"] = error.body
-            partial = [self._tool_call_fields(i, t) for i, t in self._tools.items()]
+            partial = [self._tool_call_fields(i, t, partial=True) for i, t in self._tools.items()]
+            for tool in self._tools.values():
+                self._annotations.extend(tool.annotations)
             if partial:
                 # Cut-off calls must not look like calls to run; they ride on the error event.
                 fields["llmbridge:partial_tool_calls"] = partial
@@ -193,10 +204,18 @@ class StreamEncoder:
         self._ended = True
         return out
 
-    def _tool_call_fields(self, index: int, tool: _ToolBuffer) -> dict:
+    def _tool_call_fields(self, index: int, tool: _ToolBuffer, partial: bool = False) -> dict:
         start = tool.start
-        call_id = start.id if start.id is not None else f"call_{self._response_id or 'llmbridge'}_{index}"
-        fields = {"index": index, "id": call_id, "name": start.name or "", "arguments": "".join(tool.parts) or "{}"}
+        arguments = "".join(tool.parts)
+        if partial:  # as it was when cut off: nothing filled in
+            fields: dict[str, Any] = {"index": index, "arguments": arguments}
+            if start.id is not None:
+                fields["id"] = start.id
+            if start.name is not None:
+                fields["name"] = start.name
+        else:  # the draft needs an id to answer to and JSON arguments ("" means no arguments)
+            call_id = start.id if start.id is not None else f"call_{self._response_id or 'llmbridge'}_{index}"
+            fields = {"index": index, "id": call_id, "name": start.name or "", "arguments": arguments or "{}"}
         info = _block_info(start, False, with_id=False)
         if info:
             fields["llmbridge:block"] = info
@@ -217,6 +236,8 @@ class StreamEncoder:
         if self._ended:
             return b""
         kind = type(event)
+        if kind is hub.Delta and not event.text:
+            return b""  # nothing to say; an empty delta would only cost a seq
         out = b""
         if self._pending_start is not None:
             if kind is hub.Delta and event.index == self._pending_start_index:
@@ -390,9 +411,11 @@ class StreamDecoder(SSEStreamDecoder):
         try:
             obj = json_decode(event.data)
         except msgspec.DecodeError as exc:
+            self._next_seq += 1  # the broken event had a seq of its own
             self._fatal("json", f"data is not one complete JSON object ({exc})")
             return
         if type(obj) is not dict:
+            self._next_seq += 1
             self._fatal("json", f"data is a JSON {type(obj).__name__}, not an object")
             return
         event_type = obj.get("type")
@@ -601,21 +624,11 @@ class StreamDecoder(SSEStreamDecoder):
         if type(reason) is not str:
             self.violation("field", f"'stop_reason' has type {type(reason).__name__}")
             return
-        raw = obj.get("llmbridge:raw_reason")
-        sequence = obj.get("llmbridge:stop_sequence")
-        known = reason in STOP_REASONS
         if choice in self._finished:
             self.violation("stop-reason", f"a second stop_reason for choice {choice}; the first one stands")
             return
         self._finished.add(choice)
-        self.emit(
-            hub.Finish(
-                reason if known else "other",
-                choice,
-                raw if type(raw) is str else (None if known else reason),
-                sequence if type(sequence) is str else None,
-            )
-        )
+        self.emit(_finish(reason, choice, obj))
 
     def _on_usage(self, obj: dict) -> None:
         self._annotations(obj)
@@ -1101,6 +1114,8 @@ def encode_response(response: hub.Response) -> dict:
         annotations += _annotations_list(b.annotations)
         extra = {k: v for k, v in (("llmbridge:fidelity", b.fidelity), ("llmbridge:extensions", b.extensions)) if v}
         if b.choice == 0 and b.kind == "text":
+            if b.id is not None:
+                extra["llmbridge:id"] = b.id
             content.append({"type": "text", "index": b.index, "text": b.text, **extra})
         elif b.choice == 0 and b.kind == "tool_call":
             call_id = b.id if b.id is not None else f"call_{response.id or 'llmbridge'}_{b.index}"
@@ -1135,17 +1150,7 @@ def encode_response(response: hub.Response) -> dict:
 
 def _finish_from(obj: dict, choice: int) -> hub.Finish | None:
     reason = obj.get("stop_reason", obj.get("llmbridge:stop_reason"))
-    if type(reason) is not str:
-        return None
-    known = reason in STOP_REASONS
-    raw = obj.get("llmbridge:raw_reason")
-    sequence = obj.get("llmbridge:stop_sequence")
-    return hub.Finish(
-        reason if known else "other",
-        choice,
-        raw if type(raw) is str else (None if known else reason),
-        sequence if type(sequence) is str else None,
-    )
+    return _finish(reason, choice, obj) if type(reason) is str else None
 
 
 def decode_response(body: dict) -> list[hub.Event]:
@@ -1169,6 +1174,7 @@ def decode_response(body: dict) -> list[hub.Event]:
             hub.Block(
                 item.get("index", i) if type(item.get("index")) is int else i,
                 "text",
+                _opt_str(item, "llmbridge:id", f"content[{i}]"),
                 text=text,
                 fidelity=item.get("llmbridge:fidelity"),
                 extensions=item.get("llmbridge:extensions"),
