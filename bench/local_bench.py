@@ -6,7 +6,9 @@ Both paths use one ``Llama`` object, the same prompt tokens and greedy decoding,
 generate the same tokens.  The KV cache is reset before every run so each pays the full
 prompt evaluation.  Runs alternate (direct, local, direct, local ...) so machine load hits
 both alike; the table shows medians.  TTFT is request to first text; decode tokens/s
-counts the tokens after the first over the time after the first.
+counts the tokens after the first over the time after the first; CPU ms/token is the
+process's CPU time (all threads, prompt evaluation included) per generated token, which
+machine load disturbs far less than wall-clock rates.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def direct(llm, tokens: list[int], max_tokens: int) -> tuple[float, float, int]:
+def direct(llm, tokens: list[int], max_tokens: int) -> tuple[float, float, int, float]:
     llm.reset()
+    cpu = time.process_time()
     start = time.perf_counter()
     first = last = 0.0
     n = 0
@@ -42,11 +45,12 @@ def direct(llm, tokens: list[int], max_tokens: int) -> tuple[float, float, int]:
             first = first or last
         n += 1
     n -= 1  # the last chunk carries the finish reason, no token
-    return first - start, last - first, n
+    return first - start, last - first, n, time.process_time() - cpu
 
 
-async def local(upstream: LocalUpstream, request: hub.Request) -> tuple[float, float, int]:
+async def local(upstream: LocalUpstream, request: hub.Request) -> tuple[float, float, int, float]:
     upstream._engine.llm.reset()
+    cpu = time.process_time()
     start = time.perf_counter()
     first = last = 0.0
     n = 0
@@ -56,14 +60,15 @@ async def local(upstream: LocalUpstream, request: hub.Request) -> tuple[float, f
             first = first or last
         elif type(event) is hub.Usage:
             n = event.output_tokens
-    return first - start, last - first, n
+    return first - start, last - first, n, time.process_time() - cpu
 
 
-def row(name: str, runs: list[tuple[float, float, int]]) -> tuple[str, float, float, float, int]:
+def row(name: str, runs: list[tuple[float, float, int, float]]) -> tuple[str, float, float, float, int, float]:
     ttft = statistics.median(r[0] for r in runs) * 1000
+    cpu = statistics.median(r[3] / r[2] for r in runs) * 1000
     decode = statistics.median((r[2] - 1) / r[1] for r in runs if r[1] > 0)
     overall = statistics.median(r[2] / (r[0] + r[1]) for r in runs)
-    return name, ttft, decode, overall, runs[0][2]
+    return name, ttft, decode, overall, runs[0][2], cpu
 
 
 async def main() -> None:
@@ -96,9 +101,9 @@ async def main() -> None:
         f"model {Path(upstream._engine.model_path or '').name}, prompt {len(tokens)} tokens, "
         f"threads {args.threads or 'default'}, {args.rounds} rounds, load {load_s:.2f} s"
     )
-    print(f"{'path':<18} {'tokens':>6} {'TTFT ms':>9} {'decode tok/s':>13} {'overall tok/s':>14}")
-    for name, ttft, decode, overall, n in rows:
-        print(f"{name:<18} {n:>6} {ttft:>9.1f} {decode:>13.1f} {overall:>14.1f}")
+    print(f"{'path':<18} {'tokens':>6} {'TTFT ms':>9} {'decode tok/s':>13} {'overall tok/s':>14} {'CPU ms/token':>13}")
+    for name, ttft, decode, overall, n, cpu in rows:
+        print(f"{name:<18} {n:>6} {ttft:>9.1f} {decode:>13.1f} {overall:>14.1f} {cpu:>13.2f}")
     ratio = rows[1][2] / rows[0][2] * 100
     print(f"LocalUpstream decode speed: {ratio:.1f}% of direct (target >= 95%)")
     print(f"RSS: {before:.0f} MB before load, {loaded:.0f} MB after load, {rss_mb():.0f} MB peak")
