@@ -31,14 +31,29 @@ _ERROR = {
 }
 
 
+class _Canned:
+    """The one response every request gets; swapped per read (one client: building one costs ~0.4 s)."""
+
+    body = b""
+    content_type = "text/event-stream"
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=self.body, headers={"content-type": self.content_type})
+
+
+_canned = _Canned()
+_client: genai.Client | None = None
+
+
 def client_for(body: bytes, content_type: str = "text/event-stream") -> genai.Client:
     """A google-genai client whose every request is answered with ``body``."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=body, headers={"content-type": content_type})
-
-    http = httpx.Client(transport=httpx.MockTransport(handler))
-    return genai.Client(api_key="x", http_options=types.HttpOptions(base_url="http://gemini.test", httpx_client=http))
+    global _client
+    _canned.body, _canned.content_type = body, content_type
+    if _client is None:
+        http = httpx.Client(transport=httpx.MockTransport(_canned))
+        options = types.HttpOptions(base_url="http://gemini.test", httpx_client=http)
+        _client = genai.Client(api_key="x", http_options=options)
+    return _client
 
 
 def category(word: str | None, tool_calls: bool) -> str | None:

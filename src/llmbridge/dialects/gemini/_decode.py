@@ -63,6 +63,7 @@ class ChunkDecoder:
         self.candidates: dict[int, _Candidate] = {}
         self.blocked = False  # promptFeedback.blockReason
         self.errored = False
+        self.marked_complete = False  # our extension key says the source ended cleanly
         self._next_block = 0
         self._calls = 0
         self._usage: dict | None = None
@@ -108,6 +109,8 @@ class ChunkDecoder:
                 self._emit(u)
         ours = obj.get(EXT)
         if isinstance(ours, dict):
+            if ours.get("complete"):
+                self.marked_complete = True
             for ann in ours.get("annotations") or ():
                 block = ann.get("block")
                 index = self._ordinal[block] if isinstance(block, int) and block < len(self._ordinal) else None
@@ -124,6 +127,8 @@ class ChunkDecoder:
             if k not in ("candidates", "usageMetadata", "modelVersion", "responseId", "promptFeedback", EXT, "error")
         }
         ours = obj.get(EXT) or {}
+        if ours.get("time_from_created"):
+            extras.pop("createTime", None)
         extensions = dict(ours.get("extensions") or {})
         if extras:
             extensions[NAME] = {**extensions.get(NAME, {}), **extras}
@@ -344,7 +349,7 @@ class ChunkDecoder:
 
     @property
     def complete(self) -> bool:
-        if self.errored:
+        if self.errored or self.marked_complete:
             return True
         if not self.candidates:
             return self.blocked
@@ -419,7 +424,8 @@ class StreamDecoder(SSEStreamDecoder):
             if not self._chunks.started:
                 self._chunks.start({})
             self._chunks.end()
-            if self._chunks.complete and not (self._array is not None and self._array.pending):
+            cut = self._array is not None and (self._array.pending or (self._array.opened and not self._array.closed))
+            if self._chunks.complete and not cut:
                 self.finish_stream()
             else:
                 self.on_truncated()

@@ -110,9 +110,11 @@ class _Block:
     __slots__ = (
         "buf",
         "choice",
+        "deferred",
         "extensions",
         "fidelity",
         "id",
+        "index",
         "kind",
         "mime_type",
         "name",
@@ -120,9 +122,11 @@ class _Block:
         "parts",
         "sig",
         "start",
+        "stop_event",
     )
 
     def __init__(self, e: hub.BlockStart, ordinal: int) -> None:
+        self.index = e.index
         self.kind = e.kind
         self.choice = e.choice
         self.id = e.id
@@ -135,6 +139,8 @@ class _Block:
         self.parts = 0  # parts emitted
         self.buf: list[str] = []
         self.ordinal = ordinal
+        self.deferred = False  # started while another text block of its choice streams: held back
+        self.stop_event: hub.BlockStop | None = None
 
 
 class StreamEncoder:
@@ -146,12 +152,16 @@ class StreamEncoder:
         self._blocks: dict[int, _Block] = {}
         self._ordinals = 0
         self._closed_ordinals: dict[int, int] = {}
-        self._last_kind: dict[int, str] = {}  # per choice: kind of the last text/thinking part
+        self._last_part: dict[int, tuple[str, int] | None] = {}  # per choice: (kind, index) of the last part
+        self._active: dict[int, int] = {}  # per choice: the text/thinking block streaming now
+        self._deferred: dict[int, list[_Block]] = {}
+        self._whole: dict[int, list[_Block]] = {}  # per choice: open whole-part blocks, in start order
         self._finishes: dict[int, hub.Finish] = {}
         self._candidate_ext: dict[int, dict] = {}
         self._chunk_ext: dict[str, Any] = {}
         self._annotations: list[dict] = []
         self._done = False
+        self._error_next = False
 
     # -- chunks
 
@@ -172,6 +182,11 @@ class StreamEncoder:
         )
 
     def _text_part(self, b: _Block, text: str, stop: dict | None = None) -> bytes:
+        last = self._last_part.get(b.choice)
+        if b.parts == 0 and b.start is None and last is not None and last[0] == b.kind:
+            b.start = {}  # a marker: this part starts a new block, not the previous one's continuation
+        self._last_part[b.choice] = (b.kind, b.index)
+        b.parts += 1
         if b.sig is None and b.start is None and stop is None:
             if b.kind == "thinking":
                 return b'{"text":' + json_encode(text) + b',"thought":true}'
@@ -202,10 +217,9 @@ class StreamEncoder:
             b = self._blocks.get(e.index)
             if b is None:
                 return b""
-            if b.kind == "text" or b.kind == "thinking":
+            if (b.kind == "text" or b.kind == "thinking") and not b.deferred:
                 if not e.text and b.sig is None and b.start is None:
                     return b""
-                b.parts += 1
                 return self._chunk(b.choice, self._text_part(b, e.text))
             b.buf.append(e.text)
             return b""
@@ -228,10 +242,16 @@ class StreamEncoder:
             return b""
         if kind is hub.Error:
             self._done = True
-            return b"data: " + json_encode(error_from_hub(e)[1]) + b"\n\n"
+            # What was already said (finish, usage) goes out first; then Gemini's error chunk.
+            self._error_next = True
+            head = self._last_chunk(None) if self._finishes or self._usage or self._annotations else b""
+            return head + b"data: " + json_encode(error_from_hub(e)[1]) + b"\n\n"
         if kind is hub.ResponseEnd:
             self._done = True
-            return self._last_chunk(e)
+            held = b"".join(self._flush(c, everything=True) for c in list(self._deferred))
+            for whole in self._whole.values():
+                held += b"".join(self._stop(b, b.stop_event or hub.BlockStop(b.index)) for b in whole)
+            return held + self._last_chunk(e.request_id)
         return b""
 
     def _response_start(self, e: hub.ResponseStart) -> None:
@@ -248,9 +268,10 @@ class StreamEncoder:
         ours = exts.pop(NAME, None)
         if isinstance(ours, dict):
             first.update(ours)
+        mine: dict[str, Any] = {}
         if e.created is not None and "createTime" not in first:
             first["createTime"] = format_time(e.created)
-        mine: dict[str, Any] = {}
+            mine["time_from_created"] = True  # not the source's own createTime
         if exts:
             mine["extensions"] = exts
         if e.request_id is not None:
@@ -267,11 +288,16 @@ class StreamEncoder:
         if e.kind == "text" or e.kind == "thinking":
             b.sig, foreign = _split_fidelity(e.fidelity)
             start = {k: v for k, v in (("fidelity", foreign), ("extensions", e.extensions), ("id", e.id)) if v}
-            if start or self._last_kind.get(e.choice) == e.kind:
-                b.start = start  # a marker: this part starts a new block
-            self._last_kind[e.choice] = e.kind
+            if start:
+                b.start = start
+        if e.choice in self._active:
+            # Gemini parts cannot interleave with a streaming text part: hold this block back.
+            b.deferred = True
+            self._deferred.setdefault(e.choice, []).append(b)
+        elif e.kind == "text" or e.kind == "thinking":
+            self._active[e.choice] = e.index
         else:
-            self._last_kind.pop(e.choice, None)
+            self._whole.setdefault(e.choice, []).append(b)
         return b""
 
     def _block_stop(self, e: hub.BlockStop) -> bytes:
@@ -279,6 +305,51 @@ class StreamEncoder:
         if b is None:
             return b""
         self._closed_ordinals[e.index] = b.ordinal
+        if b.deferred or self._active.get(b.choice, b.index) != b.index:
+            b.stop_event = e  # a text block of its choice is streaming: after it
+            if not b.deferred:
+                b.deferred = True
+                self._deferred.setdefault(b.choice, []).append(b)
+                whole = self._whole.get(b.choice)
+                if whole and b in whole:
+                    whole.remove(b)
+            return b""
+        if b.kind != "text" and b.kind != "thinking":
+            # Whole parts go out in start order (parallel calls may stop in any order).
+            b.stop_event = e
+            whole = self._whole.get(b.choice) or []
+            out = []
+            while whole and whole[0].stop_event is not None:
+                first = whole.pop(0)
+                out.append(self._stop(first, first.stop_event))
+            return b"".join(out)
+        out = self._stop(b, e)
+        if self._active.get(b.choice) == b.index:
+            del self._active[b.choice]
+            out += self._flush(b.choice)
+        return out
+
+    def _flush(self, choice: int, everything: bool = False) -> bytes:
+        """Emit held-back blocks once the streaming text block of their choice has stopped."""
+        out = []
+        queue = self._deferred.get(choice) or []
+        while queue:
+            b = queue.pop(0)
+            b.deferred = False
+            text_like = b.kind == "text" or b.kind == "thinking"
+            if text_like and b.buf:
+                out.append(self._chunk(b.choice, self._text_part(b, "".join(b.buf))))
+                b.buf.clear()
+            if b.stop_event is not None or everything:
+                out.append(self._stop(b, b.stop_event or hub.BlockStop(b.index)))
+            elif text_like:
+                self._active[choice] = b.index  # still open: it streams from here on
+                for later in queue:
+                    later.deferred = True
+                break
+        return b"".join(out)
+
+    def _stop(self, b: _Block, e: hub.BlockStop) -> bytes:
         if b.kind == "text" or b.kind == "thinking":
             stop_sig, foreign = _split_fidelity(e.fidelity)
             stop: dict[str, Any] = {}
@@ -297,6 +368,7 @@ class StreamEncoder:
             if b.parts == 0 and b.start is None and b.sig is None and not stop:
                 b.start = {}  # keep the empty block
             return self._chunk(b.choice, self._text_part(b, "", stop or None))
+        self._last_part[b.choice] = None
         part = block_part(
             b.kind,
             "".join(b.buf),
@@ -326,7 +398,7 @@ class StreamEncoder:
             ann["block"] = b.ordinal if b is not None else self._closed_ordinals.get(e.index)
         self._annotations.append(ann)
 
-    def _last_chunk(self, e: hub.ResponseEnd) -> bytes:
+    def _last_chunk(self, request_id: str | None) -> bytes:
         candidates = []
         for choice in sorted(set(self._finishes) | set(self._candidate_ext)):
             cand: dict[str, Any] = {}
@@ -347,8 +419,10 @@ class StreamEncoder:
         mine: dict[str, Any] = {}
         if self._annotations:
             mine["annotations"] = self._annotations
-        if e.request_id is not None:
-            mine["request_id"] = e.request_id
+        if request_id is not None:
+            mine["request_id"] = request_id
+        if not self._finishes and not self._error_next:
+            mine["complete"] = True  # the source ended cleanly without a finish reason
         if mine:
             chunk[EXT] = mine
         body = json_encode(chunk)[1:-1]

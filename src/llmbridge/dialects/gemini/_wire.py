@@ -111,22 +111,27 @@ def usage_to_hub(u: dict) -> hub.Usage | None:
         output_tokens=(cand or 0) + (thoughts or 0) if cand is not None or thoughts is not None else None,
         cache_read_tokens=u.get("cachedContentTokenCount"),
         cache_write_tokens=ours.get("cache_write_tokens"),
-        reasoning_tokens=thoughts,
-        total_tokens=total,
-        extensions={NAME: extras} if extras else None,
+        reasoning_tokens=ours.get("reasoning_tokens", thoughts),
+        total_tokens=ours.get("total_tokens", total),
+        extensions={**(ours.get("extensions") or {}), **({NAME: extras} if extras else {})} or None,
     )
 
 
 def usage_from_hub(u: hub.Usage) -> dict:
     ours = (u.extensions or {}).get(NAME) or {}
     out: dict[str, Any] = {}
+    mine: dict[str, Any] = {}
     tool_prompt = ours.get("toolUsePromptTokenCount")
     if u.input_tokens is not None:
         out["promptTokenCount"] = max(u.input_tokens - (tool_prompt or 0), 0)
+    thoughts = u.reasoning_tokens
     if u.output_tokens is not None:
-        out["candidatesTokenCount"] = max(u.output_tokens - (u.reasoning_tokens or 0), 0)
-    if u.reasoning_tokens is not None:
-        out["thoughtsTokenCount"] = u.reasoning_tokens
+        if thoughts is not None and thoughts > u.output_tokens:  # a source that counts them apart
+            mine["reasoning_tokens"] = thoughts
+            thoughts = u.output_tokens
+        out["candidatesTokenCount"] = u.output_tokens - (thoughts or 0)
+    if thoughts is not None:
+        out["thoughtsTokenCount"] = thoughts
     if u.cache_read_tokens is not None:
         out["cachedContentTokenCount"] = u.cache_read_tokens
     if tool_prompt is not None:
@@ -135,10 +140,16 @@ def usage_from_hub(u: hub.Usage) -> dict:
         out["totalTokenCount"] = u.total_tokens
     elif u.input_tokens is not None or u.output_tokens is not None:
         out["totalTokenCount"] = (u.input_tokens or 0) + (u.output_tokens or 0)
+        mine["total_tokens"] = None  # the source did not say; Gemini clients expect one
     for k, v in ours.items():
         out.setdefault(k, v)
     if u.cache_write_tokens is not None:
-        out[EXT] = {"cache_write_tokens": u.cache_write_tokens}
+        mine["cache_write_tokens"] = u.cache_write_tokens
+    foreign = {k: v for k, v in (u.extensions or {}).items() if k != NAME}
+    if foreign:
+        mine["extensions"] = foreign
+    if mine:
+        out[EXT] = mine
     return out
 
 
