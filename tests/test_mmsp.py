@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import anthropic
@@ -15,7 +16,7 @@ from llmbridge.dialects import mmsp
 from llmbridge.dialects.base import decode_all, encode_all
 from llmbridge.errors import RequestError
 from llmbridge.gateway import config, create_app
-from llmbridge.unievent import UniEvent, grammar_violations
+from llmbridge.unievent import UniEvent, grammar_violations, view_events
 from tests.conftest import CORPUS
 from tests.gateway_util import replay_config, serving
 from tests.readers import expected
@@ -40,29 +41,27 @@ def lines(body: bytes) -> list[str]:
 def comparable(response: hub.Response, parsed_arguments: bool = False) -> dict:
     """What an mmsp round trip must keep: every block's content, names, ids, fidelity; usage; finish.
 
-    A whole response holds parsed tool arguments, so only their JSON value survives it.
+    A whole response holds parsed tool arguments, so only their JSON value survives it.  An item
+    with nothing in it is left out (as MMSP leaves it out); a note about it stays, stream-level.
     """
-    blocks = [
-        (
-            b.kind,
-            json.loads(b.text or "{}") if parsed_arguments and b.kind == "tool_call" else b.text,
-            b.name,
-            b.id if b.kind in ("tool_call", "native") else None,
-            b.choice,
-            b.fidelity or None,
-            b.mime_type,
-            b.extensions or None,
-            [(a.namespace, a.data) for a in b.annotations],
+    blocks, notes = [], [(a.namespace, a.data) for a in response.annotations]
+    for b in response.blocks:
+        if b.kind in ("text", "thinking", "data") and not (b.text or b.fidelity or b.extensions or b.id or b.choice):
+            notes += [(a.namespace, a.data) for a in b.annotations]
+            continue
+        text = json.loads(b.text or "{}") if parsed_arguments and b.kind == "tool_call" else b.text
+        ident = b.id if b.kind in ("tool_call", "native") else None
+        annotations = [(a.namespace, a.data) for a in b.annotations]
+        blocks.append(
+            (b.kind, text, b.name, ident, b.choice, b.fidelity or None, b.mime_type, b.extensions or None, annotations)
         )
-        for b in response.blocks
-    ]
     u = response.usage or hub.Usage()
     return {
         "blocks": blocks,
         "usage": (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens, u.reasoning_tokens),
         "finishes": {c: (f.reason, f.stop_sequence) for c, f in response.finishes.items()},
         "error": (response.error.type, response.error.message) if response.error else None,
-        "annotations": [(a.namespace, a.data) for a in response.annotations],
+        "annotations": sorted(notes, key=repr),
         "start": (response.id, response.model),
     }
 
@@ -110,6 +109,8 @@ def test_corpus_streams_survive_an_mmsp_round_trip(source_decoder, path):
     assert violations == []
     assert hub.validate(back) == []
     source, result = hub.assemble(events), hub.assemble(back)
+    # MMSP's own assembler agrees on every group of what went out
+    mmsp_items_agree([UniEvent.from_dict(json.loads(d)) for d in lines(body) if d.startswith('{"role"')])
     if result.error is None:
         assert source.error is None
         assert comparable(result) == comparable(source)
@@ -370,6 +371,7 @@ def test_bad_requests_name_the_field(body, field):
 def test_endpoint():
     url, headers = mmsp.endpoint(hub.Request(model="m"), base_url="http://127.0.0.1:25752/", api_key="k")
     assert url == "http://127.0.0.1:25752/v1/stream"
+    assert mmsp.endpoint(hub.Request(), base_url="http://h/mmsp/v1", api_key=None)[0] == "http://h/mmsp/v1/stream"
     assert headers["authorization"] == "Bearer k" and headers["accept"] == "text/event-stream"
 
 
@@ -496,3 +498,68 @@ def test_an_mmsp_client_gets_errors_in_mmsp_shape(gateway):
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "UpstreamError"
     models = httpx.get(gateway.url + "/mmsp/v1/models", timeout=30)
     assert models.status_code == 200
+
+
+# --------------------------------------------------------------------------- MMSP's own code as the judge
+
+
+def mmsp_items_agree(events: list[UniEvent]) -> None:
+    """MMSP's reference assembler, fed our deltas, closes each group where we do, with our .done."""
+    from mmsp.stream_items import StreamItems
+    from mmsp.wire import decode_wire
+
+    items = StreamItems("llmbridge")
+    for event in events:
+        if event.event_type == "stop":
+            assert items.end() == []
+            continue
+        (item,) = decode_wire(json.loads(json.dumps(event.to_dict())))["content_items"]
+        if item["type"].endswith(".delta"):
+            out = items.delta(item)
+            assert all(i["type"].endswith(".delta") for i in out), "MMSP saw a new item begin inside a group"
+        else:
+            assert items.end() == [item]
+
+
+@given(hub_streams())
+def test_mmsp_assembles_our_deltas_into_our_done_items(case):
+    mmsp_items_agree(view_events(case[0], clock))
+
+
+def mmsp_client_events(url: str, model: str, messages: list[dict]) -> list[dict]:
+    from mmsp.mmsp.client import MmspClient
+
+    async def run() -> list[dict]:
+        client = MmspClient(model, api_key="k", base_url=url + "/mmsp/v1")
+        return [e async for e in client.streaming_response(messages, {"max_tokens": 64})]
+
+    return asyncio.run(run())
+
+
+CLIENT_SOURCES = [
+    s
+    for s in GATEWAY_SOURCES
+    if s[1] in ("claude-thinking-then-tool-use", "gemini25pro-thoughts", "openai-gpt4o-parallel-tool-calls")
+]
+
+
+@pytest.mark.parametrize(("dialect", "name"), CLIENT_SOURCES, ids=[n for _, n in CLIENT_SOURCES])
+def test_mmsps_own_client_reads_the_gateway(gateway, dialect, name):
+    from mmsp.mmsp.client import MmspClient
+
+    user = {"role": "user", "content_items": [{"type": "text.done", "text": "Hi"}]}
+    events = mmsp_client_events(gateway.url, name, [user])
+    assert grammar_violations(events) == []
+    want = source_summary(dialect, name)
+    message = MmspClient(name, api_key="k", base_url="http://unused/v1").concat_uni_events_to_uni_message(events)
+    done = message["content_items"]
+    assert "".join(i["text"] for i in done if i["type"] == "text.done") == want.text
+    assert "".join(i["thinking"] for i in done if i["type"] == "thinking.done") == (want.thinking or "")
+    assert [(i["name"], i["arguments"]) for i in done if i["type"] == "tool_call.done"] == want.tool_calls
+    assert message["usage_metadata"]["prompt_tokens"] == want.input_tokens
+    # the message MMSP keeps as history is a request our gateway takes back, fidelity and all
+    history = [user, message, {"role": "user", "content_items": [{"type": "text.done", "text": "Again"}]}]
+    request = mmsp.decode_request({"model": name, "messages": json.loads(json.dumps(history)), "config": {}})
+    assert [m.role for m in request.messages][:2] == ["user", "assistant"]
+    again = mmsp_client_events(gateway.url, name, history)
+    assert [e["event_type"] for e in again][-1] == "stop"

@@ -560,17 +560,26 @@ class _Group:
         "carrier",
         "closed",
         "fidelity",
+        "finished",
         "kind",
+        "ordinal",
         "parts",
         "sent",
         "start",
         "stop_extensions",
+        "streams",
     )
 
     def __init__(self, start: hub.BlockStart, kind: str, carrier: bool) -> None:
         self.start = start
         self.kind = kind  # the UniEvent kind
         self.carrier = carrier  # a block the grammar cannot express, carried in an empty text item
+        # Images and inline thinking go out whole, one delta per item (MMSP: "every image is an item
+        # of its own"), like carriers and vectors; text, thinking, arguments and audio stream.
+        image = kind == "inline_data" and (start.mime_type or "").startswith("image/")
+        self.streams = not (carrier or image or kind in ("embedding", "inline_thinking"))
+        self.finished = False  # its .done went out, or it was empty and left out
+        self.ordinal: int | None = None  # its place among the groups that went out
         self.parts: list[str] = []
         self.closed = False
         self.fidelity = start.fidelity
@@ -595,8 +604,10 @@ class UniEventView:
 
     def __init__(self, clock: Callable[[], int] | None = None) -> None:
         self._clock = clock or _now_ms
-        self._groups: dict[int, _Group] = {}
-        self._ordinals: dict[int, int] = {}  # hub block index -> its group's place (the decoder's index)
+        self._groups: dict[int, _Group] = {}  # open blocks
+        self._all: dict[int, _Group] = {}  # every block, for annotations that come late
+        self._emitted = 0  # groups that went out (their ordinals; the mmsp decoder's block indices)
+        self._calls = 0
         self._live: _Group | None = None
         self._queue: deque[_Group] = deque()
         self._usage: hub.Usage | None = None
@@ -650,13 +661,13 @@ class UniEventView:
             g = self._groups.get(e.index)
             if g is None or not e.text:
                 return
-            if g is self._live and not g.carrier and g.kind != "embedding":
+            if g is self._live and g.streams:
                 self._emit_fragment(g, e.text, out)
             g.parts.append(e.text)
         elif kind is hub.BlockStart:
             g = self._new_group(e)
             self._groups[e.index] = g
-            self._ordinals[e.index] = len(self._ordinals)
+            self._all[e.index] = g
             if self._live is None:
                 self._activate(g, out)
             else:
@@ -676,13 +687,15 @@ class UniEventView:
         elif kind is hub.Finish:
             self._finishes[e.choice] = e
         elif kind is hub.Extension:
-            g = self._groups.get(e.index) if e.index is not None else None
+            g = self._all.get(e.index) if e.index is not None else None
             entry = {"namespace": e.namespace, "data": e.data}
-            if g is not None:
+            if g is not None and not g.finished:
                 g.annotations.append(entry)
             else:
-                if e.index is not None:  # a block already done: name it by its place in the message
-                    entry["index"] = self._ordinals.get(e.index, e.index)
+                if g is not None and g.ordinal is not None:  # a block already done: its place in the message
+                    entry["index"] = g.ordinal
+                elif g is None and e.index is not None:
+                    entry["index"] = e.index
                 self._annotations.append(entry)
         elif kind is hub.ResponseStart:
             info = {
@@ -717,6 +730,9 @@ class UniEventView:
             kind = "embedding"
         else:
             kind, carrier = "text", True
+        if kind == "tool_call" and not e.id:  # MMSP needs an id on every call; the same input, the same id
+            self._calls += 1
+            e = msgspec.structs.replace(e, id=f"call_{(self._response or {}).get('id', 'llmbridge')}_{self._calls}")
         return _Group(e, kind, carrier)
 
     # -- groups
@@ -741,8 +757,8 @@ class UniEventView:
 
     def _go_live(self, g: _Group, out: list[UniEvent]) -> None:
         """An open group starts streaming: its buffered fragments go out as one."""
-        if g.carrier or g.kind == "embedding":
-            return  # emitted whole when the block stops
+        if not g.streams:
+            return  # goes out whole when the block stops
         buffered = "".join(g.parts)
         if g.kind == "tool_call":
             s = g.start
@@ -769,6 +785,15 @@ class UniEventView:
 
     def _finish(self, g: _Group, out: list[UniEvent]) -> None:
         """The live group's block stopped: a last fragment if needed, then its ``.done`` item."""
+        g.finished = True
+        n = len(out)
+        self._finish_group(g, out)
+        if len(out) > n:
+            g.ordinal = self._emitted
+            self._emitted += 1
+        g.parts = []
+
+    def _finish_group(self, g: _Group, out: list[UniEvent]) -> None:
         s = g.start
         kind = g.kind
         if g.carrier:
@@ -784,6 +809,8 @@ class UniEventView:
         fidelity = to_item_fidelity(g.fidelity, self._extras(g))
         whole = "".join(g.parts)
         buffered = g.sent == 0  # nothing went out live: one fragment holds it all
+        if buffered and not whole and not fidelity and kind != "tool_call":
+            return  # an empty item is left out, as MMSP leaves it out (a vendor rejects it replayed)
         if kind == "text":
             if buffered or fidelity:
                 self._delta(Text(whole if buffered else "", fidelity=fidelity), out)

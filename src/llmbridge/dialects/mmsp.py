@@ -122,6 +122,7 @@ def _exception_object(exc: LLMBridgeError) -> dict[str, Any]:
         return {
             "type": "ToolCallArgumentParseError",
             "message": str(exc),
+            "client": "llmbridge",
             "tool_name": exc.name or "",
             "tool_call_id": exc.tool_call_id or "",
             "raw_arguments_length": len(exc.arguments),
@@ -538,11 +539,15 @@ def _thinking_level(thinking: dict | None) -> str | None:
 
 
 def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
-    """MMSP serves one streaming route; a non-streaming call reads the stream and assembles it."""
+    """MMSP serves one streaming route; a non-streaming call reads the stream and assembles it.
+
+    MMSP's own clients take a base URL ending in ``/v1`` (as OpenAI's); one without it gets ``/v1`` added.
+    """
     headers = {"content-type": "application/json", "accept": STREAM_CONTENT_TYPE}
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
-    return base_url.rstrip("/") + PATH, headers
+    base = base_url.rstrip("/")
+    return (base + "/stream" if base.endswith("/v1") else base + PATH), headers
 
 
 # --------------------------------------------------------------------------- streams
