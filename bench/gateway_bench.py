@@ -91,22 +91,33 @@ def run() -> str:
     for upstream, capture in dict.fromkeys((u, c) for _, _, u, c in CASES):
         for suffix in ("@chunk=100000", "@chunk=200@delay-ms=10"):
             name = f"{upstream}:{capture}{suffix}"
-            lines += ["[[models]]", f'name = "{name}"', f'upstream = "{upstream}"',
-                      f'upstream_model = "{capture}{suffix}"']
+            lines += [
+                "[[models]]",
+                f'name = "{name}"',
+                f'upstream = "{upstream}"',
+                f'upstream_model = "{capture}{suffix}"',
+            ]
     (tmp / "gw.toml").write_text("\n".join(lines) + "\n")
     quiet = "import logging; logging.disable(logging.CRITICAL);"
-    replay = _start(f"{quiet}from llmbridge import replay; replay.create_app; import uvicorn;"
-                    f"uvicorn.run(replay.create_app({str(CORPUS)!r}, seed=1), port={rport}, log_level='error')",
-                    rurl + "/v1/models")
-    gateway = _start(f"{quiet}from llmbridge.gateway import create_app; import uvicorn;"
-                     f"uvicorn.run(create_app({str(tmp / 'gw.toml')!r}), port={gport}, log_level='error')",
-                     gurl + "/healthz")
+    replay = _start(
+        f"{quiet}from llmbridge import replay; replay.create_app; import uvicorn;"
+        f"uvicorn.run(replay.create_app({str(CORPUS)!r}, seed=1), port={rport}, log_level='error')",
+        rurl + "/v1/models",
+    )
+    gateway = _start(
+        f"{quiet}from llmbridge.gateway import create_app; import uvicorn;"
+        f"uvicorn.run(create_app({str(tmp / 'gw.toml')!r}), port={gport}, log_level='error')",
+        gurl + "/healthz",
+    )
     rows = []
     try:
         with httpx.Client(timeout=60) as client:
             for label, client_dialect, upstream, capture in CASES:
-                events = len(decode_all(dialects.get(upstream).StreamDecoder(),
-                                        (CORPUS / upstream / f"{capture}.sse").read_bytes()))
+                events = len(
+                    decode_all(
+                        dialects.get(upstream).StreamDecoder(), (CORPUS / upstream / f"{capture}.sse").read_bytes()
+                    )
+                )
                 model = f"{upstream}:{capture}@chunk=100000"
                 direct_url = rurl + BASE[upstream] + PATH[upstream].removeprefix("/v1" if BASE[upstream] else "")
                 direct = [_stream(client, direct_url, _body(upstream, capture + "@chunk=100000")) for _ in range(N)]
@@ -115,15 +126,25 @@ def run() -> str:
                 via = [_stream(client, gurl + PATH[client_dialect], _body(client_dialect, model)) for _ in range(N)]
                 cpu = (_cpu_seconds(gateway.pid) - cpu) / N
                 med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-                rows.append([label, events, cpu * 1000, cpu * 1e6 / events,
-                             med([f for f, _ in via]) * 1000 - med([f for f, _ in direct]) * 1000,
-                             med([t for _, t in via]) * 1000, med([t for _, t in direct]) * 1000])
+                rows.append(
+                    [
+                        label,
+                        events,
+                        cpu * 1000,
+                        cpu * 1e6 / events,
+                        med([f for f, _ in via]) * 1000 - med([f for f, _ in direct]) * 1000,
+                        med([t for _, t in via]) * 1000,
+                        med([t for _, t in direct]) * 1000,
+                    ]
+                )
             paced = []
             for label, client_dialect, upstream, capture in CASES[1:3]:
                 model = f"{upstream}:{capture}@chunk=200@delay-ms=10"
                 direct_url = rurl + BASE[upstream] + PATH[upstream].removeprefix("/v1" if BASE[upstream] else "")
-                for target, url, body in (("direct", direct_url, _body(upstream, capture + "@chunk=200@delay-ms=10")),
-                                          ("gateway", gurl + PATH[client_dialect], _body(client_dialect, model))):
+                for target, url, body in (
+                    ("direct", direct_url, _body(upstream, capture + "@chunk=200@delay-ms=10")),
+                    ("gateway", gurl + PATH[client_dialect], _body(client_dialect, model)),
+                ):
                     times: list[float] = []
 
                     def worker(url=url, body=body, times=times) -> None:
@@ -143,8 +164,18 @@ def run() -> str:
         for proc in (gateway, replay):
             proc.terminate()
             proc.wait(5)
-    out = table(["unpaced, sequential", "events", "gw CPU ms/stream", "gw CPU ms/1k events", "TTFB added ms",
-                 "total ms (gw)", "total ms (direct)"], rows)
+    out = table(
+        [
+            "unpaced, sequential",
+            "events",
+            "gw CPU ms/stream",
+            "gw CPU ms/1k events",
+            "TTFB added ms",
+            "total ms (gw)",
+            "total ms (direct)",
+        ],
+        rows,
+    )
     out += "\n\n" + table(["paced 10 ms/chunk, 8 concurrent", "streams/s", "median stream ms"], paced)
     return out
 

@@ -18,6 +18,8 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch from the network at import
 
+import contextlib
+
 import litellm  # noqa: F401  (ImportError here means: not in the bench environment)
 from litellm.llms.anthropic.chat.handler import ModelResponseIterator
 from litellm.llms.anthropic.pass_through.adapters.streaming_iterator import AnthropicStreamWrapper
@@ -35,10 +37,8 @@ def _json_events(body: bytes) -> list[dict]:
     out = []
     for e in d.feed(body) + d.close():
         if e.data.strip() != "[DONE]":
-            try:
+            with contextlib.suppress(ValueError):
                 out.append(json.loads(e.data))
-            except ValueError:
-                pass
     return out
 
 
@@ -50,7 +50,7 @@ def chat_to_messages(bodies: list[bytes]) -> int:
             stream = (ModelResponseStream(**c) for c in chunks)
             for frame in AnthropicStreamWrapper(stream, model="m").anthropic_sse_wrapper():
                 size += len(frame)
-        except Exception:  # noqa: BLE001 - a file LiteLLM cannot translate still cost the time it took
+        except Exception:
             pass
     return size
 
@@ -63,7 +63,7 @@ def messages_to_chat(bodies: list[bytes]) -> int:
         for event in events:
             try:
                 chunk = it.chunk_parser(event)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
             size += len(b"data: " + chunk.model_dump_json().encode() + b"\n\n")
     return size
