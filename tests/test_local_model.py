@@ -230,6 +230,14 @@ async def test_requests_the_model_cannot_serve_are_refused_before_streaming(upst
         assert info.value.status == 400 and info.value.type == "invalid_request"
 
 
+async def wait_idle(upstream: LocalUpstream) -> None:
+    engine = upstream._engine
+    started = time.monotonic()
+    while engine._running is not None:
+        assert time.monotonic() - started < 2, "the worker kept generating after the client left"
+        await asyncio.sleep(0.005)
+
+
 async def test_closing_the_stream_frees_the_model_at_once(upstream):
     stream = upstream.stream(ask("Write a long story about a dragon.", max_tokens=400))
     deltas = 0
@@ -238,13 +246,40 @@ async def test_closing_the_stream_frees_the_model_at_once(upstream):
         if deltas == 3:
             break
     await stream.aclose()
-    engine = upstream._engine
-    started = time.monotonic()
-    while engine._running is not None:
-        assert time.monotonic() - started < 2, "the worker kept generating after the client left"
-        await asyncio.sleep(0.005)
+    await wait_idle(upstream)
     _, response = await collect(upstream, ask("Say hi.", max_tokens=4))
     assert response.usage.output_tokens <= 4
+
+
+async def test_cancelling_the_consumer_task_frees_the_model(upstream):
+    seen = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in upstream.stream(ask("Write a long story about a dragon.", max_tokens=400)):
+            if type(event) is hub.Delta:
+                seen.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(seen.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_idle(upstream)
+
+
+async def test_waiting_requests_run_in_arrival_order(upstream):
+    order: list[int] = []
+
+    async def consume(number: int, stream) -> None:
+        async for event in stream:
+            if type(event) is hub.Delta:
+                order.append(number)
+
+    streams = [upstream.stream(ask("Say hi.", max_tokens=2)) for _ in range(3)]
+    for stream in streams:  # admitted in this order
+        assert type(await anext(stream)) is hub.ResponseStart
+    await asyncio.gather(*(consume(n, s) for n, s in reversed(list(enumerate(streams)))))
+    assert order and order == sorted(order) and set(order) == {0, 1, 2}
 
 
 async def test_full_queue_answers_429_and_cancelled_waiters_leave_it():
