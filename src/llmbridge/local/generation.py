@@ -73,7 +73,8 @@ class Generation:
                 reason = self.tool_call(plan.prompt, plan.tokens)
             else:
                 reason = self.text()
-            if reason is None or self.job.cancelled:  # cancelled: by the client (nobody listens) or by shutdown (tell them)
+            if reason is None or self.job.cancelled:
+                # Stopped by the client (nobody listens) or by shutdown (the client must hear it).
                 self.emit(hub.Error("the local model stopped this generation", type="overloaded", status=503))
                 return
             self.emit(
