@@ -76,8 +76,14 @@ UPSTREAM_OF = {  # dialect -> the upstream name used in test configs
 BASE_PATH = {"openai-chat": "/v1", "openai-responses": "/v1", "mmsp": "/mmsp"}
 
 
-def replay_config(replay_url: str, models: dict[str, tuple[str, str]], *, gateway: dict | None = None,
-                  timeouts: dict | None = None, extra_upstreams: dict | None = None) -> dict:
+def replay_config(
+    replay_url: str,
+    models: dict[str, tuple[str, str]],
+    *,
+    gateway: dict | None = None,
+    timeouts: dict | None = None,
+    extra_upstreams: dict | None = None,
+) -> dict:
     """A raw gateway config: one upstream per dialect, all pointing at a replay server.
 
     ``models`` maps a gateway model name to ``(dialect, upstream model)``; a dialect may also be

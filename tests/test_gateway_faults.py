@@ -29,8 +29,15 @@ from tests.gateway_util import UPSTREAM_OF, replay_config, serving, wait_for
 from tests.readers import expected
 
 ALL = list(dialects.NAMES)
-TEXT = {d: n for d, n in [("anthropic-messages", "claude-text-simple"), ("openai-chat", "hf-novita-text"),
-                          ("openai-responses", "openai-text"), ("gemini", "gemini20-text")]}
+TEXT = {
+    d: n
+    for d, n in [
+        ("anthropic-messages", "claude-text-simple"),
+        ("openai-chat", "hf-novita-text"),
+        ("openai-responses", "openai-text"),
+        ("gemini", "gemini20-text"),
+    ]
+}
 LONG = ("openai-chat", "openai-gpt4o-tool-call-long-arguments")  # 22 kB, many events
 KEEPALIVE, IDLE = 0.2, 1.0
 HI = [{"role": "user", "content": "hi"}]
@@ -66,18 +73,27 @@ def servers(tmp_path_factory):
         models["error-after-text"] = ("openai-chat", "groq-gpt-oss-error-event-after-text")
         models["failing"] = ("anthropic-messages", "claude-text-simple@status=500")
         models["dead"] = (["dead"], "x")
-        models["fallback-status"] = (["rep-chat", "rep-anthropic"],
-                                     {"rep-chat": "hf-novita-text@status=503", "rep-anthropic": "claude-text-simple"})
+        models["fallback-status"] = (
+            ["rep-chat", "rep-anthropic"],
+            {"rep-chat": "hf-novita-text@status=503", "rep-anthropic": "claude-text-simple"},
+        )
         models["fallback-dead"] = (["dead", "rep-gemini"], {"rep-gemini": "gemini20-text"})
-        models["fallback-429"] = (["rep-gemini", "rep-chat"],
-                                  {"rep-gemini": "gemini20-text@status=429", "rep-chat": "hf-novita-text"})
-        models["no-fallback-400"] = (["rep-gemini", "rep-chat"],
-                                     {"rep-gemini": "gemini20-text@status=400", "rep-chat": "hf-novita-text"})
+        models["fallback-429"] = (
+            ["rep-gemini", "rep-chat"],
+            {"rep-gemini": "gemini20-text@status=429", "rep-chat": "hf-novita-text"},
+        )
+        models["no-fallback-400"] = (
+            ["rep-gemini", "rep-chat"],
+            {"rep-gemini": "gemini20-text@status=400", "rep-chat": "hf-novita-text"},
+        )
         trunc = f"claude-text-simple@truncate={_truncate_at('anthropic-messages', 'claude-text-simple')}"
-        models["fallback-after-first-byte"] = (["rep-anthropic", "rep-chat"],
-                                               {"rep-anthropic": trunc, "rep-chat": "hf-novita-text@fallback"})
+        models["fallback-after-first-byte"] = (
+            ["rep-anthropic", "rep-chat"],
+            {"rep-anthropic": trunc, "rep-chat": "hf-novita-text@fallback"},
+        )
         raw = replay_config(
-            up.url, {},
+            up.url,
+            {},
             gateway={"keepalive_seconds": KEEPALIVE, "max_body_bytes": 4096, "record_dir": str(record_dir)},
             timeouts={"idle": IDLE, "connect": 1},
             extra_upstreams={"dead": {"format": "openai-chat", "base_url": f"http://127.0.0.1:{_dead_port()}/v1"}},
@@ -117,8 +133,11 @@ def request_for(dialect: str, model: str, stream: bool = True) -> tuple[str, dic
         method = "streamGenerateContent?alt=sse" if stream else "generateContent"
         return f"/v1beta/models/{model}:{method}", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}, {}
     if dialect == "llm-stream":
-        return "/v1/stream", {"model": model, "messages": user, "stream": stream}, {
-            "content-type": "application/llm-request+json"}
+        return (
+            "/v1/stream",
+            {"model": model, "messages": user, "stream": stream},
+            {"content-type": "application/llm-request+json"},
+        )
     if dialect == "mmsp":
         return "/mmsp/v1/stream", {"model": model, "messages": user}, {}
     raise AssertionError(dialect)
@@ -202,8 +221,11 @@ def test_upstream_failure(gw, dialect):
 
 @pytest.fixture(scope="module")
 def locked_gw(servers):
-    raw = replay_config(servers[1].url, {"m": ("anthropic-messages", "claude-text-simple")},
-                        gateway={"api_keys": ["${LLMBRIDGE_TEST_KEY:-sekrit}", "other"]})
+    raw = replay_config(
+        servers[1].url,
+        {"m": ("anthropic-messages", "claude-text-simple")},
+        gateway={"api_keys": ["${LLMBRIDGE_TEST_KEY:-sekrit}", "other"]},
+    )
     with serving(create_app(config.parse(raw, env={}))) as gw:
         yield gw
 
@@ -212,10 +234,13 @@ def locked_gw(servers):
 def test_wrong_key_is_401_in_dialect(dialect, locked_gw):
     gw = locked_gw
     assert_error_shape(dialect, post(gw, dialect, "m"), 401, "authentication")
-    assert_error_shape(dialect, post(gw, dialect, "m", headers={"authorization": "Bearer nope"}), 401,
-                       "authentication")
-    for headers, params in [({"authorization": "Bearer sekrit"}, None), ({"x-api-key": "sekrit"}, None),
-                            ({"x-goog-api-key": "sekrit"}, None), ({}, {"key": "sekrit"})]:
+    assert_error_shape(dialect, post(gw, dialect, "m", headers={"authorization": "Bearer nope"}), 401, "authentication")
+    for headers, params in [
+        ({"authorization": "Bearer sekrit"}, None),
+        ({"x-api-key": "sekrit"}, None),
+        ({"x-goog-api-key": "sekrit"}, None),
+        ({}, {"key": "sekrit"}),
+    ]:
         path, body, h = request_for(dialect, "m")
         r = HTTP.post(gw.url + path, json=body, headers={**h, **headers}, params=params)
         assert r.status_code == 200, r.text
@@ -262,8 +287,7 @@ def test_midstream_upstream_error_is_the_sdk_exception(gw):
     model = "error-after-text"  # Groq: text, then an error event
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
     with pytest.raises(openai.APIError):
-        for _ in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
-                                                stream=True):
+        for _ in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], stream=True):
             pass
     messages = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0, http_client=HTTP2).messages
     with pytest.raises(anthropic.APIError), messages.stream(model=model, max_tokens=10, messages=HI) as s:
@@ -275,11 +299,16 @@ def test_midstream_upstream_error_is_the_sdk_exception(gw):
         list(gclient.models.generate_content_stream(model=model, contents="hi"))
 
 
-@pytest.mark.parametrize(("client", "model"), [("anthropic-messages", "slow-anthropic"), ("gemini", "slow"),
-                                               ("openai-chat", "slow")], ids=["relay", "translate", "relay-chat"])
+@pytest.mark.parametrize(
+    ("client", "model"),
+    [("anthropic-messages", "slow-anthropic"), ("gemini", "slow"), ("openai-chat", "slow")],
+    ids=["relay", "translate", "relay-chat"],
+)
 def test_client_disconnect_cancels_the_upstream(gw, stats, client, model):
-    target = dict(slow="openai-gpt4o-tool-call-long-arguments@delay-ms=40@chunk=64",
-                  **{"slow-anthropic": "claude-thinking-then-tool-use@delay-ms=40@chunk=64"})[model]
+    target = dict(
+        slow="openai-gpt4o-tool-call-long-arguments@delay-ms=40@chunk=64",
+        **{"slow-anthropic": "claude-thinking-then-tool-use@delay-ms=40@chunk=64"},
+    )[model]
     before = stats.cancelled.count(target)
     path, body, headers = request_for(client, model)
     with HTTP.stream("POST", gw.url + path, json=body, headers=headers, timeout=10) as r:
@@ -307,8 +336,9 @@ def test_stall_hits_the_idle_timeout_with_keepalives(gw, client):
 
 
 def test_keepalives_flow_while_upstream_is_silent(gw):
-    with HTTP.stream("POST", gw.url + "/v1/messages", json=request_for("anthropic-messages", "gemini20-text@stall")[1],
-                      timeout=10) as r:
+    with HTTP.stream(
+        "POST", gw.url + "/v1/messages", json=request_for("anthropic-messages", "gemini20-text@stall")[1], timeout=10
+    ) as r:
         seen = b""
         started = time.monotonic()
         for chunk in r.iter_bytes():
@@ -382,14 +412,20 @@ def test_standard_stream_is_negotiated_on_any_endpoint(gw):
 
 
 def test_gemini_json_array_stream(gw):
-    r = HTTP.post(gw.url + "/v1beta/models/claude-text-simple:streamGenerateContent",
-                   json=request_for("gemini", "x")[1])
+    r = HTTP.post(
+        gw.url + "/v1beta/models/claude-text-simple:streamGenerateContent", json=request_for("gemini", "x")[1]
+    )
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
     chunks = json.loads(r.content)
-    text = "".join(p.get("text", "") for c in chunks for cand in c.get("candidates", [])
-                   for p in cand.get("content", {}).get("parts", []))
-    want = expected(client_events("anthropic-messages",
-                                  (CORPUS / "anthropic-messages" / "claude-text-simple.sse").read_bytes()))
+    text = "".join(
+        p.get("text", "")
+        for c in chunks
+        for cand in c.get("candidates", [])
+        for p in cand.get("content", {}).get("parts", [])
+    )
+    want = expected(
+        client_events("anthropic-messages", (CORPUS / "anthropic-messages" / "claude-text-simple.sse").read_bytes())
+    )
     assert text == want.text
 
 
@@ -414,7 +450,9 @@ def test_model_lists(gw):
     assert {m["id"] for m in HTTP.get(gw.url + "/mmsp/v1/models").json()["models"]} == names
     assert HTTP.get(gw.url + "/healthz").json()["status"] == "ok"
     # the SDKs read them
-    assert "claude-text-simple" in {m.id for m in openai.OpenAI(base_url=gw.url + "/v1", api_key="k",
-                                                                   http_client=HTTP).models.list()}
-    assert "claude-text-simple" in {m.id for m in anthropic.Anthropic(base_url=gw.url, api_key="k",
-                                                                      http_client=HTTP2).models.list()}
+    assert "claude-text-simple" in {
+        m.id for m in openai.OpenAI(base_url=gw.url + "/v1", api_key="k", http_client=HTTP).models.list()
+    }
+    assert "claude-text-simple" in {
+        m.id for m in anthropic.Anthropic(base_url=gw.url, api_key="k", http_client=HTTP2).models.list()
+    }

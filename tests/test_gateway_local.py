@@ -106,6 +106,7 @@ def test_default_config_serves_the_embedded_model():
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
         assert [m.id for m in client.models.list()] == ["local"]
         completion = client.chat.completions.create(
-            model="local", max_tokens=5, messages=[{"role": "user", "content": "Say hi"}])
+            model="local", max_tokens=5, messages=[{"role": "user", "content": "Say hi"}]
+        )
         assert completion.choices[0].message.content
         assert completion.choices[0].finish_reason in ("stop", "length")

@@ -23,8 +23,12 @@ PATHS = {
     "llm-stream": "/v1/stream",
     "mmsp": "/mmsp/v1/stream",
 }
-FILES = {"anthropic-messages": "claude-text-simple", "openai-chat": "hf-novita-text",
-         "openai-responses": "openai-text", "gemini": "gemini20-text"}
+FILES = {
+    "anthropic-messages": "claude-text-simple",
+    "openai-chat": "hf-novita-text",
+    "openai-responses": "openai-text",
+    "gemini": "gemini20-text",
+}
 
 
 @pytest.fixture(scope="module")
@@ -123,15 +127,22 @@ def test_malformed_upstream_bytes_through_the_gateway(tmp_path):
         with serving(create_app(config.parse(raw))) as gw:
             for client, path in [("openai-chat", "/v1/chat/completions"), ("anthropic-messages", "/v1/messages")]:
                 for name in ("garbage", "broken-json"):
-                    body = {"model": name, "max_tokens": 9, "stream": True,
-                            "messages": [{"role": "user", "content": "x"}]}
+                    body = {
+                        "model": name,
+                        "max_tokens": 9,
+                        "stream": True,
+                        "messages": [{"role": "user", "content": "x"}],
+                    }
                     r = HTTP.post(gw.url + path, json=body)
                     assert r.status_code in (200, 502), r.text
                     assert "Traceback" not in r.text
                     codec = dialects.get(client)
                     if r.status_code == 502:
-                        assert codec.decode_error(502, r.content).type in ("incomplete_stream", "protocol_error",
-                                                                           "api_error")
+                        assert codec.decode_error(502, r.content).type in (
+                            "incomplete_stream",
+                            "protocol_error",
+                            "api_error",
+                        )
                     else:
                         response = hub.assemble(decode_all(codec.StreamDecoder(), r.content))
                         assert response.error is not None and not response.complete

@@ -24,8 +24,11 @@ from tests.readers import FINISH_CATEGORY, Summary, expected
 # Per upstream dialect: plain text, a tool call, thinking (where the corpus has it).
 CASES = {
     "anthropic-messages": ["claude-text-simple", "claude-sonnet4-text-then-tool-use", "claude-thinking-then-tool-use"],
-    "openai-chat": ["openai-gpt4o-text-include-usage", "openai-gpt4o-parallel-tool-calls",
-                    "deepseek-reasoner-reasoning-content"],
+    "openai-chat": [
+        "openai-gpt4o-text-include-usage",
+        "openai-gpt4o-parallel-tool-calls",
+        "deepseek-reasoner-reasoning-content",
+    ],
     "openai-responses": ["openai-text", "openai-function-call", "openai-reasoning-function-call-usage"],
     "gemini": ["gemini20-text", "gemini20-parallel-function-calls", "gemini25pro-thoughts"],
 }
@@ -65,8 +68,9 @@ def read_openai_chat(url: str, model: str, stream: bool) -> Summary:
     client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
     messages = [{"role": "user", "content": HELLO}]
     if stream:
-        with client.chat.completions.stream(model=model, messages=messages,
-                                            stream_options={"include_usage": True}) as s:
+        with client.chat.completions.stream(
+            model=model, messages=messages, stream_options={"include_usage": True}
+        ) as s:
             for _ in s:
                 pass
             completion = s.get_final_completion()

@@ -150,8 +150,9 @@ class Replay:
         except ValueError as exc:
             return replies.error(endpoint, str(exc), "invalid_request")
         if faults.status is not None:
-            error = hub.Error(f"injected status {faults.status}", hub.error_type_for_status(faults.status),
-                              status=faults.status)
+            error = hub.Error(
+                f"injected status {faults.status}", hub.error_type_for_status(faults.status), status=faults.status
+            )
             return replies.error_response(endpoint, error)
         found = self.find(name, endpoint)
         if found is None:
@@ -207,10 +208,14 @@ def create_app(directory: str | Path, seed: int = 0, dialect: str | None = None,
     return app
 
 
-def serve(directory: str, host: str = "127.0.0.1", port: int = 8001, seed: int = 0, dialect: str | None = None,
-          delay_ms: float = 0.0) -> None:
+def serve(
+    directory: str,
+    host: str = "127.0.0.1",
+    port: int = 8001,
+    seed: int = 0,
+    dialect: str | None = None,
+    delay_ms: float = 0.0,
+) -> None:
     import uvicorn
 
     uvicorn.run(create_app(directory, seed, dialect, delay_ms), host=host, port=port, log_level="info")
-
-

@@ -51,9 +51,9 @@ class Gateway:
 
     def __init__(self, config: Config, upstreams: dict[str, Upstream] | None = None):
         self.config = config
-        self.upstreams: dict[str, Upstream] = upstreams if upstreams is not None else {
-            name: build(cfg) for name, cfg in config.upstreams.items()
-        }
+        self.upstreams: dict[str, Upstream] = (
+            upstreams if upstreams is not None else {name: build(cfg) for name, cfg in config.upstreams.items()}
+        )
         self.api_keys = [k.encode() for k in config.gateway.api_keys]
         self.record_dir = Path(config.gateway.record_dir) if config.gateway.record_dir else None
         self._recorded = 0
@@ -114,11 +114,19 @@ class Gateway:
             return replies.error(GEMINI, f"unknown method {target!r}", "not_found")
         stream = action == "streamGenerateContent"
         json_array = stream and request.query_params.get("alt") != "sse"
-        return await self.handle(request, GEMINI, url_model=model.removeprefix("models/"), stream=stream,
-                                 json_array=json_array)
+        return await self.handle(
+            request, GEMINI, url_model=model.removeprefix("models/"), stream=stream, json_array=json_array
+        )
 
-    async def handle(self, request: Request, endpoint: str, *, url_model: str | None = None,
-                     stream: bool | None = None, json_array: bool = False) -> Response:
+    async def handle(
+        self,
+        request: Request,
+        endpoint: str,
+        *,
+        url_model: str | None = None,
+        stream: bool | None = None,
+        json_array: bool = False,
+    ) -> Response:
         content_type = request.headers.get("content-type")
         accept = request.headers.get("accept")
         dialect = negotiation.error_dialect(endpoint, content_type, accept)
@@ -128,8 +136,15 @@ class Gateway:
             log.exception("internal error on %s", request.url.path)
             return replies.error(dialect, "internal gateway error", "api_error", 500)
 
-    async def _handle(self, request: Request, endpoint: str, dialect: str, url_model: str | None,
-                      stream: bool | None, json_array: bool) -> Response:
+    async def _handle(
+        self,
+        request: Request,
+        endpoint: str,
+        dialect: str,
+        url_model: str | None,
+        stream: bool | None,
+        json_array: bool,
+    ) -> Response:
         if not self.authorized(request):
             return replies.error(dialect, "invalid or missing API key", "authentication")
         content_type = request.headers.get("content-type")
@@ -171,8 +186,9 @@ class Gateway:
         request_id = (hreq.metadata or {}).get("request_id")
         return await self.route(hreq, model.routes, out_dialect, str(request_id) if request_id else None, json_array)
 
-    async def route(self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str | None,
-                    json_array: bool) -> Response:
+    async def route(
+        self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str | None, json_array: bool
+    ) -> Response:
         """Try the model's upstreams in order; fall back only while the client has seen nothing."""
         codec = dialects.get(out_dialect)
         last: hub.Error | None = None
@@ -180,8 +196,9 @@ class Gateway:
             upstream = self.upstreams[route.upstream]
             upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
             try:
-                exchange = await self.open(upstream, upstream_request, codec, out_dialect, request_id,
-                                           hreq.stream, json_array)
+                exchange = await self.open(
+                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array
+                )
             except UpstreamFailed as exc:
                 last = exc.error
             else:
@@ -197,8 +214,16 @@ class Gateway:
             last.status = hub.ERROR_STATUS.get(last.type, 502)
         return replies.error_response(out_dialect, last)
 
-    async def open(self, upstream: Upstream, hreq: hub.Request, codec: Any, out_dialect: str, request_id: str | None,
-                   stream: bool, json_array: bool) -> Exchange:
+    async def open(
+        self,
+        upstream: Upstream,
+        hreq: hub.Request,
+        codec: Any,
+        out_dialect: str,
+        request_id: str | None,
+        stream: bool,
+        json_array: bool,
+    ) -> Exchange:
         started = asyncio.get_running_loop().time()
         record = None
         if isinstance(upstream, HTTPUpstream):
@@ -213,11 +238,19 @@ class Gateway:
             relay = recorder = None
         puller = Puller(batches, timeouts_of(upstream), upstream.name, started)
         keepalive = self.config.gateway.keepalive_seconds if stream and not json_array else None
-        return Exchange(puller, codec.StreamEncoder, relay=bool(relay), keepalive=keepalive, json_array=json_array,
-                        request_id=request_id, on_end=recorder.finish if recorder else None)
+        return Exchange(
+            puller,
+            codec.StreamEncoder,
+            relay=bool(relay),
+            keepalive=keepalive,
+            json_array=json_array,
+            request_id=request_id,
+            on_end=recorder.finish if recorder else None,
+        )
 
-    async def answer(self, exchange: Exchange, codec: Any, out_dialect: str, stream: bool, json_array: bool,
-                     request_id: str | None) -> Response:
+    async def answer(
+        self, exchange: Exchange, codec: Any, out_dialect: str, stream: bool, json_array: bool, request_id: str | None
+    ) -> Response:
         if stream:
             media = "application/json" if json_array else getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
             return StreamResponse(exchange.body(), media_type=media)
@@ -262,8 +295,13 @@ class Recorder:
         gateway._recorded += 1
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         name = safe_name(f"{stamp}-{gateway._recorded}-{upstream.name}-{hreq.model}")
-        meta = {"dialect": upstream.format, "upstream": upstream.name, "model": hreq.model, "status": 200,
-                "request_id": hreq.metadata.get("request_id")}
+        meta = {
+            "dialect": upstream.format,
+            "upstream": upstream.name,
+            "model": hreq.model,
+            "status": 200,
+            "request_id": hreq.metadata.get("request_id"),
+        }
         return cls(confined(gateway.record_dir, name + ".sse"), meta)
 
     def write(self, chunk: bytes) -> None:
@@ -273,8 +311,11 @@ class Recorder:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_bytes(b"".join(self.parts))
-            meta = dict(self.meta, complete=exchange.ended and exchange.error is None,
-                        error=exchange.error.message if exchange.error else None)
+            meta = dict(
+                self.meta,
+                complete=exchange.ended and exchange.error is None,
+                error=exchange.error.message if exchange.error else None,
+            )
             self.path.with_suffix(".json").write_text(json.dumps(meta, indent=1))
         except OSError:
             log.exception("cannot record to %s", self.path)

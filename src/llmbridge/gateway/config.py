@@ -177,7 +177,7 @@ def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelCo
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name", "missing (the model name clients ask for)")
     if ("upstream" in t) == ("upstreams" in t):
-        raise ConfigError(f"{where}.upstream", "set exactly one of upstream = \"NAME\" or upstreams = [\"A\", \"B\"]")
+        raise ConfigError(f"{where}.upstream", 'set exactly one of upstream = "NAME" or upstreams = ["A", "B"]')
     if "upstream" in t:
         key, names = f"{where}.upstream", [t["upstream"]]
     else:

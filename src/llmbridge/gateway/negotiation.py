@@ -20,9 +20,7 @@ _JSON_TYPES = ("application/json", "text/json")
 class UnsupportedMediaType(Exception):
     def __init__(self, media_type: str):
         self.media_type = media_type
-        super().__init__(
-            f"unsupported request media type {media_type!r}; send application/json or {LLM_REQUEST}"
-        )
+        super().__init__(f"unsupported request media type {media_type!r}; send application/json or {LLM_REQUEST}")
 
 
 def parse_media_type(value: str) -> tuple[str, dict[str, str]]:

@@ -48,13 +48,21 @@ def openai_models(names: list[str]) -> dict:
 
 def anthropic_models(names: list[str]) -> dict:
     data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
-    return {"data": data, "has_more": False, "first_id": names[0] if names else None,
-            "last_id": names[-1] if names else None}
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": names[0] if names else None,
+        "last_id": names[-1] if names else None,
+    }
 
 
 def gemini_model(name: str) -> dict:
-    return {"name": f"models/{name}", "version": "1", "displayName": name,
-            "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]}
+    return {
+        "name": f"models/{name}",
+        "version": "1",
+        "displayName": name,
+        "supportedGenerationMethods": ["generateContent", "streamGenerateContent"],
+    }
 
 
 def gemini_models(names: list[str]) -> dict:

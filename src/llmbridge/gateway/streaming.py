@@ -171,9 +171,17 @@ class Exchange:
     upstream bytes go out untouched (same dialect) while the decoder still watches them.
     """
 
-    def __init__(self, puller: Puller, encoder_factory: Callable[[], Any], *, relay: bool = False,
-                 keepalive: float | None = None, json_array: bool = False, request_id: str | None = None,
-                 on_end: Callable[[Exchange], None] | None = None):
+    def __init__(
+        self,
+        puller: Puller,
+        encoder_factory: Callable[[], Any],
+        *,
+        relay: bool = False,
+        keepalive: float | None = None,
+        json_array: bool = False,
+        request_id: str | None = None,
+        on_end: Callable[[Exchange], None] | None = None,
+    ):
         self.puller = puller
         self._encoder_factory = encoder_factory
         self._encoder = None if relay else encoder_factory()
@@ -375,12 +383,20 @@ class StreamResponse:
     can be a keep-alive interval away; this one listens for ``http.disconnect`` meanwhile.)
     """
 
-    def __init__(self, body: AsyncIterator[bytes], status: int = 200, headers: dict[str, str] | None = None,
-                 media_type: str = "text/event-stream"):
+    def __init__(
+        self,
+        body: AsyncIterator[bytes],
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        media_type: str = "text/event-stream",
+    ):
         self.body = body
         self.status = status
-        self.headers = [(b"content-type", media_type.encode()), (b"cache-control", b"no-cache"),
-                        (b"x-accel-buffering", b"no")]
+        self.headers = [
+            (b"content-type", media_type.encode()),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
         for k, v in (headers or {}).items():
             self.headers.append((k.lower().encode("latin-1"), v.encode("latin-1")))
 
