@@ -159,7 +159,7 @@ class LocalUpstream:
             prompt=prompt,
             tokens=tokens,
             max_tokens=min(request.max_tokens or room, room),
-            stops=[s for s in request.stop if s],
+            stops=[s for s in request.stop or () if s],
             grammar=text_grammar,
             tools=tools,
             sampling=_sampling(request),
