@@ -68,8 +68,8 @@ def block_part(
         if id:
             call["id"] = id
         part = {"functionCall": call}
-        if raw is not None:
-            ours["arguments"] = raw
+        if raw is not None or json_encode(args).decode() != text:
+            ours["arguments"] = text  # not an object, or spaced differently: keep the source's exact text
     elif kind == "data":
         part = {"inlineData": {"mimeType": mime_type or "application/octet-stream", "data": text}}
     elif kind == "native" and isinstance((extensions or {}).get(NAME), dict) and len(extensions) == 1:
