@@ -110,3 +110,29 @@ def test_default_config_serves_the_embedded_model():
         )
         assert completion.choices[0].message.content
         assert completion.choices[0].finish_reason in ("stop", "length")
+
+
+class BrokenEncoder:
+    """Fails on the first Delta, like a codec bug would."""
+
+    def encode(self, event: hub.Event) -> bytes:
+        if type(event) is hub.Delta:
+            raise KeyError("bug")
+        return type(event).__name__.encode() + b";"
+
+
+def test_a_codec_bug_mid_stream_still_ends_with_error_and_terminal_event():
+    from llmbridge.gateway.streaming import Exchange, Puller, event_batches
+
+    async def events():
+        for event in (hub.ResponseStart(), hub.BlockStart(0, "text"), hub.Delta(0, "x"), hub.ResponseEnd()):
+            yield event
+
+    async def run() -> bytes:
+        loop = asyncio.get_running_loop()
+        puller = Puller(event_batches(events()), config.Timeouts(), "fake", loop.time())
+        exchange = Exchange(puller, BrokenEncoder)
+        assert await exchange.prime() is None
+        return b"".join([chunk async for chunk in exchange.body()])
+
+    assert asyncio.run(run()) == b"ResponseStart;BlockStart;Error;ResponseEnd;"

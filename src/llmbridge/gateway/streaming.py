@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from .. import hub, sse
 from .config import Timeouts
 
+log = logging.getLogger("llmbridge.gateway")
 Batch = tuple["bytes | None", list]
 KEEPALIVE = object()  # pull() result: the keep-alive interval passed without upstream data
 KEEPALIVE_BYTES = b": keep-alive\n\n"
@@ -222,37 +224,52 @@ class Exchange:
 
     async def body(self) -> AsyncIterator[bytes]:
         try:
-            for batch in self._held:
-                out = self._process(batch)
-                if out:
-                    yield out
-            self._held = []
-            # Keep-alives go out when the *client* has had no bytes for a keep-alive interval:
-            # a silent upstream, or one whose events the encoder is still buffering.
-            keepalive = self.keepalive if not self._framing else None
-            clock = asyncio.get_running_loop().time
-            last = clock()
-            while not self.puller.done:
-                wait = None if keepalive is None else max(0.0, last + keepalive - clock())
-                batch = await self.puller.pull(wait)
-                if batch is KEEPALIVE:
-                    yield KEEPALIVE_BYTES
-                    last = clock()
-                    continue
-                if batch is None:
-                    break
-                out = self._process(batch)
-                if out:
-                    yield out
-                    last = clock()
-                elif keepalive is not None and clock() - last >= keepalive:
-                    yield KEEPALIVE_BYTES
-                    last = clock()
-            out = self._finish()
-            if out:
+            async for out in self._body():
                 yield out
+        except Exception:  # a codec bug mid-stream: still end with the dialect's error + terminal event
+            log.exception("stream failed")
+            if not self.ended:
+                error = hub.Error("internal gateway error while streaming", "api_error", status=500)
+                try:
+                    out = self._process((None, [error, hub.ResponseEnd()]))
+                except Exception:
+                    log.exception("cannot encode the error either")
+                    out = b""
+                if out:
+                    yield out
         finally:
             await self.aclose()
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        for batch in self._held:
+            out = self._process(batch)
+            if out:
+                yield out
+        self._held = []
+        # Keep-alives go out when the *client* has had no bytes for a keep-alive interval:
+        # a silent upstream, or one whose events the encoder is still buffering.
+        keepalive = self.keepalive if not self._framing else None
+        clock = asyncio.get_running_loop().time
+        last = clock()
+        while not self.puller.done:
+            wait = None if keepalive is None else max(0.0, last + keepalive - clock())
+            batch = await self.puller.pull(wait)
+            if batch is KEEPALIVE:
+                yield KEEPALIVE_BYTES
+                last = clock()
+                continue
+            if batch is None:
+                break
+            out = self._process(batch)
+            if out:
+                yield out
+                last = clock()
+            elif keepalive is not None and clock() - last >= keepalive:
+                yield KEEPALIVE_BYTES
+                last = clock()
+        out = self._finish()
+        if out:
+            yield out
 
     def _process(self, batch: Batch) -> bytes:
         raw, events = batch
