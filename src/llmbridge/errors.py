@@ -22,9 +22,10 @@ class RequestError(LLMBridgeError):
 class ProtocolError(LLMBridgeError):
     """Bytes that break a dialect's stream grammar. ``event`` is the 0-based event number."""
 
-    def __init__(self, message: str, event: int | None = None, rule: str | None = None):
+    def __init__(self, message: str, event: int | None = None, rule: str | None = None, partial: Any = None):
         self.event = event
         self.rule = rule
+        self.partial = partial  # the client's assembled message so far, when raised mid-stream
         where = f"event {event}: " if event is not None else ""
         super().__init__(f"{where}{rule + ': ' if rule else ''}{message}")
 
@@ -57,5 +58,46 @@ class ToolCallArgumentParseError(LLMBridgeError):
         self.name = name
         self.tool_call_id = tool_call_id
         self.arguments = arguments
+        self.partial = partial
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------- client
+
+
+class TransportError(LLMBridgeError):
+    """The request never got an answer: connection refused, reset or timed out before any response."""
+
+    def __init__(self, message: str, partial: Any = None):
+        self.partial = partial
+        super().__init__(message)
+
+
+class ConversationBusyError(LLMBridgeError):
+    """A second call on a conversation while its previous call is still streaming."""
+
+
+class ToolNotDeclaredError(LLMBridgeError):
+    """The model called a tool that was not declared in the request (seed 000 §8.2); never executed."""
+
+    def __init__(self, name: str, tool_call_id: str | None = None):
+        self.name = name
+        self.tool_call_id = tool_call_id
+        super().__init__(f"tool {name!r} was not declared in this request; not executed")
+
+
+class ConfirmationRequired(LLMBridgeError):
+    """A tool with side effects whose call was not confirmed by the caller's ``confirm`` callback."""
+
+    def __init__(self, name: str, tool_call_id: str | None = None, reason: str = "not confirmed"):
+        self.name = name
+        self.tool_call_id = tool_call_id
+        super().__init__(f"tool {name!r} has side effects and was not run: {reason}")
+
+
+class ToolLoopError(LLMBridgeError):
+    """The model still asked for tools after ``max_rounds`` calls. ``partial`` is the run so far."""
+
+    def __init__(self, message: str, partial: Any = None):
         self.partial = partial
         super().__init__(message)

@@ -1,0 +1,333 @@
+"""The asyncio client: :class:`AsyncClient`, :class:`AsyncStream`, :class:`AsyncConversation`.
+
+The same behaviour as ``_sync`` (both share ``_core``), with ``async for`` / ``async with``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+
+from .. import dialects, hub
+from ..errors import ConversationBusyError, ToolLoopError, TransportError, UpstreamError
+from ..unievent import ToolCall, UniEvent
+from . import tools as _tools
+from ._core import (
+    RETRY_STATUSES,
+    Completion,
+    StreamCore,
+    backoff,
+    base_url_for,
+    media_kind,
+    parse_json_body,
+    prepare,
+    upstream_error,
+)
+from ._request import build_request, to_messages
+from ._sync import RETRYABLE
+
+
+class AsyncStream:
+    """A streamed call: ``async for`` UniEvents, or ``async with``; :meth:`aclose` cancels it."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        request: hub.Request,
+        on_stop: Callable[[Completion], None] | None = None,
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
+        self._client = client
+        self.request = request
+        self._core = StreamCore(client.codec)
+        self._on_stop = on_stop
+        self._on_end = on_end
+        self._response: httpx.Response | None = None
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._buffer: deque[UniEvent] = deque()
+        self._body_done = False
+        self.completion: Completion | None = None
+        self.closed = False
+
+    async def __aenter__(self) -> AsyncStream:
+        await self._start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> AsyncStream:
+        return self
+
+    async def __anext__(self) -> UniEvent:
+        try:
+            return await self._next()
+        except BaseException:  # CancelledError too: the connection must not outlive the task
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Stop now: the connection closes, nothing more is yielded."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._on_end is not None:
+            self._on_end()
+        if self._response is not None:
+            await self._response.aclose()
+
+    close = abort = aclose
+
+    @property
+    def partial(self) -> Completion:
+        return self._core.partial
+
+    @property
+    def response(self) -> httpx.Response | None:
+        return self._response
+
+    async def until_done(self) -> Completion:
+        async for _ in self:
+            pass
+        if self.completion is None:
+            raise RuntimeError("the stream was closed before its stop event")
+        return self.completion
+
+    async def _start(self) -> None:
+        if self._response is not None or self.closed:
+            return
+        try:
+            response = await self._client._send(self.request)
+        except BaseException:
+            await self.aclose()
+            raise
+        self._response = response
+        if media_kind(response.headers.get("content-type")) == "json":
+            body = await response.aread()
+            self._buffer.extend(self._core.whole(parse_json_body(body, self._core)))
+            self._body_done = True
+        else:
+            self._chunks = response.aiter_bytes()
+
+    async def _next(self) -> UniEvent:
+        while not self._buffer:
+            if self.closed:
+                raise StopAsyncIteration
+            if self._response is None:
+                await self._start()
+                continue
+            if self._body_done:
+                self._buffer.extend(self._core.close())
+                if not self._buffer:
+                    await self.aclose()
+                    raise StopAsyncIteration
+                continue
+            try:
+                chunk = await self._chunks.__anext__()  # type: ignore[union-attr]
+            except StopAsyncIteration:
+                self._body_done = True
+                continue
+            except httpx.RemoteProtocolError:  # the peer cut the body short: a truncated stream
+                self._body_done = True
+                continue
+            except httpx.TimeoutException as exc:
+                raise UpstreamError(f"read timed out: {exc}", type="timeout", partial=self.partial) from exc
+            except httpx.TransportError as exc:
+                raise TransportError(f"connection failed mid-stream: {exc}", partial=self.partial) from exc
+            self._buffer.extend(self._core.feed(chunk))
+        event = self._buffer.popleft()
+        if event.event_type == "stop":
+            self.completion = Completion.of(self._core.view.message)
+            if self._on_stop is not None:
+                self._on_stop(self.completion)  # recorded before the caller sees the stop
+            self._buffer.clear()
+            await self.aclose()
+        return event
+
+
+class AsyncClient:
+    """The asyncio twin of :class:`~llmbridge.client.Client`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        dialect: str = "llm-stream",
+        api_key: str | None = None,
+        timeout: float | None = 600.0,
+        connect_timeout: float = 10.0,
+        max_retries: int = 2,
+        headers: dict[str, str] | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.codec = dialects.get(dialect)
+        self.dialect = dialect
+        self.base_url = base_url_for(self.codec, base_url)
+        self.api_key = api_key
+        self.max_retries = max_retries
+        self.headers = dict(headers or {})
+        self._own_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=connect_timeout))
+        self.tools = _tools.ToolRegistry()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self._http.aclose()
+
+    def stream(
+        self,
+        model: str,
+        messages: Any = None,
+        *,
+        system: str | None = None,
+        tools: Any = None,
+        tool_choice: Any = None,
+        **params: Any,
+    ) -> AsyncStream:
+        request = build_request(model, messages, system=system, tools=tools, tool_choice=tool_choice, **params)
+        return AsyncStream(self, request)
+
+    async def complete(self, model: str, messages: Any = None, **kwargs: Any) -> Completion:
+        async with self.stream(model, messages, **kwargs) as s:
+            return await s.until_done()
+
+    def conversation(
+        self, model: str, *, system: str | None = None, tools: Any = None, **params: Any
+    ) -> AsyncConversation:
+        return AsyncConversation(self, model, system=system, tools=tools, params=params)
+
+    async def run_tools(
+        self,
+        model: str,
+        messages: Any = None,
+        *,
+        tools: Any = None,
+        confirm: Callable[[ToolCall], Any] | None = None,
+        max_rounds: int = 8,
+        **params: Any,
+    ) -> _tools.ToolRun:
+        """See :meth:`Client.run_tools`; tools and ``confirm`` may be sync or async."""
+        specs = [_tools.as_tool(t) for t in (tools if tools is not None else self.tools)]
+        declared = {t.name: t for t in specs}
+        transcript = to_messages(messages)
+        completion = None
+        for round_ in range(1, max_rounds + 1):
+            completion = await self.complete(model, list(transcript), tools=specs, **params)
+            transcript.append(completion.to_hub_message())
+            if not completion.tool_calls:
+                return _tools.ToolRun(completion, transcript, round_)
+            for call in completion.tool_calls:
+                transcript.append((await self._run_one(call, declared, confirm)).message())
+        raise ToolLoopError(
+            f"the model still asked for tools after {max_rounds} rounds",
+            partial=_tools.ToolRun(completion, transcript, max_rounds),
+        )
+
+    @staticmethod
+    async def _run_one(call: ToolCall, declared: dict[str, _tools.Tool], confirm: Any) -> _tools.Outcome:
+        spec, outcome = _tools.check_call(call, declared)
+        if outcome is not None:
+            return outcome
+        assert spec is not None
+        try:
+            if spec.side_effects:
+                ok = confirm(call) if confirm is not None else False
+                if inspect.isawaitable(ok):
+                    ok = await ok
+                if ok is not True:
+                    return _tools.refused(call, confirm)
+            value = spec(**spec.bind(call.arguments))
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            return _tools.failed(call, exc)
+        return _tools.Outcome(call.tool_call_id, call.name, _tools.result_text(value), False)
+
+    async def _send(self, request: hub.Request) -> httpx.Response:
+        url, headers, body = prepare(self.codec, request, self.base_url, self.api_key, self.headers)
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.send(
+                    self._http.build_request("POST", url, headers=headers, content=body), stream=True
+                )
+            except RETRYABLE as exc:
+                if attempt >= self.max_retries:
+                    raise TransportError(f"{type(exc).__name__}: {exc} ({url})") from exc
+                await asyncio.sleep(backoff(attempt))
+                attempt += 1
+                continue
+            except httpx.TimeoutException as exc:
+                raise UpstreamError(f"timed out waiting for the response: {exc}", type="timeout") from exc
+            except httpx.TransportError as exc:
+                raise TransportError(f"{type(exc).__name__}: {exc} ({url})") from exc
+            if response.status_code < 400:
+                return response
+            try:
+                data = await response.aread()
+            except httpx.HTTPError:
+                data = b""
+            finally:
+                await response.aclose()
+            if response.status_code in RETRY_STATUSES and attempt < self.max_retries:
+                await asyncio.sleep(backoff(attempt, response.headers.get("retry-after")))
+                attempt += 1
+                continue
+            raise upstream_error(self.codec, response.status_code, data)
+
+
+class AsyncConversation:
+    """The asyncio twin of :class:`~llmbridge.client.Conversation` (same recording rules)."""
+
+    def __init__(self, client: AsyncClient, model: str, *, system: str | None, tools: Any, params: dict) -> None:
+        self.client = client
+        self.model = model
+        self.system = system
+        self.tools = tools
+        self.params = params
+        self._history: list[hub.Message] = []
+        self._busy = False
+
+    @property
+    def history(self) -> list[hub.Message]:
+        return list(self._history)
+
+    def clear(self) -> None:
+        if self._busy:
+            raise ConversationBusyError("cannot clear while a call is streaming")
+        self._history.clear()
+
+    def send(self, message: Any, **params: Any) -> AsyncStream:
+        if self._busy:
+            raise ConversationBusyError("this conversation already has a call in progress")
+        new = to_messages(message)
+        request = build_request(
+            self.model, [*self._history, *new], system=self.system, tools=self.tools, **{**self.params, **params}
+        )
+        self._busy = True
+
+        def on_stop(completion: Completion) -> None:
+            self._history.extend(new)
+            self._history.append(completion.to_hub_message())
+
+        def on_end() -> None:
+            self._busy = False
+
+        return AsyncStream(self.client, request, on_stop, on_end)
+
+    async def complete(self, message: Any, **params: Any) -> Completion:
+        async with self.send(message, **params) as s:
+            return await s.until_done()
+
+
+__all__ = ["AsyncClient", "AsyncConversation", "AsyncStream"]
