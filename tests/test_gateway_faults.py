@@ -70,6 +70,7 @@ def servers(tmp_path_factory):
         models["slow"] = (LONG[0], f"{LONG[1]}@delay-ms=40@chunk=64")
         models["slow-anthropic"] = ("anthropic-messages", "claude-thinking-then-tool-use@delay-ms=40@chunk=64")
         models["tool"] = ("anthropic-messages", "claude-sonnet4-text-then-tool-use")
+        models["openrouter-web-search-annotations"] = ("openai-chat", "openrouter-web-search-annotations")
         models["error-after-text"] = ("openai-chat", "groq-gpt-oss-error-event-after-text")
         models["failing"] = ("anthropic-messages", "claude-text-simple@status=500")
         models["dead"] = (["dead"], "x")
@@ -377,10 +378,18 @@ def test_never_fallback_after_first_byte(gw, stats):
 # --------------------------------------------------------------------------- the rest of the contract
 
 
-def test_relay_is_byte_exact(gw):
-    body = (CORPUS / "anthropic-messages" / "claude-text-simple.sse").read_bytes()
-    r = post(gw, "anthropic-messages", "claude-text-simple")
+@pytest.mark.parametrize("dialect", list(TEXT))
+def test_relay_is_byte_exact(gw, dialect):
+    # CRLF framing (Gemini), OpenRouter-style comments, [DONE] terminators: all relayed as they came
+    body = (CORPUS / dialect / f"{TEXT[dialect]}.sse").read_bytes()
+    r = post(gw, dialect, TEXT[dialect])
     assert r.content == body
+
+
+def test_relay_keeps_comment_lines(gw):
+    body = (CORPUS / "openai-chat" / "openrouter-web-search-annotations.sse").read_bytes()
+    assert b"\n: " in body or body.startswith(b": ")
+    assert post(gw, "openai-chat", "openrouter-web-search-annotations").content == body
 
 
 def test_request_id_header_and_llm_stream_echo(gw):
@@ -456,3 +465,12 @@ def test_model_lists(gw):
     assert "claude-text-simple" in {
         m.id for m in anthropic.Anthropic(base_url=gw.url, api_key="k", http_client=HTTP2).models.list()
     }
+
+
+def test_unknown_route_and_method_answer_in_a_dialect(gw):
+    r = HTTP.post(gw.url + "/v1/embeddings", json={})
+    assert_error_shape("openai-chat", r, 404, "not_found")
+    r = HTTP.get(gw.url + "/v1/messages", headers={"anthropic-version": "2023-06-01"})
+    assert r.status_code == 405 and dialects.get("anthropic-messages").decode_error(405, r.content).message
+    r = HTTP.post(gw.url + "/v1beta/models/gemini20-text:countTokens", json={})
+    assert_error_shape("gemini", r, 404, "not_found")

@@ -11,6 +11,7 @@ import logging
 import re
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -245,7 +246,7 @@ class Gateway:
             keepalive=keepalive,
             json_array=json_array,
             request_id=request_id,
-            on_end=recorder.finish if recorder else None,
+            on_end=partial(_finished, upstream.name, hreq.model, out_dialect, recorder),
         )
 
     async def answer(
@@ -269,6 +270,26 @@ class Gateway:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
+
+
+def _finished(upstream: str, model: str | None, dialect: str, recorder: Recorder | None, exchange: Exchange) -> None:
+    """An exchange is over: record it, log what the upstream reported (usage, finish, error)."""
+    if recorder is not None:
+        recorder.finish(exchange)
+    if log.isEnabledFor(logging.INFO):
+        u = exchange.usage
+        log.info(
+            "%s/%s -> %s%s: %d events, tokens in=%s out=%s, finish=%s%s",
+            upstream,
+            model,
+            dialect,
+            " (relayed)" if exchange.relay else "",
+            exchange.events,
+            u.input_tokens if u else None,
+            u.output_tokens if u else None,
+            exchange.finish.reason if exchange.finish else None,
+            f", error={exchange.error.type}: {exchange.error.message}" if exchange.error else "",
+        )
 
 
 async def _guarded(upstream: Upstream, hreq: hub.Request):
@@ -362,6 +383,18 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
+def dialect_of_path(request: Request) -> str:
+    """The dialect a request to an unknown path most likely speaks, for its error shape."""
+    path = request.url.path
+    if ("/models/" in path and ":" in path) or path.startswith(("/v1beta", "/v1alpha")):
+        return GEMINI
+    if path.startswith("/mmsp"):
+        return "mmsp"
+    if "anthropic-version" in request.headers:
+        return "anthropic-messages"
+    return ENDPOINTS.get(path, "openai-chat")
+
+
 def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream] | None = None) -> Any:
     """The gateway as an ASGI app (a Starlette app wrapped to stamp ``x-request-id``)."""
     if config is None:
@@ -385,7 +418,15 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+
+    async def no_route(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        kind = "not_found" if status == 404 else "invalid_request"
+        message = f"no route for {request.method} {request.url.path}"
+        return replies.error(dialect_of_path(request), message, kind, status)
+
+    handlers = {404: no_route, 405: no_route}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     app.state.gateway = gateway
     wrapped = RequestIdMiddleware(app)
     wrapped.state = app.state  # type: ignore[attr-defined]
