@@ -109,13 +109,15 @@ def test_corpus_streams_survive_an_mmsp_round_trip(source_decoder, path):
     assert violations == []
     assert hub.validate(back) == []
     source, result = hub.assemble(events), hub.assemble(back)
+    # nothing is lost, even where MMSP's grammar ends the stream early
+    assert comparable(result) == comparable(source)
     # MMSP's own assembler agrees on every group of what went out
     mmsp_items_agree([UniEvent.from_dict(json.loads(d)) for d in lines(body) if d.startswith('{"role"')])
-    if result.error is None:
-        assert source.error is None
-        assert comparable(result) == comparable(source)
-        # and an MMSP client reads what the source said
-        want, got = expected(events), reader.read(body)
+    want, got = expected(events), reader.read(body)
+    ends_in_error = json.loads(lines(body)[-2]).keys() == {"error"}
+    assert lines(body)[-1] == "[DONE]"
+    if source.error is None and not ends_in_error:
+        # an MMSP client reads what the source said
         assert got.error is None
         assert (got.text, got.thinking or "", got.tool_calls, got.tool_call_ids) == (
             want.text,
@@ -126,9 +128,9 @@ def test_corpus_streams_survive_an_mmsp_round_trip(source_decoder, path):
         assert (got.finish, got.input_tokens) == (want.finish, want.input_tokens)
         assert got.output_tokens == want.output_tokens or want.output_tokens is None
     else:
-        # the source failed, or its tool arguments do not parse: an error event, then [DONE]
-        assert lines(body)[-1] == "[DONE]" and json.loads(lines(body)[-2]).keys() == {"error"}
-        assert reader.read(body).error is not None
+        # the source failed, or its tool arguments do not parse: an MMSP client sees the error
+        assert ends_in_error and got.error is not None
+        assert source.error is not None or "ToolCallArgumentParseError" in got.error
 
 
 def test_unparsable_arguments_become_an_error_event_then_done():
@@ -146,8 +148,46 @@ def test_unparsable_arguments_become_an_error_event_then_done():
     assert error["type"] == "ToolCallArgumentParseError"
     assert (error["tool_name"], error["tool_call_id"], error["raw_arguments_length"]) == ("get_weather", "toolu_1", 17)
     assert all(json.loads(d).get("event_type") != "stop" for d in data[:-2])
-    back, _ = decode("".join(f"data: {d}\n\n" for d in data).encode())
-    assert type(back[-2]) is hub.Error and back[-2].code == "ToolCallArgumentParseError"
+    assert reader.read(encode(events)).error.startswith("ServerError: ToolCallArgumentParseError")
+    # only MMSP's grammar failed: our decoder gets the whole source back from the error event
+    back, violations = decode(encode(events))
+    assert violations == [] and hub.validate(back) == []
+    assert comparable(hub.assemble(back)) == comparable(hub.assemble(events))
+    assert hub.assemble(back).complete
+
+
+def test_a_failure_carries_the_blocks_that_were_still_waiting():
+    events = [
+        hub.ResponseStart(id="r"),
+        hub.BlockStart(0, "text"),
+        hub.Delta(0, "Hel"),
+        hub.BlockStart(1, "tool_call", id="c1", name="f"),
+        hub.Delta(1, "[1]"),  # not an object
+        hub.BlockStart(2, "thinking"),
+        hub.Delta(2, "hm"),
+        hub.BlockStop(1),
+        hub.BlockStop(0),  # the call fails when its turn comes; thinking is still open
+        hub.Delta(2, "m"),
+        hub.BlockStop(2, fidelity={"anthropic-messages": {"signature": "s"}}),
+        hub.Extension("anthropic-messages", {"cite": 1}, 0),
+        hub.Usage(input_tokens=5, output_tokens=7),
+        hub.Finish("tool_use"),
+        hub.ResponseEnd(),
+    ]
+    body = encode(events)
+    assert [json.loads(d).get("event_type") for d in lines(body)[:-2]] == ["delta"] * 3  # text, text.done, call
+    back, violations = decode(body)
+    assert violations == []
+    assert comparable(hub.assemble(back)) == comparable(hub.assemble(events))
+    error = hub.Error("boom", "api_error")
+    cut = encode([*events[:7], error, hub.ResponseEnd()])
+    back = decode(cut)[0]
+    assert back[-2] == error
+    assert [(b.kind, b.text) for b in hub.assemble(back).blocks] == [
+        ("text", "Hel"),
+        ("tool_call", "[1]"),
+        ("thinking", "hm"),
+    ]
 
 
 def test_a_hub_error_becomes_an_error_event_that_decodes_back():

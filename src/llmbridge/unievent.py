@@ -897,6 +897,34 @@ class UniEventView:
             raw["annotations"] = g.annotations
         return raw
 
+    def failure_state(self) -> dict[str, Any]:
+        """What had not gone out when the stream failed, for a codec to carry beside its error.
+
+        ``pending``: the blocks still waiting behind the live one, whole (with their hub
+        ``index`` and whether they had ``closed``); ``usage``, ``finishes``, ``annotations``:
+        the stream-level data so far; ``ordinals``: hub index -> place in the message of the
+        blocks that went out; ``failed``: the hub index of the block that failed, if one did.
+        """
+        state: dict[str, Any] = {}
+        pending = [{**self._raw_block(g), "index": g.start.index, "closed": g.closed} for g in self._queue]
+        if pending:
+            state["pending"] = pending
+        if self._usage is not None:
+            state["usage"] = msgspec.to_builtins(self._usage)
+        if self._finishes:
+            state["finishes"] = [_finish_dict(f) for f in self._finishes.values()]
+        if self._annotations:
+            state["annotations"] = self._annotations
+        ordinals = {str(i): g.ordinal for i, g in self._all.items() if g.ordinal is not None}
+        if ordinals:
+            state["ordinals"] = ordinals
+        if self._first and self._response:  # nothing went out: the response's id and model go here
+            state["response"] = self._response
+        live = self._live
+        if live is not None and live.finished:
+            state["failed"] = live.start.index
+        return state
+
     # -- output
 
     def _delta(self, item: Item, out: list[UniEvent]) -> None:

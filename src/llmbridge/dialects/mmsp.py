@@ -15,6 +15,8 @@ import base64
 import json
 from typing import Any
 
+import msgspec
+
 from .. import hub, sse
 from ..errors import IncompleteStreamError, LLMBridgeError, RequestError, ToolCallArgumentParseError
 from ..unievent import (
@@ -554,19 +556,41 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
 
 
 class StreamEncoder:
-    """Hub events -> ``data: <UniEvent>`` lines, through :class:`UniEventView`."""
+    """Hub events -> ``data: <UniEvent>`` lines, through :class:`UniEventView`.
+
+    A failure ends the MMSP stream with an error event, as seed 001 says, and that event
+    carries under ``llmbridge`` whatever had not gone out, so our decoder loses nothing: the
+    blocks still waiting, the usage and finish reasons so far, and, after tool arguments that
+    do not parse, every hub event that followed (the error waits for the end of the stream).
+    """
 
     def __init__(self, clock: Any = None) -> None:
         self._view = UniEventView(clock)
         self._closed = False
+        self._failure: dict | None = None  # the error of a tool call whose arguments do not parse
+        self._after: list[dict] = []  # the hub events that came after it
 
     def encode(self, event: hub.Event) -> bytes:
         if self._closed:
             return b""
+        if self._failure is not None:
+            self._after.append(event_to_dict(event))
+            return self._flush() if type(event) is hub.ResponseEnd else b""
         out, exc = self._view.step(event)
         chunks = [b"data: " + json_encode(e.to_dict()) + b"\n\n" for e in out]
         if exc is not None:
-            obj = _error_object(event) if type(event) is hub.Error else _exception_object(exc)
+            state = self._view.failure_state()
+            if type(event) is hub.Error:
+                obj = dict(_error_object(event))
+                obj["llmbridge"] = {**(obj.get("llmbridge") or {}), **state}
+            else:
+                obj = _exception_object(exc)
+                obj["llmbridge"] = {**(obj.get("llmbridge") or {}), **state, "resume": True}
+                if isinstance(exc, ToolCallArgumentParseError) and type(event) is not hub.ResponseEnd:
+                    self._failure = obj
+                    return b"".join(chunks)
+                if type(event) is hub.ResponseEnd:
+                    obj["llmbridge"]["after"] = [event_to_dict(event)]
             chunks.append(b"data: " + json_encode({"error": obj}) + b"\n\n")
             chunks.append(DONE)
             self._closed = True
@@ -574,6 +598,40 @@ class StreamEncoder:
             chunks.append(DONE)
             self._closed = True
         return b"".join(chunks)
+
+    def _flush(self) -> bytes:
+        obj = self._failure
+        assert obj is not None
+        obj["llmbridge"]["after"] = self._after
+        self._closed = True
+        return b"data: " + json_encode({"error": obj}) + b"\n\n" + DONE
+
+
+_EVENT_TYPES = {
+    cls.__name__: cls
+    for cls in (
+        hub.ResponseStart,
+        hub.BlockStart,
+        hub.Delta,
+        hub.BlockStop,
+        hub.Usage,
+        hub.Finish,
+        hub.Extension,
+        hub.Error,
+        hub.ResponseEnd,
+    )
+}
+
+
+def event_to_dict(event: hub.Event) -> dict:
+    """A hub event as JSON: its fields and ``"event"``, the class name."""
+    return {"event": type(event).__name__, **msgspec.to_builtins(event)}
+
+
+def event_from_dict(d: dict) -> hub.Event:
+    fields = dict(d)
+    cls = _EVENT_TYPES[fields.pop("event")]
+    return msgspec.convert(fields, cls)
 
 
 class _Open:
@@ -637,8 +695,16 @@ class StreamDecoder(SSEStreamDecoder):
         if g is not None and g.fast is not None and type(obj) is dict and self._fragment(g, obj):
             return
         if isinstance(obj, dict) and "error" in obj and "event_type" not in obj:
-            self._start(None)
-            self.fail(_error_from_object(obj["error"]))
+            error = obj["error"]
+            extra = error.get("llmbridge") if isinstance(error, dict) else None
+            self._start(None, extra.get("response") if isinstance(extra, dict) else None)
+            if isinstance(extra, dict):
+                try:
+                    if self._carried(extra):
+                        return  # the stream failed only for MMSP: everything after it came along
+                except (KeyError, TypeError, ValueError, msgspec.ValidationError) as exc:
+                    self.violation("error", f"malformed llmbridge state on the error ({exc})")
+            self.fail(_error_from_object(error))
             return
         try:
             event = UniEvent.from_dict(obj)
@@ -678,11 +744,12 @@ class StreamDecoder(SSEStreamDecoder):
 
     # -- pieces
 
-    def _start(self, event: UniEvent | None) -> None:
+    def _start(self, event: UniEvent | None, info: Any = None) -> None:
         if self._started:
             return
         self._started = True
-        info = (event.llmbridge or {}).get("response") if event is not None else None
+        if event is not None:
+            info = (event.llmbridge or {}).get("response")
         if isinstance(info, dict):
             start = hub.ResponseStart(
                 info.get("id"), info.get("model"), info.get("created"), info.get("request_id"), info.get("extensions")
@@ -841,8 +908,8 @@ class StreamDecoder(SSEStreamDecoder):
             stop_ext = hub.merge_dicts(extra["extensions"], stop_ext)  # arrived after BlockStart went out
         self.emit(hub.BlockStop(g.index, hub_fidelity, stop_ext))
 
-    def _raw_block(self, block: dict) -> None:
-        """A block the UniEvent grammar cannot express, carried whole in an empty text item."""
+    def _raw_block(self, block: dict, close: bool = True) -> int:
+        """A block carried whole (in an empty text item, or beside an error); its new index."""
         index = self._blocks
         self._blocks += 1
         self.emit(
@@ -862,7 +929,47 @@ class StreamDecoder(SSEStreamDecoder):
         for a in block.get("annotations") or ():
             if isinstance(a, dict):
                 self.emit(hub.Extension(a.get("namespace", NAME), a.get("data"), index))
-        self.emit(hub.BlockStop(index, None, block.get("stop_extensions")))
+        if close:
+            self.emit(hub.BlockStop(index, None, block.get("stop_extensions")))
+        return index
+
+    def _carried(self, extra: dict) -> bool:
+        """What our encoder carried beside its error; True when the source stream did not fail."""
+        resume = bool(extra.get("resume"))
+        indices = {int(k): v for k, v in (extra.get("ordinals") or {}).items()}
+        if resume and self._group is not None:
+            failed = extra.get("failed")
+            if failed is not None and self._group.started:
+                indices[int(failed)] = self._group.index
+            self._close(self._group, self._group.fidelity)  # the call whose arguments MMSP could not parse
+        for raw in extra.get("pending") or ():
+            indices[int(raw["index"])] = self._raw_block(raw, close=bool(raw.get("closed")))
+        for a in extra.get("annotations") or ():
+            self.emit(hub.Extension(a.get("namespace", NAME), a.get("data"), a.get("index")))
+        if extra.get("usage"):
+            self.emit(msgspec.convert(extra["usage"], hub.Usage))
+        for f in extra.get("finishes") or ():
+            self.emit(hub.Finish(f["reason"], int(f.get("choice", 0)), f.get("raw"), f.get("stop_sequence")))
+        if not resume:
+            return False
+        for d in extra.get("after") or ():
+            event = event_from_dict(d)
+            kind = type(event)
+            if kind is hub.BlockStart:
+                indices[event.index] = self._blocks
+                event.index = self._blocks
+                self._blocks += 1
+            elif kind is hub.Delta or kind is hub.BlockStop or (kind is hub.Extension and event.index is not None):
+                event.index = indices.get(event.index, event.index)
+            elif kind is hub.ResponseEnd:
+                self.finish_stream(event.request_id)
+                return True
+            self.emit(event)
+            if kind is hub.Error:
+                self.finish_stream()
+                return True
+        self.fail(hub.Error("mmsp stream ended without its stop event", "incomplete_stream"))
+        return True
 
     def _stop(self, event: UniEvent) -> None:
         if event.content_items:
