@@ -1088,7 +1088,7 @@ def _block_dict(b: hub.Block) -> dict:
     out: dict[str, Any] = {"index": b.index, "kind": b.kind, "text": b.text}
     for key in ("id", "name", "mime_type", "fidelity", "extensions"):
         value = getattr(b, key)
-        if value:
+        if value is not None and value != {}:
             out[key] = value
     if b.choice:
         out["choice"] = b.choice
