@@ -638,3 +638,51 @@ def test_sdk_raises_on_http_error():
     with pytest.raises(genai_errors.ClientError) as info:
         client.models.generate_content(model="m", contents="hi")
     assert info.value.code == 401
+
+
+# --------------------------------------------------------------------------- any hub stream
+
+_SIG = st.sampled_from([None, {"gemini": {"thoughtSignature": "c2ln"}}, {"anthropic-messages": {"signature": "a"}}])
+
+
+@st.composite
+def hub_streams(draw) -> list[hub.Event]:
+    """Valid hub streams: up to five blocks of any kind, their events interleaved at random."""
+    kinds = draw(st.lists(st.sampled_from(["text", "thinking", "tool_call", "data", "native"]), max_size=5))
+    scripts = []
+    for i, kind in enumerate(kinds):
+        start = hub.BlockStart(i, kind, fidelity=draw(_SIG))
+        if kind == "tool_call":
+            start.id, start.name = f"call_{i}", "f"
+            deltas = ['{"a":', f"{i}}}"]
+        elif kind == "data":
+            start.mime_type, deltas = "image/png", ["iVBO", "Rw=="]
+        elif kind == "native":
+            start.name, start.extensions = "web_search", {"openai-responses": {"type": "web_search_call"}}
+            deltas = draw(st.lists(st.sampled_from(['{"q":1}', "x"]), max_size=2))
+        else:
+            deltas = draw(st.lists(st.text(min_size=1, max_size=5), max_size=3))
+        stop = hub.BlockStop(i, draw(_SIG) if kind in ("text", "thinking") else None)
+        scripts.append([start, *(hub.Delta(i, d) for d in deltas), stop])
+    events: list[hub.Event] = [hub.ResponseStart("r", "m")]
+    while any(scripts):
+        script = draw(st.sampled_from([s for s in scripts if s]))
+        events.append(script.pop(0))
+    events += [
+        hub.Finish(draw(st.sampled_from(["end_turn", "tool_use", "max_tokens", "refusal"]))),
+        hub.Usage(3, 4),
+        hub.ResponseEnd(),
+    ]
+    return events
+
+
+@given(hub_streams())
+def test_any_hub_stream_round_trips(events):
+    assert hub.validate(events) == []
+    body = encode_all(gemini.StreamEncoder(), events)
+    again, violations = decode(body)
+    assert violations == [] and hub.validate(again) == []
+    a, b = hub.assemble(events), hub.assemble(again)
+    assert content(b)[0] == content(a)[0]
+    assert [f.reason for f in b.finishes.values()] == [f.reason for f in a.finishes.values()]
+    assert b.usage == a.usage and b.complete

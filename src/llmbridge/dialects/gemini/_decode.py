@@ -211,12 +211,13 @@ class ChunkDecoder:
             self._close(c)
             blob = part["inlineData"] or {}
             start = (ours or {}).get("start") or {}
+            fidelity = hub.merge_dicts(start.get("fidelity"), _sig(part))
             i = self._new_block(
-                c, "data", mime_type=blob.get("mimeType"), fidelity=_sig(part), extensions=start.get("extensions")
+                c, "data", mime_type=blob.get("mimeType"), fidelity=fidelity, extensions=start.get("extensions")
             )
             if blob.get("data"):
                 self._emit(hub.Delta(i, blob["data"]))
-            self._emit(hub.BlockStop(i))
+            self._stop_whole(i, ours)
         elif ours and "native" in ours:
             # A vendor block of another dialect, carried in our extension key.
             self._close(c)
@@ -248,15 +249,20 @@ class ChunkDecoder:
             name = payload[0]
             value = part[name]
             raw = {k: v for k, v in part.items() if k not in ("thoughtSignature", EXT)}
+            start = (ours or {}).get("start") or {}
             i = self._new_block(
                 c,
                 "native",
                 id=value.get("id") if isinstance(value, dict) else None,
                 name=name,
-                fidelity=_sig(part),
-                extensions={NAME: raw},
+                fidelity=hub.merge_dicts(start.get("fidelity"), _sig(part)),
+                extensions={NAME: raw, **(start.get("extensions") or {})},
             )
-            self._emit(hub.BlockStop(i))
+            self._stop_whole(i, ours)
+
+    def _stop_whole(self, index: int, ours: dict | None) -> None:
+        stop = (ours or {}).get("stop") or {}
+        self._emit(hub.BlockStop(index, stop.get("fidelity"), stop.get("extensions")))
 
     def _text(self, c: _Candidate, part: dict, ours: dict | None) -> None:
         text = part["text"]
@@ -342,8 +348,7 @@ class ChunkDecoder:
             args = call.get("args")
             args = msgspec.json.encode(args).decode() if args is not None else "{}"
         self._emit(hub.Delta(index, args))
-        stop = (ours or {}).get("stop") or {}
-        self._emit(hub.BlockStop(index, stop.get("fidelity"), stop.get("extensions")))
+        self._stop_whole(index, ours)
 
     # -- end
 

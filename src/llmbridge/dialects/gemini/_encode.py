@@ -110,12 +110,12 @@ class _Block:
     __slots__ = (
         "buf",
         "choice",
-        "deferred",
         "extensions",
         "fidelity",
         "id",
         "index",
         "kind",
+        "live",
         "mime_type",
         "name",
         "ordinal",
@@ -139,7 +139,7 @@ class _Block:
         self.parts = 0  # parts emitted
         self.buf: list[str] = []
         self.ordinal = ordinal
-        self.deferred = False  # started while another text block of its choice streams: held back
+        self.live = False  # first in its candidate's queue: text streams out as it comes
         self.stop_event: hub.BlockStop | None = None
 
 
@@ -153,9 +153,9 @@ class StreamEncoder:
         self._ordinals = 0
         self._closed_ordinals: dict[int, int] = {}
         self._last_part: dict[int, tuple[str, int] | None] = {}  # per choice: (kind, index) of the last part
-        self._active: dict[int, int] = {}  # per choice: the text/thinking block streaming now
-        self._deferred: dict[int, list[_Block]] = {}
-        self._whole: dict[int, list[_Block]] = {}  # per choice: open whole-part blocks, in start order
+        # Per choice, the blocks not yet fully written, in start order.  Gemini parts cannot
+        # interleave, so only the first streams; the others buffer until it is done.
+        self._queues: dict[int, list[_Block]] = {}
         self._finishes: dict[int, hub.Finish] = {}
         self._candidate_ext: dict[int, dict] = {}
         self._chunk_ext: dict[str, Any] = {}
@@ -217,7 +217,7 @@ class StreamEncoder:
             b = self._blocks.get(e.index)
             if b is None:
                 return b""
-            if (b.kind == "text" or b.kind == "thinking") and not b.deferred:
+            if b.live and (b.kind == "text" or b.kind == "thinking"):
                 if not e.text and b.sig is None and b.start is None:
                     return b""
                 return self._chunk(b.choice, self._text_part(b, e.text))
@@ -248,9 +248,7 @@ class StreamEncoder:
             return head + b"data: " + json_encode(error_from_hub(e)[1]) + b"\n\n"
         if kind is hub.ResponseEnd:
             self._done = True
-            held = b"".join(self._flush(c, everything=True) for c in list(self._deferred))
-            for whole in self._whole.values():
-                held += b"".join(self._stop(b, b.stop_event or hub.BlockStop(b.index)) for b in whole)
+            held = b"".join(self._pump(c, everything=True) for c in list(self._queues))
             return held + self._last_chunk(e.request_id)
         return b""
 
@@ -290,14 +288,9 @@ class StreamEncoder:
             start = {k: v for k, v in (("fidelity", foreign), ("extensions", e.extensions), ("id", e.id)) if v}
             if start:
                 b.start = start
-        if e.choice in self._active:
-            # Gemini parts cannot interleave with a streaming text part: hold this block back.
-            b.deferred = True
-            self._deferred.setdefault(e.choice, []).append(b)
-        elif e.kind == "text" or e.kind == "thinking":
-            self._active[e.choice] = e.index
-        else:
-            self._whole.setdefault(e.choice, []).append(b)
+        queue = self._queues.setdefault(e.choice, [])
+        queue.append(b)
+        b.live = len(queue) == 1
         return b""
 
     def _block_stop(self, e: hub.BlockStop) -> bytes:
@@ -305,48 +298,24 @@ class StreamEncoder:
         if b is None:
             return b""
         self._closed_ordinals[e.index] = b.ordinal
-        if b.deferred or self._active.get(b.choice, b.index) != b.index:
-            b.stop_event = e  # a text block of its choice is streaming: after it
-            if not b.deferred:
-                b.deferred = True
-                self._deferred.setdefault(b.choice, []).append(b)
-                whole = self._whole.get(b.choice)
-                if whole and b in whole:
-                    whole.remove(b)
-            return b""
-        if b.kind != "text" and b.kind != "thinking":
-            # Whole parts go out in start order (parallel calls may stop in any order).
-            b.stop_event = e
-            whole = self._whole.get(b.choice) or []
-            out = []
-            while whole and whole[0].stop_event is not None:
-                first = whole.pop(0)
-                out.append(self._stop(first, first.stop_event))
-            return b"".join(out)
-        out = self._stop(b, e)
-        if self._active.get(b.choice) == b.index:
-            del self._active[b.choice]
-            out += self._flush(b.choice)
-        return out
+        b.stop_event = e
+        return self._pump(b.choice) if b.live else b""
 
-    def _flush(self, choice: int, everything: bool = False) -> bytes:
-        """Emit held-back blocks once the streaming text block of their choice has stopped."""
+    def _pump(self, choice: int, everything: bool = False) -> bytes:
+        """Write what the head of the queue allows: stopped blocks whole, then the next one live."""
         out = []
-        queue = self._deferred.get(choice) or []
+        queue = self._queues.get(choice) or []
         while queue:
-            b = queue.pop(0)
-            b.deferred = False
+            b = queue[0]
             text_like = b.kind == "text" or b.kind == "thinking"
             if text_like and b.buf:
-                out.append(self._chunk(b.choice, self._text_part(b, "".join(b.buf))))
+                out.append(self._chunk(choice, self._text_part(b, "".join(b.buf))))
                 b.buf.clear()
-            if b.stop_event is not None or everything:
-                out.append(self._stop(b, b.stop_event or hub.BlockStop(b.index)))
-            elif text_like:
-                self._active[choice] = b.index  # still open: it streams from here on
-                for later in queue:
-                    later.deferred = True
+            if b.stop_event is None and not everything:
+                b.live = True
                 break
+            queue.pop(0)
+            out.append(self._stop(b, b.stop_event or hub.BlockStop(b.index)))
         return b"".join(out)
 
     def _stop(self, b: _Block, e: hub.BlockStop) -> bytes:

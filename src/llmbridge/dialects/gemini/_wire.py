@@ -76,8 +76,6 @@ def finish_from_hub(finish: hub.Finish) -> tuple[str, dict | None]:
         extra["raw"] = finish.raw
     if finish.stop_sequence is not None:
         extra["stop_sequence"] = finish.stop_sequence
-    if finish.reason in ("end_turn", "tool_use") and len(extra) == 1:
-        return word, None  # STOP says it all (tool_use is derived from the calls)
     return word, extra
 
 
