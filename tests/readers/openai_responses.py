@@ -59,11 +59,7 @@ def _summarize(response, summary: Summary) -> None:
             parts += [p.text for p in getattr(item, "content", None) or []]
             thinking.append("\n\n".join(parts))
         elif kind == "function_call":
-            try:
-                args = json.loads(item.arguments) if item.arguments.strip() else {}
-            except ValueError:
-                args = None
-            calls.append((item.name, args))
+            calls.append((item.name, _arguments(item.arguments)))
             ids.append(item.call_id)
         elif kind == "custom_tool_call":
             calls.append((item.name, {"input": item.input}))
@@ -92,21 +88,32 @@ def read(body: bytes) -> Summary:
     final = None
     text: list[str] = []
     thinking: list[str] = []
+    calls: dict[str, list] = {}  # item id -> [name, call_id, argument fragments]: what streamed, for errors
     try:
         with warnings.catch_warnings(), _client(body).responses.stream(model="m", input="hi") as stream:
             # pydantic warns while the SDK serializes vendor items newer than its models; not our concern
             warnings.simplefilter("ignore", UserWarning)
             for event in stream:
-                if event.type == "response.output_text.delta":
+                kind = event.type
+                if kind == "response.output_text.delta":
                     text.append(event.delta)
-                elif event.type in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
                     thinking.append(event.delta)
-                elif event.type in ("response.completed", "response.incomplete", "response.failed"):
+                elif kind == "response.output_item.added" and event.item.type == "function_call":
+                    calls[event.item.id] = [event.item.name, event.item.call_id, []]
+                elif kind == "response.function_call_arguments.delta" and event.item_id in calls:
+                    calls[event.item_id][2].append(event.delta)
+                elif kind == "response.function_call_arguments.done" and event.item_id in calls:
+                    calls[event.item_id][2] = [event.arguments]
+                elif kind in ("response.completed", "response.incomplete", "response.failed"):
                     final = event.response
         if final is None:
             raise RuntimeError("the stream ended without a terminal event")
     except Exception as exc:
         summary.text, summary.thinking = "".join(text), "".join(thinking)
+        for name, call_id, fragments in calls.values():
+            summary.tool_calls.append((name, _arguments("".join(fragments))))
+            summary.tool_call_ids.append(call_id)
         summary.error = f"{type(exc).__name__}: {exc}"
         # what streamed before the error (finish, usage) rides on the error object (see the encoder)
         body = getattr(exc, "body", None)
@@ -120,3 +127,10 @@ def read(body: bytes) -> Summary:
         return summary
     _summarize(final, summary)
     return summary
+
+
+def _arguments(text: str) -> dict | None:
+    try:
+        return json.loads(text) if text.strip() else {}
+    except ValueError:
+        return None

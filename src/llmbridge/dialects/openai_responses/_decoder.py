@@ -91,6 +91,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._refused = False
         self._seq: int | None = None
         self._carried: dict[int, int] = {}  # hub index in a carried event -> ours
+        self._pending_reasoning: list[_Item] = []  # reasoning items whose block waits for its first part
         self._text_slots: dict[tuple, list] = {}  # (output_index, content_index) -> message part slot
         self._handlers = {
             "response.created": self._on_lifecycle,
@@ -187,7 +188,9 @@ class StreamDecoder(SSEStreamDecoder):
             )
         )
 
-    def _start_block(self, kind: str, **fields: Any) -> int:
+    def _start_block(self, kind: str, flush: bool = True, **fields: Any) -> int:
+        if flush and self._pending_reasoning:  # reasoning items added earlier keep their place
+            self._flush_reasoning()
         index = self._next_index
         self._next_index += 1
         self._open_blocks.add(index)
@@ -248,6 +251,7 @@ class StreamDecoder(SSEStreamDecoder):
             state.ext = {NAME: {"item": extras}} if extras else None
         elif kind == "reasoning":  # its block starts with its first part, when we know what kind of text it holds
             state.ext = own
+            self._pending_reasoning.append(state)
         elif kind == "function_call" or kind == "custom_tool_call":
             fidelity: dict[str, Any] = {"id": item_id} if item_id else {}
             if kind == "custom_tool_call":
@@ -441,16 +445,28 @@ class StreamDecoder(SSEStreamDecoder):
 
     # ------------------------------------------------------------------ reasoning
 
+    def _flush_reasoning(self) -> None:
+        pending, self._pending_reasoning = self._pending_reasoning, []
+        for state in pending:
+            self._start_reasoning(state, "summary")
+
     def _start_reasoning(self, state: _Item, text_kind: str) -> None:
         if state.index >= 0:
             return
+        if state in self._pending_reasoning:  # the ones added before it start first
+            at = self._pending_reasoning.index(state)
+            earlier, self._pending_reasoning = self._pending_reasoning[:at], self._pending_reasoning[at + 1 :]
+            for other in earlier:
+                self._start_reasoning(other, "summary")
         state.text_kind = text_kind
         own = state.ext or {}
         fields = {"id": state.id} if state.id and own.get("own_id") is not False else {}
         if text_kind != "summary":
             fields["text_kind"] = text_kind
         fidelity = hub.merge_dicts({NAME: fields} if fields else None, own.get("fidelity"))
-        state.index = self._start_block("thinking", id=state.id, fidelity=fidelity, extensions=own.get("extensions"))
+        state.index = self._start_block(
+            "thinking", flush=False, id=state.id, fidelity=fidelity, extensions=own.get("extensions")
+        )
 
     def _reasoning_text(self, state: _Item, key: tuple, text: str) -> None:
         self._start_reasoning(state, "reasoning_text" if key[0] == "content" else "summary")
@@ -567,6 +583,8 @@ class StreamDecoder(SSEStreamDecoder):
                 continue
             kind = type(event)
             if kind is hub.BlockStart:
+                if self._pending_reasoning:
+                    self._flush_reasoning()
                 self._carried[event.index] = new = self._next_index
                 self._next_index += 1
                 self._open_blocks.add(new)
@@ -615,7 +633,9 @@ class StreamDecoder(SSEStreamDecoder):
             self.emit(usage)
         own = response.get(EXT_KEY) if isinstance(response.get(EXT_KEY), dict) else {}
         status = response.get("status")
-        if obj["type"] == "response.failed" or status == "failed":
+        finish = own.get("finish")
+        failed_turn = isinstance(finish, dict) and finish.get("reason") == "error" and self._pending_error is None
+        if (obj["type"] == "response.failed" or status == "failed") and not failed_turn:
             error = response.get("error") if isinstance(response.get("error"), dict) else {}
             pending = self._pending_error
             if pending is None:
