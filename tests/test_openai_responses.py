@@ -733,3 +733,58 @@ def test_any_hub_stream_encodes_for_the_sdk_and_round_trips(events):
         assert summary.error.startswith("APIError: ")
         summary.error = expect.error
     assert summary == expect
+
+
+def test_input_may_be_left_out_when_the_conversation_is_stored():
+    r = R.decode_request({"model": "m", "previous_response_id": "resp_1"})
+    assert r.messages == [] and R.encode_request(r) == {"model": "m", "input": [], "previous_response_id": "resp_1"}
+
+
+def test_refusal_parts():
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}
+    part = {"type": "refusal", "refusal": ""}
+    body = _sse(
+        CREATED,
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {
+            "type": "response.content_part.added",
+            "output_index": 0,
+            "content_index": 0,
+            "item_id": "msg_1",
+            "part": part,
+        },
+        {"type": "response.refusal.delta", "output_index": 0, "content_index": 0, "item_id": "msg_1", "delta": "I can"},
+        {"type": "response.refusal.delta", "output_index": 0, "content_index": 0, "item_id": "msg_1", "delta": "not."},
+        {
+            "type": "response.refusal.done",
+            "output_index": 0,
+            "content_index": 0,
+            "item_id": "msg_1",
+            "refusal": "I cannot.",
+        },
+        {
+            "type": "response.content_part.done",
+            "output_index": 0,
+            "content_index": 0,
+            "item_id": "msg_1",
+            "part": {"type": "refusal", "refusal": "I cannot."},
+        },
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {**item, "status": "completed", "content": [{"type": "refusal", "refusal": "I cannot."}]},
+        },
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}},
+    )
+    events, violations = decode(body)
+    assert violations == []
+    r = hub.assemble(events)
+    assert r.blocks[0].text == "I cannot." and r.blocks[0].extensions == {NS: {"part_type": "refusal"}}
+    assert r.finish.reason == "refusal"
+    wire = encode_all(R.StreamEncoder(), events)
+    assert b"response.refusal.delta" in wire
+    assert content(roundtrip(events)) == content(events)
+    with sdk_client(wire).responses.stream(model="m", input="x") as stream:
+        final = stream.get_final_response()
+    assert final.output[0].content[0].type == "refusal" and final.output[0].content[0].refusal == "I cannot."
+    assert reader.read(wire).finish == "filter"

@@ -174,8 +174,8 @@ class StreamDecoder(SSEStreamDecoder):
         response = response or {}
         self._response_id = response.get("id")
         extras = {k: v for k, v in response.items() if k not in _RESPONSE_MODELED and v is not None}
-        extensions = {NAME: extras} if extras else {}
         own = response.get(EXT_KEY)
+        extensions = {NAME: extras} if extras and not (isinstance(own, dict) and own.get("defaults")) else {}
         if isinstance(own, dict) and isinstance(own.get("extensions"), dict):
             extensions.update(own["extensions"])
         self.emit(

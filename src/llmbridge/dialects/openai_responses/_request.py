@@ -202,8 +202,10 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
     if instructions is not None:
         messages.append(hub.Message("system", [hub.TextPart(_expect(instructions, str, "instructions", "a string"))]))
     items = body.get("input")
-    if items is None:
+    if items is None and not any(body.get(k) for k in ("prompt", "previous_response_id", "conversation")):
         raise RequestError("required", "input")
+    if items is None:
+        items = []
     if isinstance(items, str):
         messages.append(hub.Message("user", [hub.TextPart(items)]))
     else:
