@@ -14,9 +14,6 @@ EXT_KEY = "llmbridge"  # our key on Responses objects for hub data the dialect c
 # Event fields that only place an event in the stream; dropped when an event is kept as data.
 POSITIONAL = frozenset(("sequence_number", "output_index", "item_id", "content_index", "obfuscation"))
 
-# Output items that the hub models itself; every other item type is a "native" block.
-MODELED_ITEMS = frozenset(("message", "reasoning", "function_call", "custom_tool_call"))
-
 # Hub error type -> the Responses error "type"/"code" word; the reverse map adds OpenAI's other words.
 ERROR_WORD = {
     "invalid_request": "invalid_request_error",
