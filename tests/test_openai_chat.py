@@ -683,3 +683,87 @@ def test_error_codec_with_sdk():
     )
     with pytest.raises(openai.RateLimitError, match="slow down"):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+
+
+# --------------------------------------------------------------------------- any valid hub stream
+
+_TEXT = st.text(st.sampled_from('ab <>{}"\\é\n'), min_size=0, max_size=6)
+_FIDELITY = st.none() | st.sampled_from([SIGNED, {"openai-responses": {"encrypted_content": "e", "id": "rs_1"}}])
+
+
+@st.composite
+def hub_streams(draw) -> list[hub.Event]:
+    """Valid hub streams: interleaved blocks of every kind, several choices, errors anywhere."""
+    n_blocks = draw(st.integers(0, 5))
+    specs = []
+    for index in range(n_blocks):
+        kind = draw(st.sampled_from(["text", "thinking", "tool_call", "native"]))
+        choice = draw(st.sampled_from([0, 0, 0, 1]))
+        pieces = draw(st.lists(_TEXT, max_size=3))
+        if kind == "tool_call":
+            pieces = ['{"k":', json.dumps("".join(pieces)), "}"]
+        specs.append((index, kind, choice, pieces, draw(_FIDELITY) if kind == "thinking" else None))
+    # a schedule: start, deltas, stop of each block, interleaved but in order per block
+    queues = [[("start", s)] + [("delta", s, p) for p in s[3]] + [("stop", s)] for s in specs]
+    events: list[hub.Event] = [hub.ResponseStart("r", "m", 1)]
+    open_kinds: set[tuple[int, str]] = set()  # a single content string: text blocks of a choice take turns
+
+    def allowed(q):
+        spec = q[0][1]
+        return q[0][0] != "start" or spec[1] not in ("text", "thinking") or (spec[2], spec[1]) not in open_kinds
+
+    while any(queues):
+        q = draw(st.sampled_from([q for q in queues if q and allowed(q)]))
+        step = q.pop(0)
+        if step[0] == "start":
+            open_kinds.add((step[1][2], step[1][1]))
+        elif step[0] == "stop":
+            open_kinds.discard((step[1][2], step[1][1]))
+        index, kind, choice, _, fidelity = step[1]
+        if step[0] == "start":
+            name = "f" if kind == "tool_call" else "srv" if kind == "native" else None
+            ext = {"anthropic-messages": {"type": "server_tool_use"}} if kind == "native" else None
+            events.append(hub.BlockStart(index, kind, f"id{index}" if name else None, name, choice, extensions=ext))
+        elif step[0] == "delta":
+            events.append(hub.Delta(index, step[2]))
+        else:
+            events.append(hub.BlockStop(index, fidelity))
+    events.append(hub.Usage(draw(st.integers(0, 99)), draw(st.integers(0, 99))))
+    for choice in sorted({s[2] for s in specs}):
+        events.append(hub.Finish(draw(st.sampled_from(hub.FINISH_REASONS)), choice))
+    if draw(st.booleans()):
+        cut = draw(st.integers(1, len(events)))
+        events = [e for e in events[:cut] if type(e) is not hub.Finish]
+        events.append(hub.Error("boom", draw(st.sampled_from(hub.ERROR_TYPES))))
+    events.append(hub.ResponseEnd())
+    return events
+
+
+@given(hub_streams())
+def test_any_hub_stream(events):
+    assert hub.validate(events) == []
+    body = encode(events)
+    again, violations = decode(body)
+    assert violations == [] and hub.validate(again) == []
+    a, b = hub.assemble(events), hub.assemble(again)
+
+    def kept(r):
+        blocks = [
+            (x.choice, x.kind, x.text, x.fidelity)
+            for x in r.blocks
+            if x.text or x.fidelity or x.kind not in ("text", "thinking")  # empty ones have nothing to keep
+        ]
+        return sorted(blocks, key=lambda t: t[0])  # choices are independent; order within a choice is kept
+
+    if a.error is None:
+        assert kept(b) == kept(a)
+        assert {c: f.reason for c, f in b.finishes.items()} == {c: f.reason for c, f in a.finishes.items()}
+    else:
+        assert b.error.type == a.error.type
+    got = reader.read(body)
+    want = expected(events)
+    if want.error:
+        assert got.error and got.error.startswith("APIError: ")
+        got.error = want.error = None
+        got.finish = want.finish = None  # cut short: the finish the reader saw is whatever came before
+    assert got == want

@@ -337,6 +337,15 @@ class StreamDecoder(SSEStreamDecoder):
         if bridge is not None:
             self._bridge_before(ch, bridge)
         delta = choice.get("delta")
+        if bridge is not None and type(bridge) is dict and "ref" in bridge and "delta" not in bridge and delta:
+            # text of a block kept open beside the current one (interleaved blocks)
+            target = self._refs.get(bridge["ref"])
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("refusal")
+            if target is not None and isinstance(text, str):
+                self.emit(hub.Delta(target, text))
+                delta = {}
+            else:
+                self.violation("block-open", "llmbridge ref to an unknown block")
         if delta:
             if ch.finished and _has_content(delta):
                 self.violation("after-finish", f"content for choice {n} after its finish_reason")
@@ -581,11 +590,17 @@ class StreamDecoder(SSEStreamDecoder):
         if not isinstance(bridge, dict):
             return
         keep = bridge.get("keep")
-        if keep is not None and ch.seq is not None:  # the open block stays open, interleaved with the next
+        if isinstance(keep, dict):  # the open block stays open, interleaved with the next ones
             self._flush_think(ch)
-            self._refs[keep] = ch.seq
-            ch.background.append(ch.seq)
-            ch.seq, ch.seq_kind, ch.rd_index, ch.plain = None, "", None, False
+            kind, refusal = keep.get("kind") or "text", bool(keep.get("refusal"))
+            if ch.seq is not None and ch.seq_kind == kind and ch.seq_refusal == refusal:
+                index = ch.seq
+                ch.seq, ch.seq_kind, ch.rd_index, ch.plain = None, "", None, False
+            else:  # it has had no text yet, so no block: open it now
+                self._close_seq(ch)
+                index = self._open(ch, kind, extensions={NAME: {"refusal": True}} if refusal else None)
+            self._refs[keep.get("ref")] = index
+            ch.background.append(index)
         block = bridge.get("block")
         if isinstance(block, dict):
             self._flush_think(ch)

@@ -23,11 +23,24 @@ _RESERVED = frozenset({"id", "object", "created", "model", "choices", "usage", "
 
 
 class _Block:
-    __slots__ = ("choice", "current", "extensions", "fidelity", "head", "kind", "open", "refusal", "tail", "tool")
+    __slots__ = (
+        "choice",
+        "current",
+        "extensions",
+        "fidelity",
+        "field",
+        "head",
+        "kind",
+        "open",
+        "refusal",
+        "tail",
+        "tool",
+    )
 
     def __init__(self, choice: int, kind: str) -> None:
         self.choice = choice
         self.current = True  # the decoder appends this choice's plain deltas to this block
+        self.field = ""  # the delta field of text and thinking blocks
         self.open = True
         self.kind = kind
         self.head = b""
@@ -116,6 +129,8 @@ class StreamEncoder:
                 return b""
             if block.current and block.head:
                 return block.head + json_encode(event.text) + block.tail
+            if block.field:  # text of an interleaved block: on the wire as usual, routed by the ref
+                return self._choice(block.choice, {block.field: event.text}, **{BRIDGE: {"ref": event.index}})
             return self._choice(block.choice, {}, **{BRIDGE: {"delta": event.text, "ref": event.index}})
         if self._done:
             return b""
@@ -179,6 +194,7 @@ class StreamEncoder:
         if e.kind in ("text", "thinking"):
             field = b'"refusal":' if refusal else b'"content":' if e.kind == "text" else b'"reasoning_content":'
             block.head = prefix + b',"delta":{' + field
+            block.field = field[1:-2].decode()
             block.tail = b"}}]}\n\n"
             wire_kind = "refusal" if refusal else e.kind
             needs_marker = bool(
@@ -206,9 +222,9 @@ class StreamEncoder:
             bridge["keep"] = keep
         return self._choice(n, {}, **{BRIDGE: bridge})
 
-    def _replace_current(self, n: int, index: int | None) -> int | None:
-        """Make ``index`` the block the decoder extends; returns the hub index of a replaced block
-        that is still open (interleaved blocks), which the decoder must then keep open."""
+    def _replace_current(self, n: int, index: int | None) -> dict[str, Any] | None:
+        """Make ``index`` the block the decoder extends.  A replaced block that is still open
+        (interleaved blocks) is returned as ``{"ref", "kind"}`` for the decoder to keep open."""
         previous = self._current.pop(n, None)
         if index is not None:
             self._current[n] = index
@@ -216,7 +232,12 @@ class StreamEncoder:
             return None
         block = self._blocks[previous]
         block.current = False
-        return previous if block.open else None
+        if not block.open:
+            return None
+        keep: dict[str, Any] = {"ref": previous, "kind": block.kind}
+        if block.refusal:
+            keep["refusal"] = True
+        return keep
 
     def _block_stop(self, e: hub.BlockStop) -> bytes:
         block = self._blocks.get(e.index)
@@ -249,9 +270,9 @@ class StreamEncoder:
         n = e.choice
         word = FINISH_TO_WIRE.get(e.reason)
         fields: dict[str, Any] = {}
-        if e.reason == "refusal" and n in self._refused:
+        if e.reason == "refusal" and n in self._refused and n not in self._tools:
             word = "stop"  # OpenAI's own refusals end with "stop" and carry delta.refusal
-        elif word is None or (e.raw and e.raw != word):
+        elif word is None or (e.raw and e.raw != word) or (word == "stop" and self._derived(n, e) != e.reason):
             fields[BRIDGE] = {"finish": e.reason, "raw": e.raw or e.reason}
         if word is None:
             word = "content_filter" if e.reason == "refusal" else "stop"
@@ -261,6 +282,14 @@ class StreamEncoder:
         self._seq_kind.pop(n, None)
         self._replace_current(n, None)
         return self._choice(n, {}, **fields)
+
+    def _derived(self, n: int, e: hub.Finish) -> str:
+        """What our decoder reads from finish_reason "stop" for this choice."""
+        if n in self._tools:
+            return "tool_use"
+        if n in self._refused:
+            return "refusal"
+        return "stop_sequence" if e.stop_sequence else "end_turn"
 
     def _extension(self, e: hub.Extension) -> bytes:
         block = self._blocks.get(e.index) if e.index is not None else None
