@@ -102,8 +102,9 @@ def _parameters_schema(fn: Callable, param_docs: dict[str, str]) -> dict[str, An
         schema = dict(schema_for(hints.get(name, p.annotation)))
         if name in param_docs:
             schema["description"] = param_docs[name]
-        if p.default is not p.empty and isinstance(p.default, (str, int, float, bool)):
-            schema["default"] = p.default.value if isinstance(p.default, enum.Enum) else p.default
+        default = p.default.value if isinstance(p.default, enum.Enum) else p.default
+        if default is not p.empty and isinstance(default, (str, int, float, bool)):
+            schema["default"] = default
         properties[name] = schema
         if p.default is p.empty:
             required.append(name)
