@@ -133,6 +133,39 @@ def test_corpus_streams_survive_an_mmsp_round_trip(source_decoder, path):
         assert source.error is not None or "ToolCallArgumentParseError" in got.error
 
 
+def broken(stream: list[hub.Event], data: st.DataObject) -> list[hub.Event]:
+    """The stream failing somewhere: an upstream error, or a tool call whose arguments do not parse."""
+    calls = [
+        n
+        for n, e in enumerate(stream)
+        if type(e) is hub.BlockStop
+        and e.index in {b.index for b in stream if type(b) is hub.BlockStart and b.kind == "tool_call"}
+    ]
+    if calls and data.draw(st.booleans()):
+        at = data.draw(st.sampled_from(calls))
+        return [*stream[:at], hub.Delta(stream[at].index, "]"), *stream[at:]]
+    cut = data.draw(st.integers(1, len(stream) - 1))
+    return [*stream[:cut], hub.Error("boom", "overloaded", status=529), hub.ResponseEnd()]
+
+
+def settled(response: hub.Response) -> hub.Response:
+    """A block the error cut off never got its end, where fidelity usually comes: leave it out."""
+    for b in response.blocks:
+        if not b.closed:
+            b.fidelity = None
+    return response
+
+
+@given(hub_streams(), st.data())
+def test_a_failure_anywhere_loses_nothing(case, data):
+    events = broken(case[0], data)
+    body = encode(events)
+    assert json.loads(lines(body)[-2]).keys() == {"error"} and lines(body)[-1] == "[DONE]"
+    back, violations = decode(body)
+    assert violations == [] and hub.validate(back) == []
+    assert comparable(settled(hub.assemble(back))) == comparable(settled(hub.assemble(events)))
+
+
 def test_unparsable_arguments_become_an_error_event_then_done():
     events = [
         hub.ResponseStart(),

@@ -901,7 +901,8 @@ class UniEventView:
         """What had not gone out when the stream failed, for a codec to carry beside its error.
 
         ``pending``: the blocks still waiting behind the live one, whole (with their hub
-        ``index`` and whether they had ``closed``); ``usage``, ``finishes``, ``annotations``:
+        ``index`` and whether they had ``closed``); ``live``: the block cut off while streaming
+        (``sent``: some of it went out); ``usage``, ``finishes``, ``annotations``:
         the stream-level data so far; ``ordinals``: hub index -> place in the message of the
         blocks that went out; ``failed``: the hub index of the block that failed, if one did.
         """
@@ -923,6 +924,8 @@ class UniEventView:
         live = self._live
         if live is not None and live.finished:
             state["failed"] = live.start.index
+        elif live is not None:  # cut off while streaming: what went out of it, and what did not
+            state["live"] = {**self._raw_block(live), "index": live.start.index, "sent": live.sent > 0}
         return state
 
     # -- output

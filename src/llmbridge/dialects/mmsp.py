@@ -942,6 +942,15 @@ class StreamDecoder(SSEStreamDecoder):
             if failed is not None and self._group.started:
                 indices[int(failed)] = self._group.index
             self._close(self._group, self._group.fidelity)  # the call whose arguments MMSP could not parse
+        live = extra.get("live")
+        if isinstance(live, dict):
+            g = self._group
+            if live.get("sent") and g is not None and g.started:  # its fragments are in: only its notes
+                indices[int(live["index"])] = g.index
+                for a in live.get("annotations") or ():
+                    self.emit(hub.Extension(a.get("namespace", NAME), a.get("data"), g.index))
+            else:
+                indices[int(live["index"])] = self._raw_block(live, close=False)
         for raw in extra.get("pending") or ():
             indices[int(raw["index"])] = self._raw_block(raw, close=bool(raw.get("closed")))
         for a in extra.get("annotations") or ():
