@@ -1,4 +1,4 @@
-"""Gateway cost: CPU per stream and time to first byte added over the direct path.
+"""Gateway cost: CPU per stream, and time to first byte / first token added over the direct path.
 
 The replay server (the upstream stand-in) and the gateway run as separate processes, so the
 gateway's CPU is read from /proc alone. Per case, sequential streaming requests:
@@ -71,12 +71,15 @@ def _body(dialect: str, model: str) -> dict:
     return body
 
 
-def _stream(client: httpx.Client, url: str, body: dict) -> tuple[float, float]:
+def _stream(client: httpx.Client, url: str, body: dict, dialect: str | None = None) -> tuple[float, float]:
+    """(time to first token, total time); the first token is the first hub Delta the client's
+    dialect decoder sees (or the first byte when ``dialect`` is None)."""
+    decoder = dialects.get(dialect).StreamDecoder() if dialect else None
     start = time.perf_counter()
     first = None
     with client.stream("POST", url, json=body) as r:
-        for _ in r.iter_raw():
-            if first is None:
+        for chunk in r.iter_raw():
+            if first is None and (decoder is None or any(type(e).__name__ == "Delta" for e in decoder.feed(chunk))):
                 first = time.perf_counter() - start
     return first or 0.0, time.perf_counter() - start
 
@@ -137,6 +140,24 @@ def run() -> str:
                         med([t for _, t in direct]) * 1000,
                     ]
                 )
+            ttft = []
+            for label, client_dialect, upstream, capture in CASES:
+                model = f"{upstream}:{capture}@chunk=200@delay-ms=10"
+                direct_url = rurl + BASE[upstream] + PATH[upstream].removeprefix("/v1" if BASE[upstream] else "")
+                direct_body = _body(upstream, capture + "@chunk=200@delay-ms=10")
+                direct = [_stream(client, direct_url, direct_body, upstream)[0] for _ in range(5)]
+                via = [
+                    _stream(client, gurl + PATH[client_dialect], _body(client_dialect, model), client_dialect)[0]
+                    for _ in range(5)
+                ]
+                ttft.append(
+                    [
+                        label,
+                        sorted(direct)[2] * 1000,
+                        sorted(via)[2] * 1000,
+                        (sorted(via)[2] - sorted(direct)[2]) * 1000,
+                    ]
+                )
             paced = []
             for label, client_dialect, upstream, capture in CASES[1:3]:
                 model = f"{upstream}:{capture}@chunk=200@delay-ms=10"
@@ -170,12 +191,13 @@ def run() -> str:
             "events",
             "gw CPU ms/stream",
             "gw CPU ms/1k events",
-            "TTFB added ms",
+            "first byte added ms",
             "total ms (gw)",
             "total ms (direct)",
         ],
         rows,
     )
+    out += "\n\n" + table(["paced 10 ms/chunk, first token", "direct ms", "gateway ms", "added ms"], ttft)
     out += "\n\n" + table(["paced 10 ms/chunk, 8 concurrent", "streams/s", "median stream ms"], paced)
     return out
 
