@@ -328,8 +328,10 @@ def test_client_registry_supplies_tools(fresh):
     RAN.clear()
     c = make(fresh, "anthropic-messages")
     c.tools.register(get_weather)
-    run = c.run_tools("tools", script(("get_weather", {"city": "Oslo"})))
+    run = c.run_tools("tools", script(("get_weather", {"city": "Oslo"})), tool_choice="get_weather")
     assert RAN == [("get_weather", {"city": "Oslo"})] and ":OK:" in run.text
+    choices = [r.tool_choice for _, r in fresh.model.requests]
+    assert choices == [hub.ToolChoice("tool", "get_weather"), hub.ToolChoice("auto")]  # forced once, then auto
 
 
 def test_async_tool_loop_with_async_tools_and_confirm(fresh):

@@ -221,8 +221,10 @@ class AsyncClient:
         declared = {t.name: t for t in specs}
         transcript = to_messages(messages)
         completion = None
+        choice = params.pop("tool_choice", None)
         for round_ in range(1, max_rounds + 1):
-            completion = await self.complete(model, list(transcript), tools=specs, **params)
+            completion = await self.complete(model, list(transcript), tools=specs, tool_choice=choice, **params)
+            choice = _tools.next_choice(choice)
             transcript.append(completion.to_hub_message())
             if not completion.tool_calls:
                 return _tools.ToolRun(completion, transcript, round_)

@@ -233,14 +233,17 @@ class Client:
 
         Only tools declared in this request run; a tool with side effects runs only when
         ``confirm(call)`` returns True.  Refusals and exceptions go back to the model as error
-        results.  More than ``max_rounds`` model calls raise :class:`ToolLoopError`.
+        results.  More than ``max_rounds`` model calls raise :class:`ToolLoopError`.  A
+        ``tool_choice`` that forces a tool applies to the first call only (then ``"auto"``).
         """
         specs = [_tools.as_tool(t) for t in (tools if tools is not None else self.tools)]
         declared = {t.name: t for t in specs}
         transcript = to_messages(messages)
         completion = None
+        choice = params.pop("tool_choice", None)
         for round_ in range(1, max_rounds + 1):
-            completion = self.complete(model, list(transcript), tools=specs, **params)
+            completion = self.complete(model, list(transcript), tools=specs, tool_choice=choice, **params)
+            choice = _tools.next_choice(choice)
             transcript.append(completion.to_hub_message())
             if not completion.tool_calls:
                 return _tools.ToolRun(completion, transcript, round_)

@@ -249,6 +249,13 @@ class Outcome:
         return hub.Message("tool", [part])
 
 
+def next_choice(choice: Any) -> Any:
+    """A forcing tool choice applies to the first round only, else the loop could never end."""
+    if choice is None or choice in ("auto", "none") or getattr(choice, "mode", None) in ("auto", "none"):
+        return choice
+    return "auto"
+
+
 def result_text(value: Any) -> str:
     if isinstance(value, str):
         return value
