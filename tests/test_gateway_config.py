@@ -168,3 +168,12 @@ def test_replay_fault_suffixes():
     assert parse_model("x@status=429")[1].status == 429
     with pytest.raises(ValueError, match="bad fault suffix"):
         parse_model("x@explode=1")
+
+
+def test_serve_refuses_a_bad_config_without_traceback(tmp_path):
+    from llmbridge.gateway import serve
+
+    bad = tmp_path / "gw.toml"
+    bad.write_text('[[models]]\nname = "m"\nupstream = "nowhere"\n')
+    with pytest.raises(SystemExit, match=r"models\[0\]\.upstream: unknown upstream 'nowhere'"):
+        serve(str(bad), "127.0.0.1", 0)

@@ -218,4 +218,9 @@ def serve(
 ) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(directory, seed, dialect, delay_ms), host=host, port=port, log_level="info")
+    if not Path(directory).is_dir():
+        raise SystemExit(f"llmbridge replay: {directory} is not a directory")
+    app = create_app(directory, seed, dialect, delay_ms)
+    if not app.state.replay.files:
+        raise SystemExit(f"llmbridge replay: no *.sse files under {directory}")
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -12,6 +12,8 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
     """Run the gateway with uvicorn; with no config file it serves the embedded local model."""
     import uvicorn
 
-    config = load(config_path) if config_path else default_config()
-    app = create_app(config)
+    try:
+        app = create_app(load(config_path) if config_path else default_config())
+    except (ConfigError, RuntimeError) as exc:  # a bad config or a missing extra: say so, no traceback
+        raise SystemExit(f"llmbridge serve: {exc}") from None
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_keep_alive=30)
