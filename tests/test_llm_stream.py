@@ -230,6 +230,14 @@ def test_error_event_decodes_then_ends():
     assert events[-2:] == [hub.Error("slow down", "rate_limit", "tpm"), hub.ResponseEnd()]
 
 
+def test_error_event_then_truncation_keeps_one_error():
+    body = frame("stream.start", 0) + frame("error", 1, error={"type": "overloaded", "message": "busy"})
+    events, violations = decode(body)
+    assert rules(violations) == ["end-missing"]
+    assert [type(e) for e in events] == [hub.ResponseStart, hub.Error, hub.ResponseEnd]
+    assert events[1].type == "overloaded"
+
+
 # --------------------------------------------------------------------------- seq exhaustion (§8.4)
 
 
@@ -727,3 +735,43 @@ def test_endpoint():
     assert headers["Accept"] == 'text/event-stream; profile="llm-stream-1.0"'
     assert headers["Authorization"] == "Bearer k"
     assert ls.endpoint(hub.Request(), base_url="http://gw/v1")[0] == "http://gw/v1/stream"
+
+
+# --------------------------------------------------------------------------- hostile input never escapes as a crash
+
+
+@given(hub_streams(), st.lists(st.tuples(st.integers(0, 10_000), st.binary(max_size=3)), min_size=1, max_size=4))
+def test_garbled_streams_decode_to_a_valid_hub_stream(events, edits):
+    body = bytearray(encode_all(ls.StreamEncoder(), events))
+    for at, replacement in edits:
+        at %= len(body) + 1
+        body[at : at + len(replacement)] = replacement
+    decoder = ls.StreamDecoder()
+    decoded = decode_all(decoder, bytes(body))
+    assert hub.validate(decoded) == []  # whatever the damage: no exception, a valid hub stream
+    if hub.assemble(decoded).complete:
+        assert not any(v.rule in ("json", "envelope", "seq", "end-missing") for v in decoder.violations)
+
+
+def mutations(value):
+    """The body with one value somewhere replaced by something else."""
+    leaf = st.one_of(json_leaf, st.just([]), st.just({}), st.just({"type": "text"}))
+    if isinstance(value, dict) and value:
+        return st.sampled_from(sorted(value)).flatmap(
+            lambda k: (leaf | mutations(value[k])).map(lambda v: {**value, k: v})
+        )
+    if isinstance(value, list) and value:
+        return st.integers(0, len(value) - 1).flatmap(
+            lambda i: (leaf | mutations(value[i])).map(lambda v: [*value[:i], v, *value[i + 1 :]])
+        )
+    return leaf
+
+
+@given(st.sampled_from(sorted(SEED_REQUESTS)).flatmap(lambda name: mutations(SEED_REQUESTS[name])))
+def test_mutated_envelopes_decode_or_raise_request_error(body):
+    try:
+        request = ls.decode_request(body)
+    except RequestError as exc:
+        assert exc.field
+        return
+    assert ls.decode_request(msgspec.json.decode(msgspec.json.encode(ls.encode_request(request)))) == request

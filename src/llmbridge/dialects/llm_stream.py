@@ -387,8 +387,7 @@ class StreamDecoder(SSEStreamDecoder):
                 self.violation("start-first", "no stream.start: the stream is empty", event=-1)
             self.violation("end-missing", "stream ended before stream.end", event=-1)
             if not self.ended:
-                self._start_hub()
-                self.fail(hub.Error("stream ended before stream.end", "incomplete_stream"))
+                self._end_with(hub.Error("stream ended before stream.end", "incomplete_stream"))
         out, self._out = self._out, []
         return out
 
@@ -397,11 +396,20 @@ class StreamDecoder(SSEStreamDecoder):
             self._hub_started = True
             self.emit(start or hub.ResponseStart())
 
+    def _end_with(self, error: hub.Error) -> None:
+        """End the hub stream with ``error``, or just end it after the error event already sent."""
+        self._start_hub()
+        if self._errored:
+            self.finish_stream()
+        else:
+            self.fail(error)
+
     def _fatal(self, rule: str, message: str, code: str | None = None) -> None:
         self.violation(rule, message)
         if not self.ended:
-            self._start_hub()
-            self.fail(hub.Error(f"event {self.event_number}: {rule}: {message}", "protocol_error", code=code or rule))
+            self._end_with(
+                hub.Error(f"event {self.event_number}: {rule}: {message}", "protocol_error", code=code or rule)
+            )
         self._failed = True
 
     def on_event(self, event: sse.Event) -> None:
