@@ -7,6 +7,7 @@ import json
 
 import anthropic
 import httpx
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -76,6 +77,13 @@ def test_the_wire_is_unievent_lines_then_done():
     events = [UniEvent.from_dict(json.loads(d)) for d in data[:-1]]
     assert grammar_violations(events) == []
     assert body.endswith(b"data: [DONE]\n\n") and b"\n\n\n" not in body
+
+
+@given(hub_streams())
+def test_the_hot_path_writes_exactly_what_the_view_gives(case):
+    stream, _ = case
+    slow = [msgspec.json.encode(e.to_dict()).decode() for e in view_events(stream, clock)]
+    assert lines(encode(stream)) == [*slow, "[DONE]"]
 
 
 @given(hub_streams())

@@ -589,6 +589,9 @@ class _Group:
         self.b64: _B64Bytes | None = _B64Bytes() if kind in ("inline_data", "inline_thinking") else None
 
 
+_PLAIN = frozenset(("text", "thinking", "tool_call"))
+
+
 def _mmsp_ext(extensions: dict | None) -> dict:
     value = extensions.get("mmsp") if extensions else None
     return value if isinstance(value, dict) else {}
@@ -652,6 +655,22 @@ class UniEventView:
             self.ended = True
             return out, exc
         return out, None
+
+    def plain_fragment(self, e: hub.Delta) -> str | None:
+        """The hot path for codecs: when ``e`` only grows the live text, thinking or arguments,
+        account for it and return that kind (``""``: nothing to send); else ``None`` (use
+        :meth:`step`).  The caller then writes the delta event itself."""
+        g = self._live
+        if g is None or g.start.index != e.index or g.kind not in _PLAIN or not g.streams or self._first:
+            return None
+        if e.text:
+            g.parts.append(e.text)
+            g.sent += 1
+            return g.kind
+        return ""
+
+    def now(self) -> int:
+        return self._clock()
 
     # -- dispatch
 

@@ -555,6 +555,16 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
 # --------------------------------------------------------------------------- streams
 
 
+_EVENT_HEAD = b'data: {"role":"assistant","event_type":"delta","content_items":[{"type":'
+_EVENT_TAIL = b'],"usage_metadata":null,"finish_reason":null,"created_at":'
+# A plain fragment's event, as UniEvent.to_dict() encodes it: head + JSON string + tail + created_at + "}".
+_FRAGMENT = {
+    "text": (_EVENT_HEAD + b'"text.delta","text":', b"}" + _EVENT_TAIL),
+    "thinking": (_EVENT_HEAD + b'"thinking.delta","thinking":', b"}" + _EVENT_TAIL),
+    "tool_call": (_EVENT_HEAD + b'"tool_call.delta","name":"","arguments":', b',"tool_call_id":""}' + _EVENT_TAIL),
+}
+
+
 class StreamEncoder:
     """Hub events -> ``data: <UniEvent>`` lines, through :class:`UniEventView`.
 
@@ -576,6 +586,13 @@ class StreamEncoder:
         if self._failure is not None:
             self._after.append(event_to_dict(event))
             return self._flush() if type(event) is hub.ResponseEnd else b""
+        if type(event) is hub.Delta:
+            kind = self._view.plain_fragment(event)
+            if kind is not None:  # the hot path: the event's bytes without building it
+                if not kind:
+                    return b""
+                head, tail = _FRAGMENT[kind]
+                return b"".join((head, json_encode(event.text), tail, str(self._view.now()).encode(), b"}\n\n"))
         out, exc = self._view.step(event)
         chunks = [b"data: " + json_encode(e.to_dict()) + b"\n\n" for e in out]
         if exc is not None:
