@@ -203,9 +203,13 @@ class Gateway:
             except UpstreamFailed as exc:
                 last = exc.error
             else:
-                last = await exchange.prime()
-                if last is None:
-                    return await self.answer(exchange, codec, out_dialect, hreq.stream, json_array, request_id)
+                try:
+                    last = await exchange.prime()
+                    if last is None:
+                        return await self.answer(exchange, codec, out_dialect, hreq.stream, json_array, request_id)
+                except BaseException:  # cancelled or broken: never leave the upstream request open
+                    await exchange.aclose()
+                    raise
                 await exchange.aclose()
             if not retryable(last) or n == len(routes) - 1:
                 break
