@@ -118,14 +118,13 @@ class _Block:
         "live",
         "mime_type",
         "name",
-        "ordinal",
         "parts",
         "sig",
         "start",
         "stop_event",
     )
 
-    def __init__(self, e: hub.BlockStart, ordinal: int) -> None:
+    def __init__(self, e: hub.BlockStart) -> None:
         self.index = e.index
         self.kind = e.kind
         self.choice = e.choice
@@ -138,7 +137,6 @@ class _Block:
         self.start: dict | None = None  # our extension key for the first part
         self.parts = 0  # parts emitted
         self.buf: list[str] = []
-        self.ordinal = ordinal
         self.live = False  # first in its candidate's queue: text streams out as it comes
         self.stop_event: hub.BlockStop | None = None
 
@@ -151,7 +149,7 @@ class StreamEncoder:
         self._usage_hub: hub.Usage | None = None
         self._blocks: dict[int, _Block] = {}
         self._ordinals = 0
-        self._closed_ordinals: dict[int, int] = {}
+        self._written: dict[int, int] = {}  # hub index -> ordinal, for blocks already written
         self._last_part: dict[int, tuple[str, int] | None] = {}  # per choice: (kind, index) of the last part
         # Per choice, the blocks not yet fully written, in start order.  Gemini parts cannot
         # interleave, so only the first streams; the others buffer until it is done.
@@ -186,6 +184,8 @@ class StreamEncoder:
         if b.parts == 0 and b.start is None and last is not None and last[0] == b.kind:
             b.start = {}  # a marker: this part starts a new block, not the previous one's continuation
         self._last_part[b.choice] = (b.kind, b.index)
+        if b.parts == 0:
+            self._number(b)
         b.parts += 1
         if b.sig is None and b.start is None and stop is None:
             if b.kind == "thinking":
@@ -281,8 +281,7 @@ class StreamEncoder:
         self._first = b"," + json_encode(first)[1:-1] if first else b""
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
-        b = self._blocks[e.index] = _Block(e, self._ordinals)
-        self._ordinals += 1
+        b = self._blocks[e.index] = _Block(e)
         if e.kind == "text" or e.kind == "thinking":
             b.sig, foreign = _split_fidelity(e.fidelity)
             start = {k: v for k, v in (("fidelity", foreign), ("extensions", e.extensions), ("id", e.id)) if v}
@@ -297,7 +296,6 @@ class StreamEncoder:
         b = self._blocks.pop(e.index, None)
         if b is None:
             return b""
-        self._closed_ordinals[e.index] = b.ordinal
         b.stop_event = e
         return self._pump(b.choice) if b.live else b""
 
@@ -338,6 +336,7 @@ class StreamEncoder:
                 b.start = {}  # keep the empty block
             return self._chunk(b.choice, self._text_part(b, "", stop or None))
         self._last_part[b.choice] = None
+        self._number(b)
         part = block_part(
             b.kind,
             "".join(b.buf),
@@ -351,6 +350,10 @@ class StreamEncoder:
         )
         return self._chunk(b.choice, json_encode(part))
 
+    def _number(self, b: _Block) -> None:
+        self._written[b.index] = self._ordinals
+        self._ordinals += 1
+
     def _extension(self, e: hub.Extension) -> None:
         data = e.data
         if e.namespace == NAME and e.index is None and isinstance(data, dict):
@@ -363,8 +366,7 @@ class StreamEncoder:
             return
         ann: dict[str, Any] = {"namespace": e.namespace, "data": data}
         if e.index is not None:
-            b = self._blocks.get(e.index)
-            ann["block"] = b.ordinal if b is not None else self._closed_ordinals.get(e.index)
+            ann["block"] = e.index  # made an ordinal when the last chunk is written
         self._annotations.append(ann)
 
     def _last_chunk(self, request_id: str | None) -> bytes:
@@ -387,6 +389,9 @@ class StreamEncoder:
         chunk.update(self._chunk_ext)
         mine: dict[str, Any] = {}
         if self._annotations:
+            for ann in self._annotations:
+                if "block" in ann:
+                    ann["block"] = self._written.get(ann["block"])
             mine["annotations"] = self._annotations
         if request_id is not None:
             mine["request_id"] = request_id
@@ -404,10 +409,15 @@ class StreamEncoder:
 def encode_response(response: hub.Response) -> dict:
     """An assembled hub response as a ``generateContent`` body."""
     by_choice: dict[int, list[dict]] = {}
-    ordinals = {b.index: n for n, b in enumerate(response.blocks)}
+    blocks = sorted(response.blocks, key=lambda b: b.choice)  # the order the decoder will meet them
+    ordinals = {b.index: n for n, b in enumerate(blocks)}
     annotations = []
-    for b in response.blocks:
+    last_kind: dict[int, str] = {}
+    for b in blocks:
         parts = by_choice.setdefault(b.choice, [])
+        # A boundary Gemini parts would not show: a text block after a text block, an empty one.
+        marker = b.kind in ("text", "thinking") and (last_kind.get(b.choice) == b.kind or not (b.text or b.fidelity))
+        last_kind[b.choice] = b.kind
         parts.append(
             block_part(
                 b.kind,
@@ -419,6 +429,8 @@ def encode_response(response: hub.Response) -> dict:
                 extensions=b.extensions,
             )
         )
+        if marker:
+            parts[-1].setdefault(EXT, {}).setdefault("start", {})
         for ann in b.annotations:
             annotations.append({"namespace": ann.namespace, "data": ann.data, "block": ordinals[b.index]})
     candidate_ext: dict[int, dict] = {}
