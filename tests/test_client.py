@@ -27,6 +27,7 @@ from llmbridge.dialects.base import json_decode
 from llmbridge.errors import (
     ConversationBusyError,
     IncompleteStreamError,
+    ProtocolError,
     ToolCallArgumentParseError,
     ToolLoopError,
     TransportError,
@@ -79,6 +80,8 @@ class FakeModel:
         body = [encoder.encode(e) for e in events]
         if model == "cut":
             body = body[: len(body) // 2]  # the connection ends before the terminal event
+        if model == "seq-gap":  # LLM-Stream: seq must grow by exactly 1
+            body = [b.replace(b'"seq":3,', b'"seq":9,') for b in body]
         return StreamResponse(_aiter(body), media_type=codec.STREAM_CONTENT_TYPE)
 
     async def slow(self, codec, model: str):
@@ -490,6 +493,14 @@ def test_truncated_stream_raises_incomplete(fresh, dialect):
         make(fresh, dialect, max_retries=2).complete("cut", "hi")
     assert info.value.partial is not None
     assert fresh.model.attempts["cut"] == 1  # no retry after the first byte
+
+
+def test_protocol_break_raises_protocol_error(fresh):
+    events = []
+    with pytest.raises(ProtocolError) as info:
+        for event in make(fresh, "llm-stream").stream("seq-gap", "hi"):
+            events.append(event)
+    assert info.value.partial.text == "echo:hi|1" and not any(e.event_type == "stop" for e in events)
 
 
 def test_unparseable_tool_arguments_raise(fresh):
