@@ -47,6 +47,10 @@ def gateway():
     with serving(replay.create_app(CORPUS, seed=7)) as upstream:
         # Larger chunks than the replay default: chunking at every boundary is tested elsewhere.
         models = {name: (dialect, name + "@chunk=2048") for dialect, name in SOURCES}
+        models["openai-error-insufficient-quota-failed"] = (
+            "openai-responses",
+            "openai-error-insufficient-quota-failed",
+        )
         app = create_app(config.parse(replay_config(upstream.url, models)))
         with serving(app) as gw:
             yield gw
@@ -214,3 +218,36 @@ def check(gateway, client, source, name, stream):
         assert got.input_tokens == want.input_tokens
     if want.output_tokens is not None:
         assert got.output_tokens == want.output_tokens
+
+
+# --------------------------------------------------------------------------- clients without an SDK
+
+
+@pytest.mark.parametrize("client", ["llm-stream", "mmsp"])
+@pytest.mark.parametrize(("source", "name"), SOURCES, ids=[n for _, n in SOURCES])
+def test_standard_and_mmsp_clients_read_any_upstream(gateway, client, source, name):
+    path = {"llm-stream": "/v1/stream", "mmsp": "/mmsp/v1/stream"}[client]
+    headers = {"content-type": "application/llm-request+json"} if client == "llm-stream" else {}
+    body = {"model": name, "messages": [{"role": "user", "content": HELLO}]}
+    r = HTTP.post(gateway.url + path, json=body, headers=headers)
+    assert r.status_code == 200
+    events = decode_all(dialects.get(client).StreamDecoder(), r.content)
+    got, want = expected(events), source_summary(source, name)
+    assert got.error is None
+    assert (got.text, got.thinking, got.tool_calls, got.finish) == (
+        want.text,
+        want.thinking,
+        want.tool_calls,
+        want.finish,
+    )
+    assert (got.input_tokens, got.output_tokens) == (want.input_tokens, want.output_tokens)
+
+
+def test_upstream_error_event_relayed_and_translated(gateway):
+    """openai-responses' response.failed: the SDK raises, relayed or translated."""
+    name = "openai-error-insufficient-quota-failed"
+    assert (CORPUS / "openai-responses" / f"{name}.sse").exists()
+    with pytest.raises(openai.APIError):
+        read_openai_responses(gateway.url, name, stream=True)
+    with pytest.raises(anthropic.APIError):
+        read_anthropic(gateway.url, name, stream=True)
