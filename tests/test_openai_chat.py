@@ -697,7 +697,7 @@ def hub_streams(draw) -> list[hub.Event]:
     n_blocks = draw(st.integers(0, 5))
     specs = []
     for index in range(n_blocks):
-        kind = draw(st.sampled_from(["text", "thinking", "tool_call", "native"]))
+        kind = draw(st.sampled_from(["text", "thinking", "tool_call", "native", "data"]))
         choice = draw(st.sampled_from([0, 0, 0, 1]))
         pieces = draw(st.lists(_TEXT, max_size=3))
         if kind == "tool_call":
@@ -723,9 +723,14 @@ def hub_streams(draw) -> list[hub.Event]:
         if step[0] == "start":
             name = "f" if kind == "tool_call" else "srv" if kind == "native" else None
             ext = {"anthropic-messages": {"type": "server_tool_use"}} if kind == "native" else None
-            events.append(hub.BlockStart(index, kind, f"id{index}" if name else None, name, choice, extensions=ext))
+            mime = "image/png" if kind == "data" else None
+            events.append(
+                hub.BlockStart(index, kind, f"id{index}" if name else None, name, choice, mime, extensions=ext)
+            )
         elif step[0] == "delta":
             events.append(hub.Delta(index, step[2]))
+            if draw(st.integers(0, 5)) == 0:
+                events.append(hub.Extension("gemini", {"note": index}, draw(st.sampled_from([index, None]))))
         else:
             events.append(hub.BlockStop(index, fidelity))
     events.append(hub.Usage(draw(st.integers(0, 99)), draw(st.integers(0, 99))))
@@ -749,7 +754,7 @@ def test_any_hub_stream(events):
 
     def kept(r):
         blocks = [
-            (x.choice, x.kind, x.text, x.fidelity)
+            (x.choice, x.kind, x.text, x.fidelity, x.mime_type, [(e.namespace, e.data) for e in x.annotations])
             for x in r.blocks
             if x.text or x.fidelity or x.kind not in ("text", "thinking")  # empty ones have nothing to keep
         ]
@@ -757,6 +762,7 @@ def test_any_hub_stream(events):
 
     if a.error is None:
         assert kept(b) == kept(a)
+        assert [(e.namespace, e.data) for e in b.annotations] == [(e.namespace, e.data) for e in a.annotations]
         assert {c: f.reason for c, f in b.finishes.items()} == {c: f.reason for c, f in a.finishes.items()}
     else:
         assert b.error.type == a.error.type

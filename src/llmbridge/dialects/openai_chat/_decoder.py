@@ -633,9 +633,15 @@ class StreamDecoder(SSEStreamDecoder):
             return
         ext = bridge.get("extension")
         if isinstance(ext, dict):
-            target = ch.tool_blocks.get(ext["tool"]) if "tool" in ext else None
+            target = ch.tool_blocks.get(ext["tool"]) if "tool" in ext else self._refs.get(ext.get("ref"))
+            kind = ext.get("kind")
+            if target is None and kind in ("text", "thinking"):
+                if ch.seq is None or ch.seq_kind != kind:  # the block has had no text yet: open it now
+                    self._flush_think(ch)
+                    self._seq(ch, kind, "", bool(ext.get("refusal")))
+                target = ch.seq
             if target is None:
-                target = self._refs.get(ext.get("ref"), ch.seq if ch.seq is not None else ch.last)
+                target = ch.seq if ch.seq is not None else ch.last
             self.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data"), target))
         stop = bridge.get("stop")
         if isinstance(stop, dict):

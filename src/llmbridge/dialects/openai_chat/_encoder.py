@@ -301,9 +301,11 @@ class StreamEncoder:
         data = e.data
         if e.namespace == NAME and isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _CHOICE_NATIVE:
             return self._choice(block.choice, {}, **data)
-        ext = {"namespace": e.namespace, "data": data, "ref": e.index}
+        ext = {"namespace": e.namespace, "data": data, "ref": e.index, "kind": block.kind}
         if block.tool is not None:
             ext["tool"] = block.tool
+        if block.refusal:
+            ext["refusal"] = True
         return self._choice(block.choice, {}, **{BRIDGE: {"extension": ext}})
 
 
