@@ -109,7 +109,7 @@ def encode_error(error: hub.Error) -> tuple[int, dict]:
 def decode_error(status: int, body: bytes) -> hub.Error:
     try:
         data = json_decode(body)
-    except Exception:
+    except msgspec.DecodeError:
         text = body.decode("utf-8", "replace").strip()
         return hub.Error(text[:1000] or f"HTTP {status}", hub.error_type_for_status(status), status=status)
     obj = data.get("error", data) if isinstance(data, dict) else data
@@ -596,32 +596,32 @@ class StreamEncoder:
         out, exc = self._view.step(event)
         chunks = [b"data: " + json_encode(e.to_dict()) + b"\n\n" for e in out]
         if exc is not None:
-            state = self._view.failure_state()
-            if type(event) is hub.Error:
-                obj = dict(_error_object(event))
-                obj["llmbridge"] = {**(obj.get("llmbridge") or {}), **state}
-            else:
-                obj = _exception_object(exc)
-                obj["llmbridge"] = {**(obj.get("llmbridge") or {}), **state, "resume": True}
-                if isinstance(exc, ToolCallArgumentParseError) and type(event) is not hub.ResponseEnd:
-                    self._failure = obj
-                    return b"".join(chunks)
-                if type(event) is hub.ResponseEnd:
-                    obj["llmbridge"]["after"] = [event_to_dict(event)]
-            chunks.append(b"data: " + json_encode({"error": obj}) + b"\n\n")
-            chunks.append(DONE)
-            self._closed = True
+            chunks.append(self._fail(event, exc))
         elif type(event) is hub.ResponseEnd:
             chunks.append(DONE)
             self._closed = True
         return b"".join(chunks)
 
+    def _fail(self, event: hub.Event, exc: LLMBridgeError) -> bytes:
+        state = self._view.failure_state()
+        if type(event) is hub.Error:
+            obj = dict(_error_object(event))
+            obj["llmbridge"] = {**(obj.get("llmbridge") or {}), **state}
+            self._failure = obj
+            return self._flush()
+        # Only MMSP's grammar failed (tool arguments that do not parse): the source goes on, and
+        # what follows travels with the error, which waits for the end.
+        obj = _exception_object(exc)
+        obj["llmbridge"] = {**(obj.get("llmbridge") or {}), **state, "resume": True, "after": self._after}
+        self._failure = obj
+        if type(event) is hub.ResponseEnd:
+            self._after.append(event_to_dict(event))
+            return self._flush()
+        return b""
+
     def _flush(self) -> bytes:
-        obj = self._failure
-        assert obj is not None
-        obj["llmbridge"]["after"] = self._after
         self._closed = True
-        return b"data: " + json_encode({"error": obj}) + b"\n\n" + DONE
+        return b"data: " + json_encode({"error": self._failure}) + b"\n\n" + DONE
 
 
 _EVENT_TYPES = {
