@@ -82,6 +82,22 @@ def test_seed_tool_flow_response_without_indexes():
     assert r.finish.reason == "tool_use" and r.complete
 
 
+def test_seed_tool_flow_response_2_without_indexes():
+    """§4.8 Response 2 (and a call before the text, both without `index`)."""
+    body = frame("stream.start", 0) + frame("tool.call", 1, id="c", name="f", arguments="{}")
+    body += frame("content.delta", 2, delta={"text": "The weather in Vienna is 24C."})
+    body += frame("content.delta", 3, delta={"text": " Enjoy."})
+    body += frame("content.stop", 4, stop_reason="end_turn") + frame("stream.end", 5)
+    events, violations = decode(body)
+    assert violations == []
+    r = hub.assemble(events)
+    assert [(b.index, b.kind, b.text) for b in r.blocks] == [
+        (0, "tool_call", "{}"),
+        (1, "text", "The weather in Vienna is 24C. Enjoy."),
+    ]
+    assert all(b.closed for b in r.blocks) and r.finish.reason == "end_turn"
+
+
 # --------------------------------------------------------------------------- grammar violations
 
 

@@ -390,6 +390,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._implicit: set[int] = set()  # open blocks that came without an index (§4.8 style)
         self._finished: set[int] = set()  # choices whose stop_reason arrived
         self._next_index = 0
+        self._implicit_delta: int | None = None  # the block of content.delta events without index
 
     # -- driving
 
@@ -599,7 +600,11 @@ class StreamDecoder(SSEStreamDecoder):
         index = self._index(obj)
         implicit = index is None
         if implicit:
-            index = 0  # the draft's own examples leave `index` out of single-block answers
+            # The draft's own examples leave `index` out of single-block answers: such deltas
+            # grow one implicit block, opened at the next free index (0 in a fresh stream).
+            index = self._implicit_delta
+            if index is None or index not in self._keys:
+                index = self._implicit_delta = self._next_index
         elif index < 0:
             return
         delta = obj.get("delta")
