@@ -54,9 +54,14 @@ class FakeModel:
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
-        dialect = ENDPOINTS[request.url.path]
+        path = request.url.path
+        url_model = None
+        if path.startswith("/v1beta/models/"):  # Gemini: the model is in the URL
+            dialect, url_model = "gemini", path.removeprefix("/v1beta/models/").rpartition(":")[0]
+        else:
+            dialect = ENDPOINTS[path]
         codec = dialects.get(dialect)
-        req = codec.decode_request(json_decode(await request.body()))
+        req = codec.decode_request(json_decode(await request.body()), model=url_model)
         model = req.model or ""
         with self.lock:
             self.requests.append((model, req))
@@ -75,7 +80,7 @@ class FakeModel:
             return JSONResponse(body, status_code=503, headers={"retry-after": "0"})
         if model == "slow":
             return StreamResponse(self.slow(codec, model), media_type=codec.STREAM_CONTENT_TYPE)
-        events = self.script(model, req)
+        events = self.script(model, req, codec.NAME)
         encoder = codec.StreamEncoder()
         body = [encoder.encode(e) for e in events]
         if model == "cut":
@@ -95,7 +100,7 @@ class FakeModel:
         finally:
             self.disconnected.append(model)
 
-    def script(self, model: str, req: hub.Request) -> list[hub.Event]:
+    def script(self, model: str, req: hub.Request, dialect: str) -> list[hub.Event]:
         last = req.messages[-1]
         out: list[hub.Event] = [hub.ResponseStart(f"resp-{len(self.requests)}", model)]
         finish = "end_turn"
@@ -117,7 +122,7 @@ class FakeModel:
                         results.append(f"{p.tool_call_id}:{'ERR' if p.is_error else 'OK'}:{text}")
             out += _text(0, " | ".join(results))
         elif model == "think":
-            sig = {"anthropic-messages": {"signature": f"sig-{len(req.messages)}"}}
+            sig = signature(dialect, len(req.messages))
             out += [hub.BlockStart(0, "thinking"), hub.Delta(0, "hmm"), hub.BlockStop(0, fidelity=sig)]
             out += _text(1, f"turn {sum(m.role == 'user' for m in req.messages)}")
         elif model == "error-mid":
@@ -133,6 +138,15 @@ class FakeModel:
             out += _text(0, f"echo:{users[-1].text if users else ''}|{len(users)}")
         out += [hub.Usage(input_tokens=10, output_tokens=3), hub.Finish(finish), hub.ResponseEnd()]
         return out
+
+
+def signature(dialect: str, n: int) -> dict:
+    """Opaque thinking state as the dialect's own vendor sends it (others carry Anthropic's)."""
+    if dialect == "gemini":
+        return {"gemini": {"thoughtSignature": f"sig-{n}"}}
+    if dialect == "openai-responses":
+        return {"openai-responses": {"encrypted_content": f"sig-{n}", "id": f"rs_{n}"}}
+    return {"anthropic-messages": {"signature": f"sig-{n}"}}
 
 
 def _text(index: int, text: str) -> list[hub.Event]:
@@ -160,11 +174,11 @@ def fresh(fake):
     return fake
 
 
-DIALECTS = ["openai-chat", "anthropic-messages", "llm-stream"]
+DIALECTS = ["openai-chat", "anthropic-messages", "llm-stream", "gemini", "openai-responses", "mmsp"]
 
 
 def make(server, dialect="openai-chat", **kw) -> Client:
-    return Client(server.url, dialect=dialect, **kw)
+    return Client(server.url + ("/mmsp" if dialect == "mmsp" else ""), dialect=dialect, **kw)
 
 
 # --------------------------------------------------------------------------- tools: schemas
@@ -299,9 +313,12 @@ def test_tool_loop_runs_declared_tools_and_refuses_the_rest(fresh, dialect):
     ids = [f"1_{n}" for n in range(5)]
     assert outcome[ids[0]][0] == "OK" and json.loads(outcome[ids[0]][1]) == {"city": "Paris", "temp": 21}
     assert outcome[ids[1]] == ["OK", "deleted tmp.txt"]
-    assert outcome[ids[2]][0] == "ERR" and "the user declined" in outcome[ids[2]][1]
-    assert outcome[ids[3]][0] == "ERR" and "not declared" in outcome[ids[3]][1]
-    assert outcome[ids[4]][0] == "ERR" and "ValueError: kaboom" in outcome[ids[4]][1]
+    # Responses' function_call_output has no error flag: there the text alone says so
+    err = "OK" if dialect == "openai-responses" else "ERR"
+    assert outcome[ids[2]][0] == err and "the user declined" in outcome[ids[2]][1]
+    assert outcome[ids[3]][0] == err and "not declared" in outcome[ids[3]][1]
+    assert outcome[ids[4]][0] == err and "ValueError: kaboom" in outcome[ids[4]][1]
+    assert all(outcome[i][1].startswith("error: ") for i in ids[2:])
     # the second request carried the assistant's calls, then one result per call id
     second = fresh.model.requests[1][1]
     assert {t.name for t in second.tools} == {"get_weather", "delete_file", "explode"}
@@ -375,7 +392,7 @@ def test_conversation_records_the_turn_before_stop_and_replays_thinking(fresh, d
     sent = fresh.model.requests[-1][1]
     assert [m.role for m in sent.messages] == ["system", "user", "assistant", "user"]
     thinking = [p for p in sent.messages[2].parts if isinstance(p, hub.ThinkingPart)]
-    assert thinking and thinking[0].fidelity["anthropic-messages"] == {"signature": "sig-2"}  # replayed intact
+    assert thinking and thinking[0].fidelity == signature(dialect, 2)  # replayed intact
     assert len(conv.history) == 4
     conv.clear()
     assert conv.history == []
