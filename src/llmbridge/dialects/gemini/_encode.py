@@ -145,7 +145,8 @@ class StreamEncoder:
     def __init__(self) -> None:
         self._tail = b""  # ,"modelVersion":..,"responseId":.. on every chunk
         self._first = b""  # stream-level extras for the first chunk
-        self._usage = b""
+        self._usage = b""  # counts only, on every chunk
+        self._usage_full = b""  # with our extension key, on the last chunk
         self._usage_hub: hub.Usage | None = None
         self._blocks: dict[int, _Block] = {}
         self._ordinals = 0
@@ -229,7 +230,17 @@ class StreamEncoder:
             return self._block_stop(e)
         if kind is hub.Usage:
             self._usage_hub = hub.merge_usage(self._usage_hub, e)
-            self._usage = b',"usageMetadata":' + json_encode(usage_from_hub(self._usage_hub))
+            meta = usage_from_hub(self._usage_hub)
+            self._usage_full = b',"usageMetadata":' + json_encode(meta)
+            ours = meta.get(EXT)
+            if ours and "extensions" in ours:  # other vendors' usage extras: once, on the last chunk
+                meta = dict(meta)
+                ours = {k: v for k, v in ours.items() if k != "extensions"}
+                if ours:
+                    meta[EXT] = ours
+                else:
+                    del meta[EXT]
+            self._usage = b',"usageMetadata":' + json_encode(meta)
             return b""
         if kind is hub.Finish:
             self._finishes[e.choice] = e
@@ -400,7 +411,7 @@ class StreamEncoder:
         if mine:
             chunk[EXT] = mine
         body = json_encode(chunk)[1:-1]
-        rest = self._usage + self._tail + self._first
+        rest = self._usage_full + self._tail + self._first
         if not body:
             rest = rest[1:]
         return b"data: {" + body + rest + b"}\n\n"
