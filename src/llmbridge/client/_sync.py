@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -326,34 +327,34 @@ class Conversation:
         self.tools = tools
         self.params = params
         self._history: list[hub.Message] = []
-        self._busy = False
+        self._busy = threading.Lock()  # held while a call streams; threads race for it safely
 
     @property
     def history(self) -> list[hub.Message]:
         return list(self._history)
 
     def clear(self) -> None:
-        if self._busy:
+        if self._busy.locked():
             raise ConversationBusyError("cannot clear while a call is streaming")
         self._history.clear()
 
     def send(self, message: Any, **params: Any) -> Stream:
-        if self._busy:
+        if not self._busy.acquire(blocking=False):
             raise ConversationBusyError("this conversation already has a call in progress")
-        new = to_messages(message)
-        request = build_request(
-            self.model, [*self._history, *new], system=self.system, tools=self.tools, **{**self.params, **params}
-        )
-        self._busy = True
+        try:
+            new = to_messages(message)
+            request = build_request(
+                self.model, [*self._history, *new], system=self.system, tools=self.tools, **{**self.params, **params}
+            )
+        except BaseException:
+            self._busy.release()
+            raise
 
         def on_stop(completion: Completion) -> None:
             self._history.extend(new)
             self._history.append(completion.to_hub_message())
 
-        def on_end() -> None:
-            self._busy = False
-
-        return Stream(self.client, request, on_stop, on_end)
+        return Stream(self.client, request, on_stop, self._busy.release)
 
     def complete(self, message: Any, **params: Any) -> Completion:
         with self.send(message, **params) as s:
