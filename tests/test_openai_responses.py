@@ -788,3 +788,21 @@ def test_refusal_parts():
         final = stream.get_final_response()
     assert final.output[0].content[0].type == "refusal" and final.output[0].content[0].refusal == "I cannot."
     assert reader.read(wire).finish == "filter"
+
+
+async def test_async_sdk_reads_the_stream():
+    events = decode(load("openai-function-call"))[0]
+    body = encode_all(R.StreamEncoder(), events)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    client = openai.AsyncOpenAI(
+        base_url="http://test/v1", api_key="x", http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    )
+    async with client.responses.stream(model="m", input="x") as stream:
+        deltas = [e.delta async for e in stream if e.type == "response.function_call_arguments.delta"]
+        final = await stream.get_final_response()
+    call = final.output[0]
+    assert call.type == "function_call" and "".join(deltas) == call.arguments
+    assert json.loads(call.arguments) == json.loads(hub.assemble(events).blocks[0].text)

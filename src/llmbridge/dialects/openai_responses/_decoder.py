@@ -173,17 +173,18 @@ class StreamDecoder(SSEStreamDecoder):
         self._started = True
         response = response or {}
         self._response_id = response.get("id")
+        own = response.get(EXT_KEY) if isinstance(response.get(EXT_KEY), dict) else {}
         extras = {k: v for k, v in response.items() if k not in _RESPONSE_MODELED and v is not None}
-        own = response.get(EXT_KEY)
-        extensions = {NAME: extras} if extras and not (isinstance(own, dict) and own.get("defaults")) else {}
-        if isinstance(own, dict) and isinstance(own.get("extensions"), dict):
+        extensions = {NAME: extras} if extras and not own.get("defaults") else {}
+        if isinstance(own.get("extensions"), dict):
             extensions.update(own["extensions"])
+        made_up = [k for k in ("id", "created_at") if k in own and own[k] is None]  # by our encoder
         self.emit(
             hub.ResponseStart(
-                id=None if isinstance(own, dict) and "id" in own and own["id"] is None else response.get("id"),
+                id=None if "id" in made_up else response.get("id"),
                 model=response.get("model"),
-                created=response.get("created_at"),
-                request_id=own.get("request_id") if isinstance(own, dict) else None,
+                created=None if "created_at" in made_up else response.get("created_at"),
+                request_id=own.get("request_id"),
                 extensions=extensions or None,
             )
         )

@@ -208,6 +208,8 @@ class StreamEncoder:
             extra["request_id"] = event.request_id
         if event.id is None:
             extra["id"] = None  # the id above is made up
+        if event.created is None:
+            extra["created_at"] = None  # so is the time
         if not isinstance(own, dict):
             extra["defaults"] = True  # the response fields above are ours, not the source's
         if extra:
