@@ -724,3 +724,62 @@ def test_any_hub_response_round_trips(events):
     assert [_block(x) for x in by_choice(b)] == [_block(x) for x in by_choice(a)]
     assert {c: f.reason for c, f in b.finishes.items()} == {c: f.reason for c, f in a.finishes.items()}
     assert b.usage == a.usage
+
+
+def test_request_built_by_the_sdk_decodes():
+    """google-genai's own request body (it mixes camelCase and snake_case keys) reads back."""
+    from google import genai
+    from google.genai import types
+
+    seen = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen["body"] = json.loads(request.content)
+        return httpx.Response(
+            200, json={"candidates": [{"content": {"parts": [{"text": "ok"}]}, "finishReason": "STOP"}]}
+        )
+
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    client = genai.Client(api_key="x", http_options=types.HttpOptions(base_url="http://g.test", httpx_client=http))
+    config = types.GenerateContentConfig(
+        system_instruction="Be brief.",
+        max_output_tokens=100,
+        tools=[
+            types.Tool(
+                function_declarations=[
+                    types.FunctionDeclaration(
+                        name="f", parameters_json_schema={"type": "object", "properties": {"a": {"type": "string"}}}
+                    )
+                ]
+            )
+        ],
+        tool_config=types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode="NONE")),
+        thinking_config=types.ThinkingConfig(thinking_budget=512, include_thoughts=True),
+    )
+    contents = [
+        types.Content(role="user", parts=[types.Part(text="hi")]),
+        types.Content(
+            role="model",
+            parts=[types.Part(function_call=types.FunctionCall(name="f", args={"a": "b"}), thought_signature=b"sig")],
+        ),
+        types.Content(
+            role="user",
+            parts=[types.Part(function_response=types.FunctionResponse(name="f", response={"output": "r"}))],
+        ),
+    ]
+    assert client.models.generate_content(model="m", contents=contents, config=config).text == "ok"
+    req = gemini.decode_request(seen["body"], model="m")
+    assert [m.role for m in req.messages] == ["system", "user", "assistant", "tool"]
+    call, result = req.messages[2].parts[0], req.messages[3].parts[0]
+    assert (call.name, json.loads(call.arguments), call.fidelity) == (
+        "f",
+        {"a": "b"},
+        {"gemini": {"thoughtSignature": "c2ln"}},
+    )
+    assert (result.tool_call_id, result.name, result.content[0].text) == (call.id, "f", "r")
+    assert req.tools[0].parameters["properties"] == {"a": {"type": "string"}}
+    assert (req.tool_choice, req.thinking, req.max_tokens) == (
+        hub.ToolChoice("none"),
+        {"type": "enabled", "budget_tokens": 512},
+        100,
+    )

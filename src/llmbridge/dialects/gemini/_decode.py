@@ -159,8 +159,12 @@ class ChunkDecoder:
                     self._part(c, part)
                 else:
                     self._violation("part-object", "a part must be an object")
-        extra = {k: v for k, v in cand.items() if k not in _CANDIDATE_HANDLED and v not in ({}, [], None)}
-        changed = {k: v for k, v in extra.items() if c.last_ext.get(k) != v}
+        changed = None
+        for k, v in cand.items():
+            if k not in _CANDIDATE_HANDLED and v and c.last_ext.get(k) != v:
+                if changed is None:
+                    changed = {}
+                changed[k] = v
         if changed:
             c.last_ext.update(changed)
             if choice:
@@ -198,6 +202,9 @@ class ChunkDecoder:
 
     def _part(self, c: _Candidate, part: dict) -> None:
         ours = part.get(EXT)
+        if ours is None and c.args is None and len(part) == 1 and "text" in part:
+            self._text(c, part, None)  # the hot path: a plain text part
+            return
         if ours is not None and not isinstance(ours, dict):
             ours = None
         if "functionCall" in part:
