@@ -773,3 +773,36 @@ def test_any_hub_stream(events):
         got.error = want.error = None
         got.finish = want.finish = None  # cut short: the finish the reader saw is whatever came before
     assert got == want
+
+
+@given(hub_streams())
+def test_any_response_round_trip(events):
+    response = hub.assemble(events)
+    body = json.loads(json.dumps(oc.encode_response(response)))
+    again = oc.decode_response(body)
+    assert hub.validate(again) == []
+    r = hub.assemble(again)
+
+    def kept(resp):  # the body lists choices in order; tool-call arguments "" mean {}
+        blocks = [
+            (
+                x.choice,
+                x.kind,
+                x.text or ("{}" if x.kind == "tool_call" else ""),
+                x.fidelity,
+                x.mime_type,
+                [(e.namespace, e.data) for e in x.annotations],
+            )
+            for x in resp.blocks
+            if x.text or x.fidelity or x.kind not in ("text", "thinking")
+        ]
+        return sorted(blocks, key=lambda b: b[0])
+
+    assert kept(r) == kept(response)
+    assert {c: f.reason for c, f in r.finishes.items()} == {c: f.reason for c, f in response.finishes.items()}
+    assert (r.error and r.error.type) == (response.error and response.error.type)
+    client = reader.client_for(json.dumps(body).encode(), "application/json")
+    completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+    assert [c.index for c in completion.choices] == sorted(
+        {b.choice for b in response.blocks} | set(response.finishes)
+    ) or [0]

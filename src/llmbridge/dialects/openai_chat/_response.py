@@ -206,9 +206,12 @@ def _encode_choice(response: hub.Response, n: int) -> dict[str, Any]:
     finish = response.finishes.get(n)
     if finish is not None:
         word = FINISH_TO_WIRE.get(finish.reason)
-        if finish.reason == "refusal" and refusal:
+        derived = (
+            "tool_use" if calls else "refusal" if refusal else "stop_sequence" if finish.stop_sequence else "end_turn"
+        )
+        if finish.reason == "refusal" and refusal and not calls:
             word = "stop"
-        elif word is None or (finish.raw and finish.raw != word):
+        elif word is None or (finish.raw and finish.raw != word) or (word == "stop" and derived != finish.reason):
             message.setdefault(BRIDGE, {}).update({"finish": finish.reason, "raw": finish.raw or finish.reason})
         choice["finish_reason"] = word or ("content_filter" if finish.reason == "refusal" else "stop")
         if finish.stop_sequence:
