@@ -80,9 +80,11 @@ class FakeModel:
             return JSONResponse(body, status_code=503, headers={"retry-after": "0"})
         if model == "slow":
             return StreamResponse(self.slow(codec, model), media_type=codec.STREAM_CONTENT_TYPE)
-        events = self.script(model, req, codec.NAME)
+        events = self.script(model.removesuffix("+whole"), req, codec.NAME)
         encoder = codec.StreamEncoder()
         body = [encoder.encode(e) for e in events]
+        if model.endswith("+whole"):
+            body = [b"".join(body)]  # one write: the client decodes every event at once
         if model == "cut":
             body = body[: len(body) // 2]  # the connection ends before the terminal event
         if model == "seq-gap":  # LLM-Stream: seq must grow by exactly 1
@@ -460,6 +462,14 @@ def test_closing_a_stream_closes_the_connection(fresh):
     assert wait_for(lambda: "slow" in fresh.model.disconnected, timeout=3)
     assert time.monotonic() - t < 2  # at once, not after 2000 tokens
     assert list(s) == []  # nothing more after close
+
+
+def test_nothing_is_yielded_after_close_even_if_already_decoded(fresh):
+    s = make(fresh, "anthropic-messages").stream("think+whole", "hi")
+    first = next(s)
+    assert first.event_type == "delta" and s._buffer  # more events were waiting
+    s.abort()
+    assert list(s) == [] and s.completion is None
 
 
 def test_async_cancel_closes_the_connection(fresh):

@@ -115,9 +115,9 @@ class AsyncStream:
             self._chunks = response.aiter_bytes()
 
     async def _next(self) -> UniEvent:
+        if self.closed:  # closed or aborted: nothing more, even what was already decoded
+            raise StopAsyncIteration
         while not self._buffer:
-            if self.closed:
-                raise StopAsyncIteration
             if self._response is None:
                 await self._start()
                 continue

@@ -127,9 +127,9 @@ class Stream:
             self._chunks = response.iter_bytes()
 
     def _next(self) -> UniEvent:
+        if self.closed:  # closed or aborted: nothing more, even what was already decoded
+            raise StopIteration
         while not self._buffer:
-            if self.closed:
-                raise StopIteration
             if self._response is None:
                 self._start()
                 continue
