@@ -618,7 +618,7 @@ class UniEventView:
         self._annotations: list[dict] = []
         self._response: dict | None = None
         self._first = True
-        self.message = Message()  # the .done items so far: the partial message of an exception
+        self.message = Message()  # the .done items so far
         self.ended = False  # stop emitted or an exception raised
         self._pending: LLMBridgeError | None = None
 
@@ -642,7 +642,7 @@ class UniEventView:
             raise exc
         if not self.ended:
             self.ended = True
-            raise IncompleteStreamError("hub stream ended without ResponseEnd", partial=self.message)
+            raise IncompleteStreamError("hub stream ended without ResponseEnd", partial=self.partial())
         return []
 
     def step(self, event: hub.Event) -> tuple[list[UniEvent], LLMBridgeError | None]:
@@ -671,6 +671,19 @@ class UniEventView:
 
     def now(self) -> int:
         return self._clock()
+
+    def partial(self) -> Message:
+        """The message so far (what an exception carries): the ``.done`` items, then the text
+        and thinking of the blocks not done yet, in start order, as if done."""
+        message = Message(list(self.message.content_items), self.message.usage_metadata)
+        waiting = [g for g in (self._live, *self._queue) if g is not None and not g.finished and not g.carrier]
+        for g in waiting:
+            text = "".join(g.parts)
+            if g.kind == "text" and text:
+                message.content_items.append(Text(text, done=True))
+            elif g.kind == "thinking" and (text or g.fidelity):
+                message.content_items.append(Thinking(text, done=True, fidelity=to_item_fidelity(g.fidelity)))
+        return message
 
     # -- dispatch
 
@@ -730,7 +743,7 @@ class UniEventView:
             }
             self._response = info or None
         elif kind is hub.Error:
-            partial = self.message
+            partial = self.partial()
             if e.type == "incomplete_stream":
                 raise IncompleteStreamError(e.message, partial=partial)
             raise UpstreamError(e.message, status=e.status, body=e.body, type=e.type, partial=partial)
@@ -865,7 +878,7 @@ class UniEventView:
                 name,
                 call_id,
                 raw,
-                partial=self.message,
+                partial=self.partial(),
             ) from None
         if not isinstance(args, dict):
             raise ToolCallArgumentParseError(
@@ -873,7 +886,7 @@ class UniEventView:
                 name,
                 call_id,
                 raw,
-                partial=self.message,
+                partial=self.partial(),
             )
         return args
 
