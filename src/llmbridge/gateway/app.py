@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -399,8 +400,12 @@ def dialect_of_path(request: Request) -> str:
     return ENDPOINTS.get(path, "openai-chat")
 
 
-def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream] | None = None) -> Any:
-    """The gateway as an ASGI app (a Starlette app wrapped to stamp ``x-request-id``)."""
+def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream] | None = None) -> Starlette:
+    """The gateway as a Starlette app; ``app.state.gateway`` is the :class:`Gateway`.
+
+    ``config`` is a :class:`Config`, a TOML path, or ``None`` for the embedded local model;
+    ``upstreams`` replaces the upstream objects built from the config (tests, embedding).
+    """
     if config is None:
         config = default_config()
     elif isinstance(config, str | Path):
@@ -430,9 +435,8 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         return replies.error(dialect_of_path(request), message, kind, status)
 
     handlers = {404: no_route, 405: no_route}
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=[Middleware(RequestIdMiddleware)]
+    )
     app.state.gateway = gateway
-    wrapped = RequestIdMiddleware(app)
-    wrapped.state = app.state  # type: ignore[attr-defined]
-    wrapped.gateway = gateway  # type: ignore[attr-defined]
-    return wrapped
+    return app
