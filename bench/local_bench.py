@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from llmbridge import hub
 from llmbridge.local import LocalUpstream
+from llmbridge.local.upstream import DEFAULT_REPEAT_PENALTY
 
 PROMPT = "Write a long story about a dragon who learns to bake bread."
 
@@ -39,7 +40,9 @@ def direct(llm, tokens: list[int], max_tokens: int) -> tuple[float, float, int, 
     start = time.perf_counter()
     first = last = 0.0
     n = 0
-    for chunk in llm.create_completion(tokens, max_tokens=max_tokens, temperature=0.0, stream=True):
+    for chunk in llm.create_completion(
+        tokens, max_tokens=max_tokens, temperature=0.0, repeat_penalty=DEFAULT_REPEAT_PENALTY, stream=True
+    ):
         if chunk["choices"][0]["text"]:
             last = time.perf_counter()
             first = first or last

@@ -14,6 +14,7 @@ from llmbridge.errors import UpstreamError
 from llmbridge.local import LocalUpstream
 from llmbridge.local.chat import ChatTemplate
 from llmbridge.local.text import TextStream
+from llmbridge.local.upstream import DEFAULT_REPEAT_PENALTY
 
 WEATHER = hub.Tool(
     "get_weather",
@@ -136,10 +137,19 @@ async def test_greedy_stream_is_deterministic_and_matches_llama_cpp(upstream):
     prompt = upstream._template.render(
         request,
     )
-    direct = engine.llm.create_completion(engine.tokenize(prompt), max_tokens=16, temperature=0.0)
+    direct = engine.llm.create_completion(
+        engine.tokenize(prompt), max_tokens=16, temperature=0.0, repeat_penalty=DEFAULT_REPEAT_PENALTY
+    )
     assert direct["choices"][0]["text"] == text
     assert first.usage.input_tokens == direct["usage"]["prompt_tokens"]
     assert first.usage.output_tokens == direct["usage"]["completion_tokens"]
+
+
+async def test_openai_style_penalties_replace_the_default_repeat_penalty(upstream):
+    _, response = await collect(upstream, ask("Count from one to ten.", max_tokens=12, frequency_penalty=0.5,
+                                              presence_penalty=0.2))
+    assert response.error is None and response.blocks[0].text
+    assert response.finish.reason in ("max_tokens", "end_turn")
 
 
 async def test_sampling_with_a_seed_repeats(upstream):

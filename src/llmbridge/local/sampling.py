@@ -38,20 +38,21 @@ class Sampler:
         seed: int = 0,
         presence_penalty: float | None = None,
         frequency_penalty: float | None = None,
+        repeat_penalty: float = 1.0,
         grammar: str | None = None,
     ) -> None:
+        self._grammar = None  # set first: close() runs even when construction fails
         self._ctx = llm._ctx.ctx
         self._n_vocab = llm.n_vocab()
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         self._chain = chain
         add = llama_cpp.llama_sampler_chain_add
-        if presence_penalty or frequency_penalty:
-            add(
-                chain,
-                llama_cpp.llama_sampler_init_penalties(
-                    64, 1.0, float(frequency_penalty or 0.0), float(presence_penalty or 0.0)
-                ),
+        if presence_penalty or frequency_penalty or repeat_penalty != 1.0:
+            penalties = llama_cpp.llama_sampler_init_penalties(  # this llama.cpp takes n_vocab first
+                self._n_vocab, 64, float(repeat_penalty),
+                float(frequency_penalty or 0.0), float(presence_penalty or 0.0),
             )
+            add(chain, penalties)
         if not temperature or temperature <= 0:
             add(chain, llama_cpp.llama_sampler_init_greedy())
         else:

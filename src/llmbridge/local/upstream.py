@@ -166,16 +166,26 @@ class LocalUpstream:
         )
 
 
+# A 135M model decoding greedily falls into loops ("la femme, la femme, ...") within a few
+# dozen tokens; llama.cpp's classic repeat penalty over the last 64 tokens stops that. It
+# applies unless the request sets OpenAI-style penalties of its own.
+DEFAULT_REPEAT_PENALTY = 1.1
+
+
 def _sampling(request: hub.Request) -> dict[str, Any]:
     """Greedy (deterministic) unless a temperature above 0 is asked for; then a seeded draw."""
     temperature = request.temperature or 0.0
+    own_penalties = request.presence_penalty is not None or request.frequency_penalty is not None
+    repeat = 1.0 if own_penalties else DEFAULT_REPEAT_PENALTY
     if temperature <= 0:
         return {
             "temperature": 0.0,
             "presence_penalty": request.presence_penalty,
             "frequency_penalty": request.frequency_penalty,
+            "repeat_penalty": repeat,
         }
     return {
+        "repeat_penalty": repeat,
         "temperature": temperature,
         "top_k": request.top_k,
         "top_p": request.top_p,
