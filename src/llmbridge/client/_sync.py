@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -89,6 +90,10 @@ class Stream:
             self._on_end()
 
     abort = close
+
+    def __del__(self) -> None:  # an abandoned stream frees its connection and its conversation
+        with contextlib.suppress(Exception):
+            self.close()
 
     @property
     def partial(self) -> Completion:
