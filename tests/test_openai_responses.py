@@ -200,13 +200,21 @@ def test_violations_are_recorded():
         "{not json",
         {"type": "response.output_text.delta", "output_index": 5, "content_index": 0, "delta": "x"},
         {"no": "type"},
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        },
+        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "content": []}},
         {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}},
         {"type": "response.output_text.delta", "output_index": 0, "delta": "late"},
     )
     events, violations = decode(body)
-    assert [v.rule for v in violations] == ["json", "item-unknown", "missing-type", "after-terminal"]
-    assert [v.event for v in violations] == [1, 2, 3, 5]
+    rules = ["json", "item-unknown", "missing-type", "item-unknown", "item-twice", "after-terminal"]
+    assert [v.rule for v in violations] == rules
+    assert [v.event for v in violations] == [1, 2, 3, 4, 5, 7]
     assert hub.validate(events) == []
+    assert [b.kind for b in hub.assemble(events).blocks] == ["tool_call"]  # the done-only call is kept
 
 
 def test_sequence_gap_and_early_done():

@@ -89,6 +89,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._tool_calls = 0
         self._pending_error: hub.Error | None = None
         self._refused = False
+        self.whole_items = False  # items come whole, as output_item.done only (non-streaming bodies)
         self._seq: int | None = None
         self._carried: dict[int, int] = {}  # hub index in a carried event -> ours
         self._pending_reasoning: list[_Item] = []  # reasoning items whose block waits for its first part
@@ -285,6 +286,8 @@ class StreamDecoder(SSEStreamDecoder):
         if state is None and item.get("id") in self._by_id:
             state = self._items[self._by_id[item["id"]]]
         if state is None:  # a done-only item: decode it whole
+            if not self.whole_items:
+                self.violation("item-unknown", "output_item.done for an output item that was not added")
             if type(out) is not int:
                 out = max(self._items, default=-1) + 1
             state = self._open_item(out, item)
@@ -690,6 +693,7 @@ class StreamDecoder(SSEStreamDecoder):
 def decode_response(body: dict) -> list[hub.Event]:
     """A non-streaming response object as a hub stream (by replaying it as stream events)."""
     decoder = StreamDecoder()
+    decoder.whole_items = True
     decoder.handle({"type": "response.created", "response": {**body, "output": []}})
     for n, item in enumerate(body.get("output") or []):
         if isinstance(item, dict) and type(item.get("type")) is str:
