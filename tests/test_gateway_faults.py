@@ -474,3 +474,13 @@ def test_unknown_route_and_method_answer_in_a_dialect(gw):
     assert r.status_code == 405 and dialects.get("anthropic-messages").decode_error(405, r.content).message
     r = HTTP.post(gw.url + "/v1beta/models/gemini20-text:countTokens", json={})
     assert_error_shape("gemini", r, 404, "not_found")
+
+
+def test_model_retrieval_in_each_shape(gw):
+    assert openai.OpenAI(base_url=gw.url + "/v1", api_key="k", http_client=HTTP).models.retrieve("tool").id == "tool"
+    ant = anthropic.Anthropic(base_url=gw.url, api_key="k", http_client=HTTP2)
+    assert ant.models.retrieve("tool").id == "tool"
+    gclient = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=gw.url, httpx_client=HTTP))
+    assert "models/tool" in [m.name for m in gclient.models.list()]
+    assert gclient.models.get(model="tool").name == "models/tool"
+    assert_error_shape("openai-chat", HTTP.get(gw.url + "/v1/models/nope"), 404, "not_found")

@@ -103,6 +103,22 @@ class Gateway:
             return replies.error(dialect, "invalid or missing API key", "authentication")
         return replies.json_response(shape(list(self.config.models)))
 
+    async def model(self, request: Request) -> Response:
+        """``GET /v1/models/{id}`` (OpenAI, Anthropic) and ``GET /v1beta/models/{name}`` (Gemini)."""
+        name = request.path_params["target"].removeprefix("models/")
+        path = request.url.path
+        if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
+            dialect, shape = GEMINI, replies.gemini_model
+        elif "anthropic-version" in request.headers:
+            dialect, shape = "anthropic-messages", lambda n: replies.anthropic_models([n])["data"][0]
+        else:
+            dialect, shape = "openai-chat", lambda n: replies.openai_models([n])["data"][0]
+        if not self.authorized(request):
+            return replies.error(dialect, "invalid or missing API key", "authentication")
+        if name not in self.config.models:
+            return replies.error(dialect, f"model {name!r} not found", "not_found")
+        return replies.json_response(shape(name))
+
     async def healthz(self, request: Request) -> Response:
         return replies.json_response({"status": "ok", "models": len(self.config.models)})
 
@@ -422,6 +438,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
     routes = [Route(path, gateway.generate, methods=["POST"]) for path in ENDPOINTS]
     routes += [
         *(Route(f"/{v}/models/{{target:path}}", gateway.gemini, methods=["POST"]) for v in GEMINI_VERSIONS),
+        *(Route(f"/{v}/models/{{target:path}}", gateway.model, methods=["GET"]) for v in GEMINI_VERSIONS),
         Route("/v1/models", gateway.models, methods=["GET"]),
         Route("/v1beta/models", gateway.models, methods=["GET"]),
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
