@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from .. import hub
 from ..dialects.base import json_decode, json_encode
 from ..errors import LLMBridgeError, ProtocolError, UpstreamError
-from ..unievent import FINISH_FROM_MMSP, Text, Thinking, UniEvent, UniEventView, to_item_fidelity
+from ..unievent import FINISH_FROM_MMSP, UniEvent, UniEventView
 from ..unievent import Message as UniMessage
 
 # Answers worth another try, before the first byte of a stream only (the request did not run,
@@ -85,16 +85,7 @@ class StreamCore:
     @property
     def partial(self) -> Completion:
         """The ``.done`` items so far, plus the text of blocks still open (cut short by an error)."""
-        partial = Completion.of(self.view.message)
-        for g in getattr(self.view, "_groups", {}).values():  # the view's open blocks, in start order
-            if g.finished or g.carrier:
-                continue
-            text = "".join(g.parts)
-            if g.kind == "text" and text:
-                partial.content_items.append(Text(text, done=True))
-            elif g.kind == "thinking" and (text or g.fidelity):
-                partial.content_items.append(Thinking(text, done=True, fidelity=to_item_fidelity(g.fidelity)))
-        return partial
+        return Completion.of(self.view.partial())
 
     def feed(self, data: bytes) -> list[UniEvent]:
         self._raise_pending()
