@@ -783,3 +783,52 @@ def test_request_built_by_the_sdk_decodes():
         {"type": "enabled", "budget_tokens": 512},
         100,
     )
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=12,
+)
+_KEYS = [
+    "candidates",
+    "content",
+    "parts",
+    "text",
+    "thought",
+    "thoughtSignature",
+    "functionCall",
+    "name",
+    "args",
+    "partialArgs",
+    "jsonPath",
+    "willContinue",
+    "finishReason",
+    "index",
+    "usageMetadata",
+    "promptTokenCount",
+    "error",
+    "llmbridge",
+    "start",
+    "stop",
+    "native",
+    "annotations",
+    "block",
+    "inlineData",
+    "promptFeedback",
+]
+_GEMINISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 3) | st.sampled_from(["", "x", "STOP", "$.a", "$.a[0]"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.lists(_GEMINISH | _JSON, max_size=6))
+def test_decoder_never_raises(chunks):
+    """Any JSON in any Gemini-ish shape: the decoder reports, it does not raise, and its hub stream is valid."""
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    events, _ = decode(body)
+    assert hub.validate(events) == []
+    events = gemini.decode_response(chunks)
+    assert hub.validate(events) == []

@@ -120,22 +120,31 @@ class ChunkDecoder:
         if self.started:
             return
         self.started = True
-        self.response_id = obj.get("responseId")
+        rid = obj.get("responseId")
+        self.response_id = rid if isinstance(rid, str) else None
         extras = {
             k: v
             for k, v in obj.items()
             if k not in ("candidates", "usageMetadata", "modelVersion", "responseId", "promptFeedback", EXT, "error")
         }
-        ours = obj.get(EXT) or {}
+        ours = obj.get(EXT)
+        ours = ours if isinstance(ours, dict) else {}
         if ours.get("time_from_created"):
             extras.pop("createTime", None)
-        extensions = dict(ours.get("extensions") or {})
+        extensions = ours.get("extensions")
+        extensions = dict(extensions) if isinstance(extensions, dict) else {}
         if extras:
             extensions[NAME] = {**extensions.get(NAME, {}), **extras}
         created = ours.get("created", parse_time(obj.get("createTime")))
+        model = obj.get("modelVersion")
+        rid = ours.get("request_id")
         self._emit(
             hub.ResponseStart(
-                self.response_id, obj.get("modelVersion"), created, ours.get("request_id"), extensions or None
+                self.response_id,
+                model if isinstance(model, str) else None,
+                created if isinstance(created, int) else None,
+                rid if isinstance(rid, str) else None,
+                extensions or None,
             )
         )
 
@@ -413,7 +422,11 @@ class StreamDecoder(SSEStreamDecoder):
         except msgspec.DecodeError as exc:
             self.violation("json", f"chunk is not valid JSON ({exc})")
             return
-        self._chunks.chunk(obj)
+        try:
+            self._chunks.chunk(obj)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+            # A shape we did not foresee (e.g. a mangled "llmbridge" key): report it, never raise.
+            self.violation("chunk-shape", f"unexpected chunk shape ({type(exc).__name__}: {exc})")
         if self._chunks.errored:
             self.finish_stream()
 
@@ -451,7 +464,10 @@ def decode_response(body: Any) -> list[hub.Event]:
     violations: list[str] = []
     chunks = ChunkDecoder(out.append, lambda rule, msg, event=None: violations.append(rule))
     for obj in body if isinstance(body, list) else [body]:
-        chunks.chunk(obj)
+        try:
+            chunks.chunk(obj)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError):
+            violations.append("chunk-shape")
         if chunks.errored:
             break
     if not chunks.started:
