@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmbridge import AsyncClient, Client, dialects, replay
+from llmbridge.client._core import StreamCore
 from llmbridge.dialects.base import decode_all
 from llmbridge.errors import LLMBridgeError, ToolCallArgumentParseError
 from llmbridge.unievent import grammar_violations
@@ -123,3 +126,35 @@ def test_async_client_sees_the_same_events(rep):
             except LLMBridgeError as exc:
                 want = type(exc).__name__
             assert got[model] == want, model
+
+
+CHUNK_FILES = [
+    ("anthropic-messages", "claude-thinking-then-tool-use"),
+    ("openai-chat", "openai-gpt4o-parallel-tool-calls"),
+    ("openai-responses", "openai-reasoning-function-call-usage"),
+    ("gemini", "gemini25pro-thoughts"),
+    ("openai-chat", "openrouter-minimax-error-midstream"),
+]
+
+
+def core_events(dialect: str, pieces: list[bytes]):
+    """UniEvents (timestamps aside) and the exception class name, from a body fed in pieces."""
+    core = StreamCore(dialects.get(dialect))
+    out = []
+    try:
+        for piece in pieces:
+            out += core.feed(piece)
+        while more := core.close():
+            out += more
+    except LLMBridgeError as exc:
+        out.append(type(exc).__name__)
+    return [e if isinstance(e, str) else {**e.to_dict(), "created_at": 0} for e in out]
+
+
+@given(data=st.data())
+def test_the_client_core_gives_the_same_events_however_the_bytes_are_cut(data):
+    dialect, name = data.draw(st.sampled_from(CHUNK_FILES))
+    body = (CORPUS / dialect / f"{name}.sse").read_bytes()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=40)))
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    assert core_events(dialect, pieces) == core_events(dialect, [body])
