@@ -44,6 +44,18 @@ def _positionless(event: dict) -> dict:
     return {k: v for k, v in event.items() if k not in POSITIONAL}
 
 
+class _Part:
+    """A content part of a message: its text block."""
+
+    __slots__ = ("announced", "index", "open", "streamed")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.streamed = False  # text arrived as deltas
+        self.open = True
+        self.announced = 0  # annotations seen as annotation.added events
+
+
 class _Item:
     """An open output item: its hub block(s) and what has streamed into them."""
 
@@ -66,7 +78,7 @@ class _Item:
         self.type = type_
         self.id = id_
         self.index = -1  # the hub block (all item kinds but message)
-        self.parts: dict[int, list] = {}  # message: content_index -> [hub index, streamed?, open?, annotations]
+        self.parts: dict[int, _Part] = {}  # message: content_index -> its part
         self.streamed = False
         self.closed = False  # custom tool call: the closing '"}' went out
         self.last_key: tuple | None = None  # reasoning: the part the last delta went to
@@ -93,7 +105,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._seq: int | None = None
         self._carried: dict[int, int] = {}  # hub index in a carried event -> ours
         self._pending_reasoning: list[_Item] = []  # reasoning items whose block waits for its first part
-        self._text_slots: dict[tuple, list] = {}  # (output_index, content_index) -> message part slot
+        self._text_slots: dict[tuple, _Part] = {}  # (output_index, content_index) -> message part slot
         self._handlers = {
             "response.created": self._on_lifecycle,
             "response.queued": self._on_lifecycle,
@@ -147,9 +159,9 @@ class StreamDecoder(SSEStreamDecoder):
         if obj["type"] == "response.output_text.delta":  # the hot path: one dict lookup, one event
             slot = self._text_slots.get((obj.get("output_index"), obj.get("content_index")))
             delta = obj.get("delta")
-            if slot is not None and slot[2] and type(delta) is str and not obj.get("logprobs") and EXT_KEY not in obj:
-                slot[1] = True
-                self._out.append(hub.Delta(slot[0], delta))
+            if slot is not None and slot.open and type(delta) is str and not obj.get("logprobs") and EXT_KEY not in obj:
+                slot.streamed = True
+                self._out.append(hub.Delta(slot.index, delta))
                 return
         self.handle(obj)
 
@@ -303,10 +315,10 @@ class StreamDecoder(SSEStreamDecoder):
                 slot = state.parts.get(n)
                 if slot is None:
                     slot = self._open_part(state, n, part)
-                if slot[2]:
+                if slot.open:
                     self._finish_part(state, slot, part)
             for slot in state.parts.values():
-                if slot[2]:
+                if slot.open:
                     self._finish_part(state, slot, None)
             return
         if kind == "reasoning":
@@ -333,7 +345,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     # ------------------------------------------------------------------ message parts
 
-    def _open_part(self, state: _Item, n: int, part: dict | None) -> list:
+    def _open_part(self, state: _Item, n: int, part: dict | None) -> _Part:
         ext = state.ext
         own = part.get(EXT_KEY) if part is not None and isinstance(part.get(EXT_KEY), dict) else {}
         if part is not None and part.get("type") == "refusal":
@@ -341,22 +353,22 @@ class StreamDecoder(SSEStreamDecoder):
             ext = hub.merge_dicts(ext, {NAME: {"part_type": "refusal"}})
         ext = hub.merge_dicts(ext, own.get("extensions"))
         index = self._start_block("text", id=state.id, fidelity=own.get("fidelity"), extensions=ext)
-        slot = [index, False, True, 0]
+        slot = _Part(index)
         state.parts[n] = slot
         if state.out is not None:
             self._text_slots[(state.out, n)] = slot
         return slot
 
-    def _finish_part(self, state: _Item, slot: list, part: dict | None) -> None:
-        index = slot[0]
+    def _finish_part(self, state: _Item, slot: _Part, part: dict | None) -> None:
+        index = slot.index
         own: dict = {}
         if part is not None:
             text = part.get("text") if part.get("type") != "refusal" else part.get("refusal")
-            if not slot[1] and text:
+            if not slot.streamed and text:
                 self.emit(hub.Delta(index, text))
-                slot[1] = True
+                slot.streamed = True
             for n, annotation in enumerate(part.get("annotations") or []):
-                if n >= slot[3]:  # one the stream did not announce
+                if n >= slot.announced:  # one the stream did not announce
                     self.emit(
                         hub.Extension(
                             NAME,
@@ -368,10 +380,10 @@ class StreamDecoder(SSEStreamDecoder):
                             index,
                         )
                     )
-                    slot[3] = n + 1
+                    slot.announced = n + 1
             own = part.get(EXT_KEY) if isinstance(part.get(EXT_KEY), dict) else {}
             self._annotate(index, own)
-        slot[2] = False
+        slot.open = False
         self._stop_block(index, own.get("fidelity"), own.get("extensions"))
 
     def _annotate(self, index: int, own: dict) -> None:
@@ -380,7 +392,7 @@ class StreamDecoder(SSEStreamDecoder):
             if isinstance(carried, dict) and isinstance(carried.get("namespace"), str):
                 self.emit(hub.Extension(carried["namespace"], carried.get("data"), index))
 
-    def _part(self, obj: dict, state: _Item) -> list:
+    def _part(self, obj: dict, state: _Item) -> _Part:
         n = obj.get("content_index")
         n = n if type(n) is int else 0
         slot = state.parts.get(n)
@@ -409,7 +421,7 @@ class StreamDecoder(SSEStreamDecoder):
         if state is None or state.type != "message":
             return
         slot = self._part(obj, state)
-        if slot[2]:
+        if slot.open:
             self._finish_part(state, slot, obj.get("part") if isinstance(obj.get("part"), dict) else None)
 
     def _on_text_delta(self, obj: dict) -> None:
@@ -420,14 +432,14 @@ class StreamDecoder(SSEStreamDecoder):
                 self.violation("missing-field", f"{obj['type']} without a string 'delta'")
             return
         slot = self._part(obj, state)
-        if not slot[2]:
+        if not slot.open:
             self.violation("part-closed", f"{obj['type']} for a closed content part")
             return
         logprobs = obj.get("logprobs")
         if logprobs:
-            self.emit(hub.Extension(NAME, {"logprobs": logprobs}, slot[0]))
-        slot[1] = True
-        self.emit(hub.Delta(slot[0], delta))
+            self.emit(hub.Extension(NAME, {"logprobs": logprobs}, slot.index))
+        slot.streamed = True
+        self.emit(hub.Delta(slot.index, delta))
 
     def _on_text_done(self, obj: dict) -> None:
         state = self._item(obj)
@@ -435,17 +447,17 @@ class StreamDecoder(SSEStreamDecoder):
             return
         slot = self._part(obj, state)
         text = obj.get("text") if obj["type"] == "response.output_text.done" else obj.get("refusal")
-        if slot[2] and not slot[1] and text:
-            slot[1] = True
-            self.emit(hub.Delta(slot[0], text))
+        if slot.open and not slot.streamed and text:
+            slot.streamed = True
+            self.emit(hub.Delta(slot.index, text))
 
     def _on_annotation(self, obj: dict) -> None:
         state = self._item(obj)
         if state is None or state.type != "message":
             return
         slot = self._part(obj, state)
-        slot[3] += 1
-        self.emit(hub.Extension(NAME, _positionless(obj), slot[0]))
+        slot.announced += 1
+        self.emit(hub.Extension(NAME, _positionless(obj), slot.index))
 
     # ------------------------------------------------------------------ reasoning
 
@@ -626,7 +638,7 @@ class StreamDecoder(SSEStreamDecoder):
             for state in self._items.values():
                 if state.type == "message":
                     for slot in state.parts.values():
-                        if slot[2]:
+                        if slot.open:
                             self._finish_part(state, slot, None)
                 elif state.index in self._open_blocks:
                     self._end_arguments(state)
