@@ -280,7 +280,7 @@ class JSONArraySplitter:
             if self._depth == 0:
                 # Between elements: whitespace, commas, the array brackets.
                 c = buf[pos]
-                if c in b" \t\r\n,":
+                if c in b" \t\r\n,\xef\xbb\xbf":  # blanks, separators, a byte-order mark
                     pos += 1
                 elif c == 0x5B and not self.opened and not self.closed:  # '['
                     self.opened = True
