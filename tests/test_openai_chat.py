@@ -806,3 +806,93 @@ def test_any_response_round_trip(events):
     assert [c.index for c in completion.choices] == sorted(
         {b.choice for b in response.blocks} | set(response.finishes)
     ) or [0]
+
+
+_WORD = st.text(st.sampled_from("abc xyz"), min_size=1, max_size=5)
+_PARTS = {
+    "system": st.lists(st.builds(hub.TextPart, _WORD), min_size=1, max_size=2),
+    "user": st.lists(
+        st.one_of(
+            st.builds(hub.TextPart, _WORD),
+            st.builds(hub.ImagePart, media_type=st.just("image/png"), data=st.just("iVBO"), detail=st.just("low")),
+            st.builds(hub.ImagePart, url=st.just("https://x/i.png")),
+            st.builds(hub.FilePart, media_type=st.just("audio/wav"), data=st.just("UklG")),
+            st.builds(hub.FilePart, media_type=st.just("application/pdf"), data=st.just("JVBE"), name=st.just("a.pdf")),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    "assistant": st.lists(
+        st.one_of(
+            st.builds(hub.TextPart, _WORD),
+            st.builds(hub.ThinkingPart, _WORD, st.none() | st.just(SIGNED)),
+            st.builds(
+                hub.ToolCallPart,
+                _WORD.map(lambda s: "call_" + s.replace(" ", "")),
+                _WORD,
+                st.just('{"a":1}'),
+                st.none() | st.just({"gemini": {"thoughtSignature": "t"}}),
+            ),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    "tool": st.builds(lambda i, t, e: [hub.ToolResultPart(i, [hub.TextPart(t)], e)], _WORD, _WORD, st.booleans()),
+}
+
+
+@st.composite
+def requests(draw) -> hub.Request:
+    roles = draw(st.lists(st.sampled_from(["user", "assistant", "tool"]), min_size=1, max_size=4))
+    messages = [hub.Message("system", draw(_PARTS["system"]))] if draw(st.booleans()) else []
+    messages += [hub.Message(role, draw(_PARTS[role])) for role in roles]
+    return hub.Request(
+        model="m",
+        messages=messages,
+        tools=draw(
+            st.lists(st.builds(hub.Tool, _WORD, st.none() | _WORD, strict=st.none() | st.booleans()), max_size=2)
+        ),
+        tool_choice=draw(
+            st.none()
+            | st.sampled_from([hub.ToolChoice("auto"), hub.ToolChoice("required"), hub.ToolChoice("tool", "f")])
+        ),
+        max_tokens=draw(st.none() | st.integers(1, 100)),
+        temperature=draw(st.none() | st.floats(0, 2)),
+        stop=draw(st.lists(_WORD, max_size=2)),
+        seed=draw(st.none() | st.integers(0, 9)),
+        thinking=draw(st.none() | st.sampled_from([{"type": "enabled", "effort": "low"}, {"type": "disabled"}])),
+        metadata=draw(st.sampled_from([{}, {"user_id": "u"}, {"trace": "t"}])),
+        extensions=draw(st.sampled_from([{}, {"anthropic-messages:top": 1}, {"openai-chat:logprobs": True}])),
+    )
+
+
+def _system_merged(req: hub.Request) -> list:
+    """A system message with several text parts comes back as one string; compare the text."""
+    return [(m.role, m.text if m.role == "system" else m.parts, m.name) for m in req.messages]
+
+
+@given(requests())
+def test_any_request_round_trip(req):
+    body = json.loads(json.dumps(oc.encode_request(req)))
+    back = oc.decode_request(body)
+    assert _system_merged(back) == _system_merged(
+        hub.Request(messages=[m if m.role == "system" else _plain_text_merged(m) for m in req.messages])
+    )
+    for key in ("model", "tools", "tool_choice", "max_tokens", "temperature", "stop", "seed", "thinking", "metadata"):
+        assert getattr(back, key) == getattr(req, key), key
+    assert {k: v for k, v in back.extensions.items()} == req.extensions
+
+
+def _plain_text_merged(m: hub.Message) -> hub.Message:
+    """What the wire keeps: plain user text as one string; assistant parts in Chat's order."""
+    if m.role == "user" and all(isinstance(p, hub.TextPart) for p in m.parts):
+        return hub.Message(m.role, [hub.TextPart("".join(p.text for p in m.parts))], m.name)
+    if m.role == "assistant":
+        texts = [p for p in m.parts if isinstance(p, hub.TextPart)]
+        thinking = [p for p in m.parts if isinstance(p, hub.ThinkingPart)]
+        calls = [p for p in m.parts if isinstance(p, hub.ToolCallPart)]
+        merged: list = list(thinking)  # Chat Completions orders them: reasoning, content, tool calls
+        if texts:
+            merged.append(hub.TextPart("".join(p.text for p in texts)))
+        return hub.Message(m.role, merged + calls, m.name)
+    return m

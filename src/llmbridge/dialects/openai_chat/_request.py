@@ -190,7 +190,7 @@ def _decode_assistant(message: dict, where: str) -> list[hub.Part]:
     if calls is not None:
         if not isinstance(calls, list):
             raise RequestError("expected a list", f"{where}.tool_calls")
-        fidelity = bridge.get("tool_fidelity") if isinstance(bridge.get("tool_fidelity"), dict) else {}
+        fidelity = bridge.get("tool_fidelity") if isinstance(bridge.get("tool_fidelity"), list) else []
         for j, call in enumerate(calls):
             at = f"{where}.tool_calls[{j}]"
             if not isinstance(call, dict):
@@ -206,7 +206,9 @@ def _decode_assistant(message: dict, where: str) -> list[hub.Part]:
             call_id = call.get("id")
             if not isinstance(call_id, str):
                 raise RequestError("required, a string", f"{at}.id")
-            parts.append(hub.ToolCallPart(call_id, fn["name"], args or "{}", fidelity.get(call_id)))
+            parts.append(
+                hub.ToolCallPart(call_id, fn["name"], args or "{}", fidelity[j] if j < len(fidelity) else None)
+            )
     fc = message.get("function_call")
     if isinstance(fc, dict) and isinstance(fc.get("name"), str):
         parts.append(hub.ToolCallPart(fc["name"], fc["name"], fc.get("arguments") or "{}"))
@@ -523,9 +525,8 @@ def _encode_assistant(parts: list[hub.Part]) -> dict[str, Any]:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
             for c in calls
         ]
-        fid = {c.id: c.fidelity for c in calls if c.fidelity}
-        if fid:
-            bridge["tool_fidelity"] = fid
+        if any(c.fidelity for c in calls):
+            bridge["tool_fidelity"] = [c.fidelity for c in calls]  # by position: ids need not be unique
     if natives:
         bridge["native"] = [{"namespace": p.namespace, "data": p.data} for p in natives]
     if bridge:
