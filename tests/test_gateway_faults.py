@@ -484,3 +484,18 @@ def test_model_retrieval_in_each_shape(gw):
     assert "models/tool" in [m.name for m in gclient.models.list()]
     assert gclient.models.get(model="tool").name == "models/tool"
     assert_error_shape("openai-chat", HTTP.get(gw.url + "/v1/models/nope"), 404, "not_found")
+
+
+def test_disconnect_before_the_answer_starts_cancels_the_upstream(servers):
+    """The upstream is silent and keep-alives are far apart: the client leaves, the upstream goes."""
+    up = servers[1]
+    target = "claude-text-simple@delay-ms=4000"
+    raw = replay_config(up.url, {"slow-start": ("anthropic-messages", target)}, gateway={"keepalive_seconds": 30})
+    stats = up.app.state.replay.stats
+    with serving(create_app(config.parse(raw))) as gw:
+        with pytest.raises(httpx.ReadTimeout):
+            post_stream = request_for("anthropic-messages", "slow-start")
+            HTTP.post(gw.url + post_stream[0], json=post_stream[1], timeout=0.5)
+        left = time.monotonic()
+        assert wait_for(lambda: target in stats.cancelled, timeout=3)
+        assert time.monotonic() - left < 2

@@ -202,7 +202,8 @@ class Gateway:
         # Only a request id the client put in its request is echoed in the body (llm-stream's
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
-        return await self.route(hreq, model.routes, out_dialect, str(request_id) if request_id else None, json_array)
+        rid = str(request_id) if request_id else None
+        return await _unless_disconnected(request, self.route(hreq, model.routes, out_dialect, rid, json_array))
 
     async def route(
         self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str | None, json_array: bool
@@ -291,6 +292,28 @@ class Gateway:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
+
+
+async def _unless_disconnected(request: Request, work: Any) -> Response:
+    """Run ``work`` (until a response is ready) but drop it, and so the upstream request, as
+    soon as the client disconnects. (Once streaming, :class:`StreamResponse` watches.)"""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, watch):
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+    if task.cancelled():
+        return Response(status_code=499)  # nobody is listening any more
+    return task.result()
 
 
 def _finished(upstream: str, model: str | None, dialect: str, recorder: Recorder | None, exchange: Exchange) -> None:
