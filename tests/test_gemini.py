@@ -832,3 +832,18 @@ def test_decoder_never_raises(chunks):
     assert hub.validate(events) == []
     events = gemini.decode_response(chunks)
     assert hub.validate(events) == []
+
+
+def test_gemini3_gets_the_signature_sentinel_for_foreign_calls():
+    msgs = [
+        hub.Message("user", [hub.TextPart("hi")]),
+        hub.Message("assistant", [hub.ToolCallPart("toolu_1", "f", "{}"), hub.ToolCallPart("toolu_2", "f", "{}")]),
+        hub.Message("tool", [hub.ToolResultPart("toolu_1", [hub.TextPart("a")]), hub.ToolResultPart("toolu_2", [])]),
+    ]
+    parts = gemini.encode_request(hub.Request(model="gemini-3-pro-preview", messages=msgs))["contents"][1]["parts"]
+    assert [p.get("thoughtSignature") for p in parts] == ["skip_thought_signature_validator", None]
+    parts = gemini.encode_request(hub.Request(model="gemini-2.5-flash", messages=msgs))["contents"][1]["parts"]
+    assert [p.get("thoughtSignature") for p in parts] == [None, None]
+    msgs[1].parts[1].fidelity = {"gemini": {"thoughtSignature": "real"}}
+    parts = gemini.encode_request(hub.Request(model="gemini-3-pro-preview", messages=msgs))["contents"][1]["parts"]
+    assert [p.get("thoughtSignature") for p in parts] == [None, "real"]  # a real one is never overridden

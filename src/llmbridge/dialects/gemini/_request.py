@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ... import hub
@@ -445,6 +446,13 @@ def encode_request(request: hub.Request) -> dict:
             contents[-1]["parts"].extend(parts)  # parallel results answer in one content
         else:
             contents.append({"role": role, "parts": parts})
+    if _needs_signatures(request.model):
+        for content in contents:
+            calls = [p for p in content["parts"] if "functionCall" in p] if content["role"] == "model" else []
+            if calls and not any("thoughtSignature" in p for p in calls):
+                # Gemini 3 rejects replayed calls without a signature (HTTP 400); calls that came from
+                # another vendor have none, so send Google's documented sentinel on the first one.
+                calls[0]["thoughtSignature"] = SKIP_SIGNATURE
     body["contents"] = contents
     if system:
         body["systemInstruction"] = {"parts": system}
@@ -497,6 +505,15 @@ def encode_request(request: hub.Request) -> dict:
         ):
             body[field] = value
     return body
+
+
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+_MAJOR = re.compile(r"gemini-(\d+)")
+
+
+def _needs_signatures(model: str | None) -> bool:
+    m = _MAJOR.search(model or "")
+    return m is not None and int(m.group(1)) >= 3
 
 
 def _encode_generation(request: hub.Request) -> dict:
