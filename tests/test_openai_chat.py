@@ -188,6 +188,12 @@ def test_grammar_violations_recorded():
     assert hub.validate(events) == []
 
 
+@pytest.mark.parametrize("eol", [b"\r\n", b"\r"])
+def test_line_ends(eol):
+    raw = BY_NAME["openrouter-claude-reasoning-details"].read_bytes()
+    assert decode(raw.replace(b"\n", eol)) == decode(raw)
+
+
 @given(st.data())
 def test_chunking_independent(data):
     path = data.draw(st.sampled_from(FILES))
