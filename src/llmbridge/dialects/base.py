@@ -92,3 +92,34 @@ def encode_all(encoder: Any, events: list[hub.Event]) -> bytes:
 def decode_all(decoder: Any, data: bytes) -> list[hub.Event]:
     """Run a whole body through a stream decoder."""
     return decoder.feed(data) + decoder.close()
+
+
+EXTENSION_KEY = "llmbridge"
+
+
+def strip_extensions(body: Any, path: str = "") -> tuple[Any, list[str]]:
+    """``body`` without its ``"llmbridge"`` keys, and where they were.
+
+    Vendor APIs reject fields they do not know, so a request going to a real vendor
+    endpoint must not carry our extension key; the paths say what was left out, so the
+    caller can report it instead of losing it silently.
+    """
+    removed: list[str] = []
+    if isinstance(body, dict):
+        out = {}
+        for key, value in body.items():
+            where = f"{path}.{key}" if path else key
+            if key == EXTENSION_KEY:
+                removed.append(where)
+                continue
+            out[key], inner = strip_extensions(value, where)
+            removed += inner
+        return out, removed
+    if isinstance(body, list):
+        items = []
+        for n, value in enumerate(body):
+            item, inner = strip_extensions(value, f"{path}[{n}]")
+            items.append(item)
+            removed += inner
+        return items, removed
+    return body, removed
