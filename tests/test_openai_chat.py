@@ -902,3 +902,39 @@ def _plain_text_merged(m: hub.Message) -> hub.Message:
             merged.append(hub.TextPart("".join(p.text for p in texts)))
         return hub.Message(m.role, merged + calls, m.name)
     return m
+
+
+def _body(*chunks: dict) -> bytes:
+    lines = [b"data: " + json.dumps({"id": "c1", **c}).encode() + b"\n\n" for c in chunks]
+    return b"".join(lines) + b"data: [DONE]\n\n"
+
+
+def test_tool_call_quirks():
+    call = {"type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = _body(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "id": "a", **call}, {"index": 1, "id": "b", **call}]},
+                }
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {"tool_calls": []}}]},  # empty list
+        # a provider giving every call index 0 (new id = new call), and one without an id
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", **call}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 5, **call}]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    )
+    events, violations = decode(body)
+    assert violations == [] and hub.validate(events) == []
+    r = hub.assemble(events)
+    assert [(b.id, b.name, b.text) for b in r.blocks] == [
+        ("a", "f", "{}"),
+        ("b", "f", "{}"),
+        ("c", "f", "{}"),
+        ("call_c1_3", "f", "{}"),
+    ]
+    assert r.finish.reason == "tool_use" and r.finish.raw == "stop"
+    again = decode(_body(*[{"choices": c["choices"]} for c in sse_chunks(encode(events)) if c["choices"]]))[0]
+    assert [(b.id, b.text) for b in hub.assemble(again).blocks] == [(b.id, b.text) for b in r.blocks]
