@@ -140,14 +140,18 @@ class StreamDecoder(SSEStreamDecoder):
                     delta = choice.get("delta") if type(choice) is dict else None
                     if (
                         type(delta) is dict
-                        and len(delta) == 1
+                        and (len(delta) == 1 or (len(delta) == 2 and "role" in delta))  # OpenRouter repeats role
                         and type(content := delta.get("content")) is str
                         and (ch := self._choices.get(choice.get("index", 0))) is not None
                         and ch.plain
                         and choice.get("finish_reason") is None
                         and choice.get("logprobs") is None
                         and len(choice)
-                        == 1 + ("index" in choice) + ("finish_reason" in choice) + ("logprobs" in choice)
+                        == 1
+                        + ("index" in choice)
+                        + ("finish_reason" in choice)
+                        + ("logprobs" in choice)
+                        + (choice.get("native_finish_reason", 0) is None)  # OpenRouter, null until the end
                     ):
                         if content:
                             self._out.append(hub.Delta(ch.seq, content))  # type: ignore[arg-type]
