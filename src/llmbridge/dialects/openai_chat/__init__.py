@@ -55,6 +55,8 @@ def decode_error(status: int, body: bytes) -> hub.Error:
         parsed = json_decode(body) if body else None
     except Exception:
         parsed = None
+    if isinstance(parsed, list) and parsed and isinstance(parsed[0], dict):
+        parsed = parsed[0]  # some gateways wrap the error body in a list
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         obj = parsed["error"]
         bridge = obj.get("llmbridge")

@@ -106,6 +106,10 @@ def error_object(error: hub.Error) -> dict[str, Any]:
         "param": body.get("param") if isinstance(body, dict) else None,
         "code": error.code,
     }
+    if isinstance(body, dict):  # the vendor's other fields (Groq's failed_generation ...) ride along
+        obj.update((k, v) for k, v in body.items() if k not in obj and k != BRIDGE)
+        if body.get("code") is not None and str(body["code"]) == error.code:
+            obj["code"] = body["code"]  # OpenRouter's numeric code stays a number
     obj[BRIDGE] = {"type": error.type, "status": error.status or hub.ERROR_STATUS.get(error.type, 500)}
     return obj
 
