@@ -194,6 +194,13 @@ def test_line_ends(eol):
     assert decode(raw.replace(b"\n", eol)) == decode(raw)
 
 
+def test_plain_text_error_event():
+    body = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}\n\nevent: error\ndata: upstream died\n\n'
+    events, violations = decode(body)
+    assert [v.rule for v in violations] == ["json"]
+    assert events[-2] == hub.Error("upstream died", "api_error", body={"message": "upstream died"})
+
+
 @given(st.data())
 def test_chunking_independent(data):
     path = data.draw(st.sampled_from(FILES))

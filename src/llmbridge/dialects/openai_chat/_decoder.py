@@ -121,6 +121,8 @@ class StreamDecoder(SSEStreamDecoder):
             chunk = json_decode(data)
         except msgspec.DecodeError as exc:
             self.violation("json", f"data is not valid JSON ({exc})")
+            if event.event == "error":  # an error event whose data is plain text is still an error
+                self._error({"error": {"message": data.strip() or "error event"}})
             return
         if type(chunk) is not dict:
             self.violation("chunk-object", "data is not a JSON object")
