@@ -19,6 +19,10 @@ SOURCES = {
     "openai-responses": corpus_files("openai-responses"),
     "gemini": corpus_files("gemini") + [p for p in corpus_files("other") if p.name.startswith("gemini") and
                                         p.read_bytes().lstrip().startswith(b"[")],
+    "cohere-v2": [p for p in corpus_files("other") if p.name.startswith("cohere-v2-")],
+    "bedrock-converse": [p for p in corpus_files("other", suffix=".eventstream")
+                         if p.name.startswith("bedrock-converse-stream-")],
+    "gemini-interactions": [p for p in corpus_files("other") if p.name.startswith("gemini-interactions-")],
 }
 CASES = [(dialect, path) for dialect, paths in SOURCES.items() for path in paths]
 IDS = [f"{path.parent.name}/{path.stem}" for _, path in CASES]

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from . import hub
+from .dialects import MORE_NAMES
 from .dialects import NAMES as DIALECTS
 from .errors import IncompleteStreamError, LLMBridgeError, ToolCallArgumentParseError, UpstreamError
 
@@ -478,7 +479,7 @@ FINISH_TO_MMSP = {
 }
 FINISH_FROM_MMSP = {"stop": "end_turn", "length": "max_tokens", "tool_call": "tool_use", "unknown": "other"}
 
-_DIALECTS = frozenset(DIALECTS)
+_DIALECTS = frozenset(DIALECTS + MORE_NAMES)  # fidelity namespaces kept whole
 
 
 def to_item_fidelity(fidelity: dict | None, extra: dict | None = None) -> dict | None:

@@ -45,7 +45,13 @@ _MODULES = {
     "anthropic-messages": "anthropic_messages",
     "gemini": "gemini",
     "mmsp": "mmsp",
+    "cohere-v2": "cohere_v2",
+    "bedrock-converse": "bedrock_converse",
+    "gemini-interactions": "gemini_interactions",
 }
+
+# Source dialects beyond the six that the translation matrix targets and the gateway serves.
+MORE_NAMES = ("cohere-v2", "bedrock-converse", "gemini-interactions")
 
 
 def get(name: str) -> ModuleType:
@@ -53,5 +59,5 @@ def get(name: str) -> ModuleType:
     try:
         module = _MODULES[name]
     except KeyError:
-        raise KeyError(f"unknown dialect {name!r}; known: {', '.join(NAMES)}") from None
+        raise KeyError(f"unknown dialect {name!r}; known: {', '.join(NAMES + MORE_NAMES)}") from None
     return importlib.import_module(f"{__name__}.{module}")
