@@ -8,7 +8,7 @@ import pytest
 
 from llmbridge.gateway import config as cfg
 from llmbridge.gateway import negotiation
-from llmbridge.gateway.app import confined, safe_name
+from llmbridge.gateway.record import confined, safe_name
 from llmbridge.gateway.streaming import JSONArrayFraming, event_boundary
 from llmbridge.replay import parse_model
 

@@ -6,10 +6,8 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import json
 import logging
 import re
-import time
 import uuid
 from functools import partial
 from pathlib import Path
@@ -25,7 +23,8 @@ from starlette.routing import Route
 from .. import dialects, errors, hub
 from ..dialects.base import json_decode
 from . import negotiation, replies
-from .config import Config, UpstreamConfig, default_config
+from .config import Config, default_config
+from .record import Recorder
 from .streaming import Exchange, Puller, StreamResponse, event_batches, http_batches
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, as_hub_error, build, retryable, timeouts_of
 
@@ -251,7 +250,10 @@ class Gateway:
         record = None
         if isinstance(upstream, HTTPUpstream):
             raw = await upstream.open(hreq)
-            recorder = Recorder.start(self, upstream.config, hreq) if self.record_dir else None
+            recorder = None
+            if self.record_dir is not None:
+                self._recorded += 1
+                recorder = Recorder.start(self.record_dir, self._recorded, upstream.config, hreq)
             record = recorder.write if recorder else None
             batches = http_batches(raw, upstream.dialect.StreamDecoder(), record)
             # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
@@ -345,59 +347,6 @@ async def _guarded(upstream: Upstream, hreq: hub.Request):
         error = as_hub_error(exc, upstream.name)
         yield error
         yield hub.ResponseEnd()
-
-
-class Recorder:
-    """Writes one upstream response body to ``record_dir/<name>.sse`` plus a ``.json`` of facts."""
-
-    def __init__(self, path: Path, meta: dict):
-        self.path = path
-        self.meta = meta
-        self.parts: list[bytes] = []
-
-    @classmethod
-    def start(cls, gateway: Gateway, upstream: UpstreamConfig, hreq: hub.Request) -> Recorder:
-        gateway._recorded += 1
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        name = safe_name(f"{stamp}-{gateway._recorded}-{upstream.name}-{hreq.model}")
-        meta = {
-            "dialect": upstream.format,
-            "upstream": upstream.name,
-            "model": hreq.model,
-            "status": 200,
-            "request_id": hreq.metadata.get("request_id"),
-        }
-        return cls(confined(gateway.record_dir, name + ".sse"), meta)
-
-    def write(self, chunk: bytes) -> None:
-        self.parts.append(chunk)
-
-    def finish(self, exchange: Exchange) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_bytes(b"".join(self.parts))
-            meta = dict(
-                self.meta,
-                complete=exchange.ended and exchange.error is None,
-                error=exchange.error.message if exchange.error else None,
-            )
-            self.path.with_suffix(".json").write_text(json.dumps(meta, indent=1))
-        except OSError:
-            log.exception("cannot record to %s", self.path)
-
-
-def safe_name(text: str) -> str:
-    """A file name that cannot leave its directory: ``[A-Za-z0-9._-]``, no leading dot, bounded."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).lstrip(".")[:150]
-    return name or "unnamed"
-
-
-def confined(directory: Path, name: str) -> Path:
-    base = directory.resolve()
-    path = (base / safe_name(name)).resolve()
-    if path.parent != base:
-        raise ValueError(f"{name!r} escapes {base}")
-    return path
 
 
 class RequestIdMiddleware:
