@@ -73,6 +73,7 @@ def servers(tmp_path_factory):
         models["openrouter-web-search-annotations"] = ("openai-chat", "openrouter-web-search-annotations")
         models["error-after-text"] = ("openai-chat", "groq-gpt-oss-error-event-after-text")
         models["failing"] = ("anthropic-messages", "claude-text-simple@status=500")
+        models["rate-limited"] = ("gemini", "gemini20-text@status=429")
         models["dead"] = (["dead"], "x")
         models["fallback-status"] = (
             ["rep-chat", "rep-anthropic"],
@@ -499,3 +500,10 @@ def test_disconnect_before_the_answer_starts_cancels_the_upstream(servers):
         left = time.monotonic()
         assert wait_for(lambda: target in stats.cancelled, timeout=3)
         assert time.monotonic() - left < 2
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "anthropic-messages"])
+def test_upstream_429_keeps_its_retry_after(gw, dialect):
+    r = post(gw, dialect, "rate-limited")
+    assert_error_shape(dialect, r, 429, "rate_limit")
+    assert r.headers["retry-after"] == "1"

@@ -153,7 +153,8 @@ class Replay:
             error = hub.Error(
                 f"injected status {faults.status}", hub.error_type_for_status(faults.status), status=faults.status
             )
-            return replies.error_response(endpoint, error)
+            headers = {"retry-after": "1"} if faults.status in (429, 503, 529) else None
+            return replies.error_response(endpoint, error, headers)
         found = self.find(name, endpoint)
         if found is None:
             return replies.error(endpoint, f"model {name!r} not found (no {name}.sse)", "not_found")

@@ -210,6 +210,7 @@ class Gateway:
         """Try the model's upstreams in order; fall back only while the client has seen nothing."""
         codec = dialects.get(out_dialect)
         last: hub.Error | None = None
+        headers: dict[str, str] = {}
         for n, route in enumerate(routes):
             upstream = self.upstreams[route.upstream]
             upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
@@ -218,8 +219,9 @@ class Gateway:
                     upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array
                 )
             except UpstreamFailed as exc:
-                last = exc.error
+                last, headers = exc.error, exc.headers
             else:
+                headers = {}
                 try:
                     last = await exchange.prime()
                     if last is None:
@@ -234,7 +236,7 @@ class Gateway:
         assert last is not None
         if last.status is None:
             last.status = hub.ERROR_STATUS.get(last.type, 502)
-        return replies.error_response(out_dialect, last)
+        return replies.error_response(out_dialect, last, headers)
 
     async def open(
         self,

