@@ -157,15 +157,29 @@ ERROR_STATUS = {
 }
 
 
+_TYPE_BY_STATUS = {
+    400: "invalid_request",
+    401: "authentication",
+    403: "permission",
+    404: "not_found",
+    408: "timeout",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "rate_limit",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded",
+    504: "timeout",
+    529: "overloaded",
+}
+
+
 def error_type_for_status(status: int) -> str:
     """The hub error type for an HTTP status."""
-    for name, code in ERROR_STATUS.items():
-        if code == status:
-            return name
-    if status == 529:
-        return "overloaded"
-    if status in (502, 503):
-        return "overloaded" if status == 503 else "api_error"
+    known = _TYPE_BY_STATUS.get(status)
+    if known is not None:
+        return known
     return "invalid_request" if 400 <= status < 500 else "api_error"
 
 
