@@ -135,7 +135,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    names = ", ".join(dialects.NAMES)
+    names = ", ".join(dialects.NAMES + dialects.MORE_NAMES)
     parser = argparse.ArgumentParser(prog="llmbridge", description="LLM streaming wire formats, bridged.")
     parser.add_argument("--version", action="version", version=f"llmbridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
