@@ -96,9 +96,11 @@ def usage_to_wire(usage: hub.Usage | None) -> tuple[dict[str, Any], Any, dict[st
     if write is not None:
         out["cacheWriteInputTokens"] = write
     own, others = br.split_own(usage.extensions, NAME)
-    metrics = own.get("metrics", {"latencyMs": 0})
+    metrics = own.get("metrics", {"latencyMs": 0})  # required on the wire
     out.update({k: v for k, v in own.items() if k != "metrics"})
     rest = br.usage_rest(usage, _USAGE_NATIVE) or {}
+    if "metrics" not in own:
+        rest["no_metrics"] = True
     for field in ("input_tokens", "output_tokens", "total_tokens"):
         if getattr(usage, field) is None:
             rest[f"no_{field}"] = True
@@ -114,6 +116,10 @@ def _apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
     for field in ("input_tokens", "output_tokens", "total_tokens"):
         if rest.get(f"no_{field}"):
             setattr(usage, field, None)
+    if rest.get("no_metrics") and usage.extensions and NAME in usage.extensions:
+        own = {k: v for k, v in usage.extensions[NAME].items() if k != "metrics"}
+        usage.extensions = {**usage.extensions, NAME: own} if own else (
+            {k: v for k, v in usage.extensions.items() if k != NAME} or None)
     if type(rest.get("extensions")) is dict:
         usage.extensions = hub.merge_dicts(usage.extensions, rest["extensions"])
     return usage
@@ -153,7 +159,6 @@ class StreamDecoder:
     def feed(self, data: bytes) -> list[hub.Event]:
         for frame in self._frames.feed(data):
             self.event_number = frame.number
-            self._report_problems()
             if self.ended:
                 self.violation("after-terminal", "frame after the terminal event")
                 continue

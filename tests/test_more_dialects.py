@@ -1,0 +1,380 @@
+"""The extra source dialects: cohere-v2, bedrock-converse (binary AWS event stream) and
+gemini-interactions, on the real captures in corpus/other/ and on made-up streams."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmbridge import dialects, hub
+from llmbridge.dialects import eventstream
+from llmbridge.dialects.base import decode_all, encode_all
+from tests.conftest import corpus_files
+
+FILES = {
+    "cohere-v2": [p for p in corpus_files("other") if p.name.startswith("cohere-v2-")],
+    "bedrock-converse": [p for p in corpus_files("other", suffix=".eventstream")
+                         if p.name.startswith("bedrock-converse-stream-")],
+    "gemini-interactions": [p for p in corpus_files("other") if p.name.startswith("gemini-interactions-")],
+}
+CASES = [(name, path) for name, paths in FILES.items() for path in paths]
+IDS = [path.stem for _, path in CASES]
+
+
+def decode(name: str, body: bytes) -> tuple[list[hub.Event], list[hub.Violation]]:
+    decoder = dialects.get(name).StreamDecoder()
+    events = decode_all(decoder, body)
+    return events, decoder.violations
+
+
+def encode(name: str, events: list[hub.Event]) -> bytes:
+    return encode_all(dialects.get(name).StreamEncoder(), events)
+
+
+def test_registered_apart_from_the_matrix_targets():
+    assert dialects.MORE_NAMES == ("cohere-v2", "bedrock-converse", "gemini-interactions")
+    assert not set(dialects.MORE_NAMES) & set(dialects.NAMES)
+    for name in dialects.MORE_NAMES:
+        module = dialects.get(name)
+        assert name == module.NAME
+        for attr in ("STREAM_CONTENT_TYPE", "StreamDecoder", "StreamEncoder", "decode_request", "encode_request",
+                     "endpoint", "decode_response", "encode_response", "encode_error", "decode_error"):
+            assert hasattr(module, attr), (name, attr)
+    assert all(FILES.values()), "every format has corpus files"
+
+
+@pytest.mark.parametrize(("name", "path"), CASES, ids=IDS)
+def test_corpus_decodes_cleanly(name, path):
+    events, violations = decode(name, path.read_bytes())
+    assert violations == []
+    assert hub.validate(events) == []
+    r = hub.assemble(events)
+    assert r.complete and r.finish is not None and r.usage is not None
+    assert r.usage.input_tokens and r.usage.output_tokens
+
+
+@pytest.mark.parametrize(("name", "path"), CASES, ids=IDS)
+def test_corpus_round_trips_exactly(name, path):
+    events, _ = decode(name, path.read_bytes())
+    again, violations = decode(name, encode(name, events))
+    assert violations == []
+    assert again == events
+
+
+@pytest.mark.parametrize(("name", "path"), CASES, ids=IDS)
+@given(data=st.data())
+def test_any_chunking_gives_the_same_events(name, path, data):
+    body = path.read_bytes()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=12)))
+    decoder = dialects.get(name).StreamDecoder()
+    events: list[hub.Event] = []
+    last = 0
+    for cut in [*cuts, len(body)]:
+        events += decoder.feed(body[last:cut])
+        last = cut
+    events += decoder.close()
+    assert events == decode(name, body)[0]
+
+
+def test_what_the_captures_say():
+    cohere, _ = decode("cohere-v2", FILES["cohere-v2"][1].read_bytes())  # tool call
+    r = hub.assemble(cohere)
+    plan, weather, attractions = r.blocks
+    assert plan.kind == "thinking" and plan.fidelity == {"cohere-v2": {"tool_plan": True}}
+    assert plan.text.startswith("I will use the weather tool")
+    assert (weather.id, weather.name, weather.text) == ("weather_e8p4pn45zt0t", "weather",
+                                                         '{"location": "San Francisco"}')
+    assert attractions.name == "cityAttractions"
+    assert r.finish.reason == "tool_use" and r.finish.raw == "TOOL_CALL"
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.cache_read_tokens) == (1549, 95, 1504)
+    assert r.usage.extensions == {"cohere-v2": {"billed_units": {"input_tokens": 119, "output_tokens": 44}}}
+
+    bedrock, _ = decode("bedrock-converse", FILES["bedrock-converse"][0].read_bytes())  # claude thinking
+    r = hub.assemble(bedrock)
+    thinking, text = r.blocks
+    assert thinking.kind == "thinking" and thinking.text and thinking.fidelity["bedrock-converse"]["signature"]
+    assert text.kind == "text" and text.text
+    assert r.finish.reason == "end_turn"
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (36, 73, 109)
+    assert not any("p" in (b.extensions or {}).get("bedrock-converse", {}) for b in r.blocks)
+
+    interactions, _ = decode("gemini-interactions", FILES["gemini-interactions"][0].read_bytes())
+    r = hub.assemble(interactions)
+    thought, call = r.blocks
+    assert thought.kind == "thinking" and thought.fidelity["gemini-interactions"]["signature"].startswith("CiQB")
+    assert (call.kind, call.id, call.name, call.text) == ("tool_call", "61nzpsv4", "getWeather",
+                                                          '{"location":"San Francisco"}')
+    assert r.finish.reason == "tool_use" and r.finish.raw == "requires_action"
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.reasoning_tokens) == (53, 80, 65)
+
+
+# --------------------------------------------------------------------------- made-up hub streams
+
+MIXED = [
+    hub.ResponseStart(id="resp_1", model="m-1", created=1700000000, extensions={"openai-chat": {"x": 1}}),
+    hub.BlockStart(0, "thinking", fidelity={"anthropic-messages": {"signature": "sig"}}),
+    hub.Delta(0, "hmm"),
+    hub.BlockStop(0, fidelity={"gemini": {"thoughtSignature": "ts"}}),
+    hub.BlockStart(1, "text", id="msg_1"),
+    hub.Delta(1, "Hello"),
+    hub.Extension("openai-responses", {"type": "url_citation", "url": "https://example.com"}, 1),
+    hub.BlockStart(2, "tool_call", id="call_a", name="f"),
+    hub.BlockStart(3, "tool_call", id="call_b", name="g"),
+    hub.Delta(2, '{"a":'),
+    hub.Delta(3, "{}"),
+    hub.Delta(2, "1}"),
+    hub.BlockStop(3),
+    hub.BlockStop(2),
+    hub.BlockStop(1),
+    hub.BlockStart(4, "native", id="srvtoolu_1", name="web_search",
+                   extensions={"anthropic-messages": {"type": "server_tool_use"}}),
+    hub.Delta(4, '{"q":"x"}'),
+    hub.BlockStop(4),
+    hub.BlockStart(5, "text", choice=1),
+    hub.Delta(5, "second choice"),
+    hub.BlockStop(5),
+    hub.Finish("pause_turn", raw="pause_turn"),
+    hub.Finish("end_turn", choice=1),
+    hub.Usage(input_tokens=100, output_tokens=20, cache_read_tokens=30, cache_write_tokens=5, reasoning_tokens=7),
+    hub.ResponseEnd(),
+]
+
+ERRORED = [
+    hub.ResponseStart(id="r"),
+    hub.BlockStart(0, "text"),
+    hub.Delta(0, "partial"),
+    hub.Usage(input_tokens=3),
+    hub.Error("overloaded, try later", "overloaded", code="x", status=503),
+    hub.ResponseEnd(),
+]
+
+BARE = [hub.ResponseStart(), hub.BlockStart(0, "thinking"), hub.BlockStop(0), hub.ResponseEnd()]
+
+
+@pytest.mark.parametrize("name", dialects.MORE_NAMES)
+@pytest.mark.parametrize("events", [MIXED, ERRORED, BARE], ids=["mixed", "errored", "bare"])
+def test_hub_streams_round_trip(name, events):
+    assert hub.validate(events) == []
+    back, violations = decode(name, encode(name, events))
+    assert violations == []
+    assert hub.validate(back) == []
+    a, b = hub.assemble(events), hub.assemble(back)
+    assert [(x.kind, x.text, x.id, x.name, x.choice, x.fidelity, x.extensions) for x in a.blocks] == \
+           [(x.kind, x.text, x.id, x.name, x.choice, x.fidelity, x.extensions) for x in b.blocks]
+    assert [x.annotations for x in a.blocks] == [x.annotations for x in b.blocks]
+    assert a.finishes == b.finishes
+    assert a.usage == b.usage
+    assert a.error == b.error
+    assert (a.id, a.model, a.created, a.extensions) == (b.id, b.model, b.created, b.extensions)
+    assert a.complete == b.complete
+
+
+def test_errors_take_each_vendors_own_form():
+    cohere = encode("cohere-v2", ERRORED)
+    assert b'"finish_reason":"ERROR"' in cohere and b'"error":"overloaded, try later"' in cohere
+    interactions = encode("gemini-interactions", ERRORED)
+    assert b'"event_type":"error"' in interactions and b'"status":"UNAVAILABLE"' in interactions
+    frames = eventstream.Decoder().feed(encode("bedrock-converse", ERRORED))
+    last = frames[-1].headers
+    assert last[":message-type"] == "exception" and last[":exception-type"] == "serviceUnavailableException"
+
+
+def test_vendor_errors_without_our_key():
+    body = b'data: {"event_type":"error","error":{"code":429,"message":"slow down","status":"RESOURCE_EXHAUSTED"}}\n\n'
+    events, _ = decode("gemini-interactions", body)
+    assert type(events[-2]) is hub.Error and events[-2].type == "rate_limit" and events[-2].message == "slow down"
+
+    body = (b'event: message-start\ndata: {"id":"x","type":"message-start","delta":{"message":{}}}'
+            b'\n\nevent: message-end\ndata: {"type":"message-end",'
+            b'"delta":{"finish_reason":"ERROR","error":"boom"}}\n\n')
+    events, _ = decode("cohere-v2", body)
+    assert type(events[-2]) is hub.Error and events[-2].message == "boom"
+
+    frame = eventstream.encode_frame({":exception-type": "throttlingException", ":content-type": "application/json",
+                                      ":message-type": "exception"}, b'{"message":"Too many requests"}')
+    events, violations = decode("bedrock-converse", frame)
+    assert violations == [hub.Violation(0, "start-first", "event before messageStart")]
+    error = events[-2]
+    assert (error.type, error.code, error.status, error.message) == ("rate_limit", "throttlingException", 429,
+                                                                     "Too many requests")
+
+
+# --------------------------------------------------------------------------- broken input
+
+
+@pytest.mark.parametrize(("name", "path"), CASES, ids=IDS)
+def test_truncation_is_an_incomplete_stream(name, path):
+    body = path.read_bytes()
+    events, violations = decode(name, body[: len(body) * 2 // 3])
+    assert hub.validate(events) == []
+    assert type(events[-2]) is hub.Error and events[-2].type == "incomplete_stream"
+    assert any(v.rule == "truncated" for v in violations)
+
+
+def test_bad_json_is_a_violation_with_its_event_number():
+    body = FILES["cohere-v2"][0].read_bytes().replace(b'{"type":"content-delta","index":0', b'{"type":', 1)
+    _, violations = decode("cohere-v2", body)
+    assert [(v.event, v.rule) for v in violations] == [(2, "json")]
+    body = FILES["gemini-interactions"][0].read_bytes().replace(b'{"index":0,"event_type":"step.stop"}', b"{oops")
+    _, violations = decode("gemini-interactions", body)
+    assert [(v.event, v.rule) for v in violations][:1] == [(4, "json")]
+
+
+def _frames(body: bytes) -> list[tuple[int, int]]:
+    """(offset, length) of each frame."""
+    out, pos = [], 0
+    while pos < len(body):
+        (total,) = struct.unpack_from(">I", body, pos)
+        out.append((pos, total))
+        pos += total
+    return out
+
+
+def test_corrupt_message_crc_is_reported_with_its_frame_number():
+    body = bytearray(FILES["bedrock-converse"][1].read_bytes())
+    offset, total = _frames(bytes(body))[3]
+    body[offset + total - 1] ^= 0xFF
+    events, violations = decode("bedrock-converse", bytes(body))
+    assert [(v.event, v.rule) for v in violations] == [(3, "message-crc")]
+    assert hub.validate(events) == []
+
+
+def test_corrupt_prelude_crc_loses_the_framing():
+    body = bytearray(FILES["bedrock-converse"][1].read_bytes())
+    offset, _ = _frames(bytes(body))[5]
+    body[offset + 9] ^= 0x01
+    events, violations = decode("bedrock-converse", bytes(body))
+    assert [(v.event, v.rule) for v in violations] == [(5, "prelude-crc")]
+    assert hub.validate(events) == []
+    assert events[-2].type == "protocol_error"
+
+
+def test_truncated_frame_and_bad_payload():
+    body = FILES["bedrock-converse"][1].read_bytes()
+    offset, total = _frames(body)[4]
+    events, violations = decode("bedrock-converse", body[: offset + total // 2])
+    assert [(v.event, v.rule) for v in violations] == [(4, "truncated-frame"), (-1, "truncated")]
+    assert events[-2].type == "incomplete_stream"
+
+    bad = eventstream.encode_frame({":event-type": "contentBlockDelta", ":message-type": "event"}, b"{nope")
+    start = eventstream.encode_frame({":event-type": "messageStart", ":message-type": "event"}, b'{"role":"a"}')
+    _, violations = decode("bedrock-converse", start + bad)
+    assert [(v.event, v.rule) for v in violations] == [(1, "json"), (-1, "truncated")]
+
+
+# --------------------------------------------------------------------------- the frame codec
+
+
+@given(headers=st.dictionaries(st.text(min_size=1, max_size=20).filter(lambda s: len(s.encode()) < 256),
+                               st.one_of(st.booleans(), st.integers(-2**31, 2**31 - 1), st.binary(max_size=40),
+                                         st.text(max_size=40)), max_size=5),
+       payload=st.binary(max_size=200), data=st.data())
+def test_frames_round_trip_in_any_chunking(headers, payload, data):
+    body = eventstream.encode_frame(headers, payload) * 2
+    cut = data.draw(st.integers(0, len(body)))
+    decoder = eventstream.Decoder()
+    frames = decoder.feed(body[:cut]) + decoder.feed(body[cut:])
+    decoder.close()
+    assert decoder.problems == []
+    assert [(f.headers, f.payload, f.number) for f in frames] == [(headers, payload, 0), (headers, payload, 1)]
+
+
+def test_frame_crcs_are_the_formats():
+    body = eventstream.encode_frame({":event-type": "x"}, b"{}")
+    total, _head, crc = struct.unpack_from(">III", body)
+    assert total == len(body) and crc == zlib.crc32(body[:8])
+    assert struct.unpack(">I", body[-4:])[0] == zlib.crc32(body[:-4])
+
+
+# --------------------------------------------------------------------------- requests, responses, errors
+
+REQUEST = hub.Request(
+    model="some-model",
+    messages=[
+        hub.Message("system", [hub.TextPart("Be brief.")]),
+        hub.Message("user", [hub.TextPart("Weather in Paris?")]),
+        hub.Message("assistant", [hub.ToolCallPart("call_1", "weather", '{"city":"Paris"}')]),
+        hub.Message("tool", [hub.ToolResultPart("call_1", [hub.TextPart("sunny")], name="weather")]),
+        hub.Message("assistant", [hub.TextPart("Sunny.")]),
+    ],
+    tools=[hub.Tool("weather", "Gets the weather", {"type": "object", "properties": {"city": {"type": "string"}}})],
+    tool_choice=hub.ToolChoice("required"),
+    max_tokens=100, temperature=0.5, top_p=0.9, top_k=40, stop=["END"],
+    stream=True,
+)
+
+
+def _shape(request: hub.Request) -> tuple:
+    messages = [(m.role, [(type(p).__name__, getattr(p, "text", None), getattr(p, "id", None),
+                           getattr(p, "tool_call_id", None)) for p in m.parts]) for m in request.messages]
+    return (request.model, messages, [(t.name, t.parameters) for t in request.tools],
+            request.tool_choice.mode if request.tool_choice else None, request.max_tokens, request.temperature,
+            request.top_p, request.top_k, request.stop)
+
+
+@pytest.mark.parametrize("name", dialects.MORE_NAMES)
+def test_requests_round_trip(name):
+    module = dialects.get(name)
+    body = module.encode_request(REQUEST)
+    back = module.decode_request(body, model="some-model" if name == "bedrock-converse" else None)
+    assert _shape(back) == _shape(REQUEST)
+    assert module.encode_request(back) == body
+    url, headers = module.endpoint(REQUEST, base_url="https://example.test", api_key="k")
+    assert url.startswith("https://example.test/") and headers["accept"] == module.STREAM_CONTENT_TYPE
+
+
+def test_request_shapes():
+    cohere = dialects.get("cohere-v2").encode_request(REQUEST)
+    assert cohere["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert cohere["tool_choice"] == "REQUIRED" and cohere["p"] == 0.9 and cohere["k"] == 40
+    bedrock = dialects.get("bedrock-converse").encode_request(REQUEST)
+    assert bedrock["system"] == [{"text": "Be brief."}]
+    assert bedrock["messages"][1]["content"][0]["toolUse"]["input"] == {"city": "Paris"}
+    assert bedrock["messages"][2]["content"][0]["toolResult"]["toolUseId"] == "call_1"
+    assert bedrock["toolConfig"]["toolChoice"] == {"any": {}} and bedrock["inferenceConfig"]["maxTokens"] == 100
+    assert bedrock["additionalModelRequestFields"] == {"top_k": 40}
+    url, _ = dialects.get("bedrock-converse").endpoint(REQUEST, base_url="https://b.test", api_key=None)
+    assert url == "https://b.test/model/some-model/converse-stream"
+    interactions = dialects.get("gemini-interactions").encode_request(REQUEST)
+    assert interactions["system_instruction"] == "Be brief."
+    assert [s["type"] for s in interactions["input"]] == ["user_input", "function_call", "user_input",
+                                                           "model_output"]
+    assert interactions["generation_config"]["tool_choice"] == "any"
+
+
+def test_bad_requests_name_the_field():
+    from llmbridge.errors import RequestError
+
+    with pytest.raises(RequestError, match=r"messages\[0\]"):
+        dialects.get("cohere-v2").decode_request({"messages": [{"role": "robot"}]})
+    with pytest.raises(RequestError, match=r"messages\[0\].content"):
+        dialects.get("bedrock-converse").decode_request({"messages": [{"role": "user", "content": "x"}]})
+    with pytest.raises(RequestError, match="input"):
+        dialects.get("gemini-interactions").decode_request({"model": "m"})
+
+
+@pytest.mark.parametrize(("name", "path"), CASES, ids=IDS)
+def test_whole_responses_round_trip(name, path):
+    module = dialects.get(name)
+    events, _ = decode(name, path.read_bytes())
+    body = module.encode_response(hub.assemble(events))
+    back = module.decode_response(body)
+    assert hub.validate(back) == []
+    a, b = hub.assemble(events), hub.assemble(back)
+    assert [(x.kind, x.text, x.name) for x in a.blocks] == [(x.kind, x.text, x.name) for x in b.blocks]
+    assert a.finish.reason == b.finish.reason
+    assert (a.usage.input_tokens, a.usage.output_tokens) == (b.usage.input_tokens, b.usage.output_tokens)
+
+
+@pytest.mark.parametrize("name", dialects.MORE_NAMES)
+@pytest.mark.parametrize("kind", ["invalid_request", "rate_limit", "overloaded", "api_error"])
+def test_http_errors_round_trip(name, kind):
+    module = dialects.get(name)
+    status, body = module.encode_error(hub.Error("nope", kind))
+    back = module.decode_error(status, dialects.base.json_encode(body))
+    assert (back.type, back.message, back.status) == (kind, "nope", status)
+    assert module.decode_error(502, b"<html>bad gateway</html>").status == 502
