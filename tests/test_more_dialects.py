@@ -17,8 +17,9 @@ from tests.conftest import corpus_files
 
 FILES = {
     "cohere-v2": [p for p in corpus_files("other") if p.name.startswith("cohere-v2-")],
-    "bedrock-converse": [p for p in corpus_files("other", suffix=".eventstream")
-                         if p.name.startswith("bedrock-converse-stream-")],
+    "bedrock-converse": [
+        p for p in corpus_files("other", suffix=".eventstream") if p.name.startswith("bedrock-converse-stream-")
+    ],
     "gemini-interactions": [p for p in corpus_files("other") if p.name.startswith("gemini-interactions-")],
 }
 CASES = [(name, path) for name, paths in FILES.items() for path in paths]
@@ -41,8 +42,18 @@ def test_registered_apart_from_the_matrix_targets():
     for name in dialects.MORE_NAMES:
         module = dialects.get(name)
         assert name == module.NAME
-        for attr in ("STREAM_CONTENT_TYPE", "StreamDecoder", "StreamEncoder", "decode_request", "encode_request",
-                     "endpoint", "decode_response", "encode_response", "encode_error", "decode_error"):
+        for attr in (
+            "STREAM_CONTENT_TYPE",
+            "StreamDecoder",
+            "StreamEncoder",
+            "decode_request",
+            "encode_request",
+            "endpoint",
+            "decode_response",
+            "encode_response",
+            "encode_error",
+            "decode_error",
+        ):
             assert hasattr(module, attr), (name, attr)
     assert all(FILES.values()), "every format has corpus files"
 
@@ -86,8 +97,11 @@ def test_what_the_captures_say():
     plan, weather, attractions = r.blocks
     assert plan.kind == "thinking" and plan.fidelity == {"cohere-v2": {"tool_plan": True}}
     assert plan.text.startswith("I will use the weather tool")
-    assert (weather.id, weather.name, weather.text) == ("weather_e8p4pn45zt0t", "weather",
-                                                         '{"location": "San Francisco"}')
+    assert (weather.id, weather.name, weather.text) == (
+        "weather_e8p4pn45zt0t",
+        "weather",
+        '{"location": "San Francisco"}',
+    )
     assert attractions.name == "cityAttractions"
     assert r.finish.reason == "tool_use" and r.finish.raw == "TOOL_CALL"
     assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.cache_read_tokens) == (1549, 95, 1504)
@@ -106,8 +120,12 @@ def test_what_the_captures_say():
     r = hub.assemble(interactions)
     thought, call = r.blocks
     assert thought.kind == "thinking" and thought.fidelity["gemini-interactions"]["signature"].startswith("CiQB")
-    assert (call.kind, call.id, call.name, call.text) == ("tool_call", "61nzpsv4", "getWeather",
-                                                          '{"location":"San Francisco"}')
+    assert (call.kind, call.id, call.name, call.text) == (
+        "tool_call",
+        "61nzpsv4",
+        "getWeather",
+        '{"location":"San Francisco"}',
+    )
     assert r.finish.reason == "tool_use" and r.finish.raw == "requires_action"
     assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.reasoning_tokens) == (53, 80, 65)
 
@@ -130,8 +148,9 @@ MIXED = [
     hub.BlockStop(3),
     hub.BlockStop(2),
     hub.BlockStop(1),
-    hub.BlockStart(4, "native", id="srvtoolu_1", name="web_search",
-                   extensions={"anthropic-messages": {"type": "server_tool_use"}}),
+    hub.BlockStart(
+        4, "native", id="srvtoolu_1", name="web_search", extensions={"anthropic-messages": {"type": "server_tool_use"}}
+    ),
     hub.Delta(4, '{"q":"x"}'),
     hub.BlockStop(4),
     hub.BlockStart(5, "text", choice=1),
@@ -163,8 +182,9 @@ def test_hub_streams_round_trip(name, events):
     assert violations == []
     assert hub.validate(back) == []
     a, b = hub.assemble(events), hub.assemble(back)
-    assert [(x.kind, x.text, x.id, x.name, x.choice, x.fidelity, x.extensions) for x in a.blocks] == \
-           [(x.kind, x.text, x.id, x.name, x.choice, x.fidelity, x.extensions) for x in b.blocks]
+    assert [(x.kind, x.text, x.id, x.name, x.choice, x.fidelity, x.extensions) for x in a.blocks] == [
+        (x.kind, x.text, x.id, x.name, x.choice, x.fidelity, x.extensions) for x in b.blocks
+    ]
     assert [x.annotations for x in a.blocks] == [x.annotations for x in b.blocks]
     assert a.finishes == b.finishes
     assert a.usage == b.usage
@@ -188,19 +208,27 @@ def test_vendor_errors_without_our_key():
     events, _ = decode("gemini-interactions", body)
     assert type(events[-2]) is hub.Error and events[-2].type == "rate_limit" and events[-2].message == "slow down"
 
-    body = (b'event: message-start\ndata: {"id":"x","type":"message-start","delta":{"message":{}}}'
-            b'\n\nevent: message-end\ndata: {"type":"message-end",'
-            b'"delta":{"finish_reason":"ERROR","error":"boom"}}\n\n')
+    body = (
+        b'event: message-start\ndata: {"id":"x","type":"message-start","delta":{"message":{}}}'
+        b'\n\nevent: message-end\ndata: {"type":"message-end",'
+        b'"delta":{"finish_reason":"ERROR","error":"boom"}}\n\n'
+    )
     events, _ = decode("cohere-v2", body)
     assert type(events[-2]) is hub.Error and events[-2].message == "boom"
 
-    frame = eventstream.encode_frame({":exception-type": "throttlingException", ":content-type": "application/json",
-                                      ":message-type": "exception"}, b'{"message":"Too many requests"}')
+    frame = eventstream.encode_frame(
+        {":exception-type": "throttlingException", ":content-type": "application/json", ":message-type": "exception"},
+        b'{"message":"Too many requests"}',
+    )
     events, violations = decode("bedrock-converse", frame)
     assert violations == [hub.Violation(0, "start-first", "event before messageStart")]
     error = events[-2]
-    assert (error.type, error.code, error.status, error.message) == ("rate_limit", "throttlingException", 429,
-                                                                     "Too many requests")
+    assert (error.type, error.code, error.status, error.message) == (
+        "rate_limit",
+        "throttlingException",
+        429,
+        "Too many requests",
+    )
 
 
 # --------------------------------------------------------------------------- broken input
@@ -269,10 +297,15 @@ def test_truncated_frame_and_bad_payload():
 # --------------------------------------------------------------------------- the frame codec
 
 
-@given(headers=st.dictionaries(st.text(min_size=1, max_size=20).filter(lambda s: len(s.encode()) < 256),
-                               st.one_of(st.booleans(), st.integers(-2**31, 2**31 - 1), st.binary(max_size=40),
-                                         st.text(max_size=40)), max_size=5),
-       payload=st.binary(max_size=200), data=st.data())
+@given(
+    headers=st.dictionaries(
+        st.text(min_size=1, max_size=20).filter(lambda s: len(s.encode()) < 256),
+        st.one_of(st.booleans(), st.integers(-(2**31), 2**31 - 1), st.binary(max_size=40), st.text(max_size=40)),
+        max_size=5,
+    ),
+    payload=st.binary(max_size=200),
+    data=st.data(),
+)
 def test_frames_round_trip_in_any_chunking(headers, payload, data):
     body = eventstream.encode_frame(headers, payload) * 2
     cut = data.draw(st.integers(0, len(body)))
@@ -303,17 +336,37 @@ REQUEST = hub.Request(
     ],
     tools=[hub.Tool("weather", "Gets the weather", {"type": "object", "properties": {"city": {"type": "string"}}})],
     tool_choice=hub.ToolChoice("required"),
-    max_tokens=100, temperature=0.5, top_p=0.9, top_k=40, stop=["END"],
+    max_tokens=100,
+    temperature=0.5,
+    top_p=0.9,
+    top_k=40,
+    stop=["END"],
     stream=True,
 )
 
 
 def _shape(request: hub.Request) -> tuple:
-    messages = [(m.role, [(type(p).__name__, getattr(p, "text", None), getattr(p, "id", None),
-                           getattr(p, "tool_call_id", None)) for p in m.parts]) for m in request.messages]
-    return (request.model, messages, [(t.name, t.parameters) for t in request.tools],
-            request.tool_choice.mode if request.tool_choice else None, request.max_tokens, request.temperature,
-            request.top_p, request.top_k, request.stop)
+    messages = [
+        (
+            m.role,
+            [
+                (type(p).__name__, getattr(p, "text", None), getattr(p, "id", None), getattr(p, "tool_call_id", None))
+                for p in m.parts
+            ],
+        )
+        for m in request.messages
+    ]
+    return (
+        request.model,
+        messages,
+        [(t.name, t.parameters) for t in request.tools],
+        request.tool_choice.mode if request.tool_choice else None,
+        request.max_tokens,
+        request.temperature,
+        request.top_p,
+        request.top_k,
+        request.stop,
+    )
 
 
 @pytest.mark.parametrize("name", dialects.MORE_NAMES)
@@ -341,8 +394,7 @@ def test_request_shapes():
     assert url == "https://b.test/model/some-model/converse-stream"
     interactions = dialects.get("gemini-interactions").encode_request(REQUEST)
     assert interactions["system_instruction"] == "Be brief."
-    assert [s["type"] for s in interactions["input"]] == ["user_input", "function_call", "user_input",
-                                                           "model_output"]
+    assert [s["type"] for s in interactions["input"]] == ["user_input", "function_call", "user_input", "model_output"]
     assert interactions["generation_config"]["tool_choice"] == "any"
 
 

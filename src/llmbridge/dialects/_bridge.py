@@ -18,8 +18,16 @@ EXT = "llmbridge"
 
 _EVENT_TYPES = {
     t.__name__: t
-    for t in (hub.ResponseStart, hub.BlockStart, hub.Delta, hub.BlockStop, hub.Usage, hub.Finish, hub.Extension,
-              hub.Error)
+    for t in (
+        hub.ResponseStart,
+        hub.BlockStart,
+        hub.Delta,
+        hub.BlockStop,
+        hub.Usage,
+        hub.Finish,
+        hub.Extension,
+        hub.Error,
+    )
 }
 
 
@@ -105,5 +113,9 @@ def error_from_json(data: Any) -> hub.Error | None:
 
 def exact_finish(finish: hub.Finish, wire_word: str | None, native_reason: str | None) -> bool:
     """Does ``wire_word`` decode back to the same Finish?"""
-    return (wire_word is not None and native_reason == finish.reason and finish.raw in (None, wire_word)
-            and finish.stop_sequence is None)
+    return (
+        wire_word is not None
+        and native_reason == finish.reason
+        and finish.raw in (None, wire_word)
+        and finish.stop_sequence is None
+    )

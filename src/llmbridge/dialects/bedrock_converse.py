@@ -40,8 +40,13 @@ STOP_TO_HUB = {
     "malformed_model_output": "error",
     "malformed_tool_use": "error",
 }
-HUB_TO_STOP = {"end_turn": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens",
-               "stop_sequence": "stop_sequence", "content_filter": "content_filtered"}
+HUB_TO_STOP = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "content_filter": "content_filtered",
+}
 
 EXCEPTION_TO_HUB = {
     "internalServerException": ("api_error", 500),
@@ -55,15 +60,25 @@ EXCEPTION_TO_HUB = {
     "modelNotReadyException": ("overloaded", 429),
 }
 HUB_TO_EXCEPTION = {
-    "invalid_request": "validationException", "rate_limit": "throttlingException",
-    "overloaded": "serviceUnavailableException", "permission": "accessDeniedException",
-    "authentication": "accessDeniedException", "not_found": "resourceNotFoundException",
-    "timeout": "modelTimeoutException", "incomplete_stream": "modelStreamErrorException",
+    "invalid_request": "validationException",
+    "rate_limit": "throttlingException",
+    "overloaded": "serviceUnavailableException",
+    "permission": "accessDeniedException",
+    "authentication": "accessDeniedException",
+    "not_found": "resourceNotFoundException",
+    "timeout": "modelTimeoutException",
+    "incomplete_stream": "modelStreamErrorException",
     "protocol_error": "modelStreamErrorException",
 }
 
-_USAGE_NATIVE = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "total_tokens",
-                 "extensions"}
+_USAGE_NATIVE = {
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+    "extensions",
+}
 
 
 def _unpadded(obj: Any) -> Any:
@@ -75,12 +90,16 @@ def usage_from_wire(raw: Any, metrics: Any = None) -> hub.Usage:
     read, write = raw.get("cacheReadInputTokens"), raw.get("cacheWriteInputTokens")
     given = raw.get("inputTokens")
     total_in = None if given is None else given + (read or 0) + (write or 0)
-    extra = {k: v for k, v in raw.items() if k not in ("inputTokens", "outputTokens", "totalTokens",
-                                                          "cacheReadInputTokens", "cacheWriteInputTokens")}
+    extra = {
+        k: v
+        for k, v in raw.items()
+        if k not in ("inputTokens", "outputTokens", "totalTokens", "cacheReadInputTokens", "cacheWriteInputTokens")
+    }
     if metrics is not None:
         extra["metrics"] = metrics
-    return hub.Usage(total_in, raw.get("outputTokens"), read, write, None, raw.get("totalTokens"),
-                     {NAME: extra} if extra else None)
+    return hub.Usage(
+        total_in, raw.get("outputTokens"), read, write, None, raw.get("totalTokens"), {NAME: extra} if extra else None
+    )
 
 
 def usage_to_wire(usage: hub.Usage | None) -> tuple[dict[str, Any], Any, dict[str, Any] | None]:
@@ -88,9 +107,13 @@ def usage_to_wire(usage: hub.Usage | None) -> tuple[dict[str, Any], Any, dict[st
     usage = usage or hub.Usage()
     read, write = usage.cache_read_tokens, usage.cache_write_tokens
     given = max(0, (usage.input_tokens or 0) - (read or 0) - (write or 0))
-    out = {"inputTokens": given, "outputTokens": usage.output_tokens or 0,
-           "totalTokens": usage.total_tokens if usage.total_tokens is not None
-           else given + (read or 0) + (write or 0) + (usage.output_tokens or 0)}
+    out = {
+        "inputTokens": given,
+        "outputTokens": usage.output_tokens or 0,
+        "totalTokens": usage.total_tokens
+        if usage.total_tokens is not None
+        else given + (read or 0) + (write or 0) + (usage.output_tokens or 0),
+    }
     if read is not None:
         out["cacheReadInputTokens"] = read
     if write is not None:
@@ -118,8 +141,11 @@ def _apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
             setattr(usage, field, None)
     if rest.get("no_metrics") and usage.extensions and NAME in usage.extensions:
         own = {k: v for k, v in usage.extensions[NAME].items() if k != "metrics"}
-        usage.extensions = {**usage.extensions, NAME: own} if own else (
-            {k: v for k, v in usage.extensions.items() if k != NAME} or None)
+        usage.extensions = (
+            {**usage.extensions, NAME: own}
+            if own
+            else ({k: v for k, v in usage.extensions.items() if k != NAME} or None)
+        )
     if type(rest.get("extensions")) is dict:
         usage.extensions = hub.merge_dicts(usage.extensions, rest["extensions"])
     return usage
@@ -177,7 +203,7 @@ class StreamDecoder:
         return out
 
     def _report_problems(self) -> None:
-        for p in self._frames.problems[self._reported:]:
+        for p in self._frames.problems[self._reported :]:
             self.violations.append(hub.Violation(p.frame, p.rule, p.message))
             if p.fatal and not self.ended:
                 self._ensure_start()
@@ -280,7 +306,7 @@ class StreamDecoder:
         delta = data.get("delta") if type(data.get("delta")) is dict else {}
         block = self._blocks.get(wire)
         if block is None:
-            kind = ("thinking" if "reasoningContent" in delta else "tool_call" if "toolUse" in delta else "text")
+            kind = "thinking" if "reasoningContent" in delta else "tool_call" if "toolUse" in delta else "text"
             if kind == "tool_call":
                 self.violation("block-open", f"toolUse delta for block {wire}, which was never started")
             block = self._open(wire, kind, ext)
@@ -378,6 +404,7 @@ class StreamDecoder:
 
 # --------------------------------------------------------------------------- stream encoder
 
+
 def _event(name: str, body: dict[str, Any]) -> bytes:
     headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
     return encode_frame(headers, json_encode(body))
@@ -466,8 +493,10 @@ class StreamEncoder:
         self._blocks[e.index] = block
         if e.kind != "tool_call":
             return b""
-        body = {"contentBlockIndex": block.wire,
-                "start": {"toolUse": {"toolUseId": e.id or f"tooluse_{block.wire}", "name": e.name or ""}}}
+        body = {
+            "contentBlockIndex": block.wire,
+            "start": {"toolUse": {"toolUseId": e.id or f"tooluse_{block.wire}", "name": e.name or ""}},
+        }
         return _event("contentBlockStart", self._ext(body, block=self._info(block)))
 
     def _delta_frame(self, block: _Out, delta: dict[str, Any]) -> bytes:
@@ -544,8 +573,11 @@ class StreamEncoder:
         if self._finish is not None:
             self._pending.append(br.event_to_json(self._finish))
         self._done = True
-        name = error.code if error.code in EXCEPTION_TO_HUB else HUB_TO_EXCEPTION.get(error.type,
-                                                                                      "internalServerException")
+        name = (
+            error.code
+            if error.code in EXCEPTION_TO_HUB
+            else HUB_TO_EXCEPTION.get(error.type, "internalServerException")
+        )
         carried = {k: v for k, v in br.event_to_json(error).items() if k != "event"}
         body = self._ext({"message": error.message}, error=carried)
         headers = {":exception-type": name, ":content-type": "application/json", ":message-type": "exception"}
@@ -554,8 +586,7 @@ class StreamEncoder:
 
 # --------------------------------------------------------------------------- requests
 
-_REQUEST_KNOWN = {"modelId", "messages", "system", "inferenceConfig", "toolConfig", "additionalModelRequestFields",
-                  EXT}
+_REQUEST_KNOWN = {"modelId", "messages", "system", "inferenceConfig", "toolConfig", "additionalModelRequestFields", EXT}
 _IMAGE_FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
 
 
@@ -573,8 +604,11 @@ def _parts_from_wire(content: Any, where: str) -> list[hub.Part]:
             image = block["image"]
             source = image.get("source") if type(image.get("source")) is dict else {}
             media = _IMAGE_FORMATS.get(image.get("format", ""), f"image/{image.get('format', 'png')}")
-            parts.append(hub.ImagePart(media_type=media, data=source.get("bytes"), url=(source.get("s3Location") or {})
-                                       .get("uri")))
+            parts.append(
+                hub.ImagePart(
+                    media_type=media, data=source.get("bytes"), url=(source.get("s3Location") or {}).get("uri")
+                )
+            )
         elif type(block.get("toolUse")) is dict:
             use = block["toolUse"]
             if not use.get("toolUseId") or not use.get("name"):
@@ -592,8 +626,14 @@ def _parts_from_wire(content: Any, where: str) -> list[hub.Part]:
         elif type(block.get("reasoningContent")) is dict:
             reasoning = block["reasoningContent"]
             text = reasoning.get("reasoningText") if type(reasoning.get("reasoningText")) is dict else {}
-            fidelity = {k: v for k, v in (("signature", text.get("signature")),
-                                          ("redactedContent", reasoning.get("redactedContent"))) if v}
+            fidelity = {
+                k: v
+                for k, v in (
+                    ("signature", text.get("signature")),
+                    ("redactedContent", reasoning.get("redactedContent")),
+                )
+                if v
+            }
             parts.append(hub.ThinkingPart(text.get("text") or "", {NAME: fidelity} if fidelity else None))
         else:
             parts.append(hub.NativePart(NAME, block))
@@ -606,8 +646,11 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
     messages = body.get("messages")
     if type(messages) is not list:
         raise RequestError("required, a list of messages", "messages")
-    out = [hub.Message("system", [hub.TextPart(s["text"])]) for s in body.get("system") or ()
-           if type(s) is dict and "text" in s]
+    out = [
+        hub.Message("system", [hub.TextPart(s["text"])])
+        for s in body.get("system") or ()
+        if type(s) is dict and "text" in s
+    ]
     for n, m in enumerate(messages):
         if type(m) is not dict or m.get("role") not in ("user", "assistant"):
             raise RequestError("must be an object with role user or assistant", f"messages[{n}]")
@@ -643,9 +686,17 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
     if extra:
         extensions[f"{NAME}:additionalModelRequestFields"] = extra
     return hub.Request(
-        model=model or body.get("modelId"), messages=out, tools=tools, tool_choice=choice,
-        max_tokens=config.get("maxTokens"), temperature=config.get("temperature"), top_p=config.get("topP"),
-        top_k=top_k, stop=list(config.get("stopSequences") or ()), thinking=thinking, extensions=extensions,
+        model=model or body.get("modelId"),
+        messages=out,
+        tools=tools,
+        tool_choice=choice,
+        max_tokens=config.get("maxTokens"),
+        temperature=config.get("temperature"),
+        top_p=config.get("topP"),
+        top_k=top_k,
+        stop=list(config.get("stopSequences") or ()),
+        thinking=thinking,
+        extensions=extensions,
     )
 
 
@@ -695,20 +746,37 @@ def encode_request(request: hub.Request) -> dict:
             body["messages"][-1]["content"] += content  # Bedrock wants roles to alternate
         else:
             body["messages"].append({"role": role, "content": content})
-    config = {k: v for k, v in (("maxTokens", request.max_tokens), ("temperature", request.temperature),
-                                ("topP", request.top_p)) if v is not None}
+    config = {
+        k: v
+        for k, v in (("maxTokens", request.max_tokens), ("temperature", request.temperature), ("topP", request.top_p))
+        if v is not None
+    }
     if request.stop:
         config["stopSequences"] = list(request.stop)
     if config:
         body["inferenceConfig"] = config
     if request.tools:
-        tool_config: dict[str, Any] = {"tools": [
-            {"toolSpec": {"name": t.name, "inputSchema": {"json": t.parameters},
-                          **({"description": t.description} if t.description else {})}} for t in request.tools]}
+        tool_config: dict[str, Any] = {
+            "tools": [
+                {
+                    "toolSpec": {
+                        "name": t.name,
+                        "inputSchema": {"json": t.parameters},
+                        **({"description": t.description} if t.description else {}),
+                    }
+                }
+                for t in request.tools
+            ]
+        }
         c = request.tool_choice
         if c is not None and c.mode != "none":
-            tool_config["toolChoice"] = ({"any": {}} if c.mode == "required" else
-                                         {"tool": {"name": c.name}} if c.mode == "tool" else {"auto": {}})
+            tool_config["toolChoice"] = (
+                {"any": {}}
+                if c.mode == "required"
+                else {"tool": {"name": c.name}}
+                if c.mode == "tool"
+                else {"auto": {}}
+            )
         body["toolConfig"] = tool_config
     extra = dict(request.extensions.get(f"{NAME}:additionalModelRequestFields") or {})
     if request.thinking:
@@ -719,7 +787,7 @@ def encode_request(request: hub.Request) -> dict:
         body["additionalModelRequestFields"] = extra
     for key, value in request.extensions.items():
         if key.startswith(NAME + ":") and key != f"{NAME}:additionalModelRequestFields":
-            body.setdefault(key[len(NAME) + 1:], value)
+            body.setdefault(key[len(NAME) + 1 :], value)
     return body
 
 
@@ -754,11 +822,17 @@ def decode_response(body: dict) -> list[hub.Event]:
         if isinstance(p, hub.TextPart):
             events += [hub.BlockStart(n, "text"), hub.Delta(n, p.text), hub.BlockStop(n)]
         elif isinstance(p, hub.ThinkingPart):
-            events += [hub.BlockStart(n, "thinking"), *([hub.Delta(n, p.text)] if p.text else []),
-                       hub.BlockStop(n, p.fidelity)]
+            events += [
+                hub.BlockStart(n, "thinking"),
+                *([hub.Delta(n, p.text)] if p.text else []),
+                hub.BlockStop(n, p.fidelity),
+            ]
         elif isinstance(p, hub.ToolCallPart):
-            events += [hub.BlockStart(n, "tool_call", id=p.id, name=p.name), hub.Delta(n, p.arguments),
-                       hub.BlockStop(n)]
+            events += [
+                hub.BlockStart(n, "tool_call", id=p.id, name=p.name),
+                hub.Delta(n, p.arguments),
+                hub.BlockStop(n),
+            ]
         elif isinstance(p, hub.NativePart):
             events += [hub.BlockStart(n, "native", extensions={NAME: p.data}), hub.BlockStop(n)]
     if "usage" in body:
@@ -785,9 +859,12 @@ def encode_response(response: hub.Response) -> dict:
             parts.append(hub.NativePart(NAME, b.extensions[NAME]))
     usage, metrics, _ = usage_to_wire(response.usage)
     finish = response.finish
-    return {"output": {"message": {"role": "assistant", "content": _parts_to_wire(parts)}},
-            "stopReason": HUB_TO_STOP.get(finish.reason, "end_turn") if finish else "end_turn",
-            "usage": usage, "metrics": metrics}
+    return {
+        "output": {"message": {"role": "assistant", "content": _parts_to_wire(parts)}},
+        "stopReason": HUB_TO_STOP.get(finish.reason, "end_turn") if finish else "end_turn",
+        "usage": usage,
+        "metrics": metrics,
+    }
 
 
 def encode_error(error: hub.Error) -> tuple[int, dict]:

@@ -38,8 +38,14 @@ FINISH_TO_HUB = {
     "TIMEOUT": "other",
     "USER_CANCEL": "other",
 }
-FINISH_TO_WIRE = {"end_turn": "COMPLETE", "stop_sequence": "STOP_SEQUENCE", "max_tokens": "MAX_TOKENS",
-                  "tool_use": "TOOL_CALL", "error": "ERROR", "content_filter": "ERROR_TOXIC"}
+FINISH_TO_WIRE = {
+    "end_turn": "COMPLETE",
+    "stop_sequence": "STOP_SEQUENCE",
+    "max_tokens": "MAX_TOKENS",
+    "tool_use": "TOOL_CALL",
+    "error": "ERROR",
+    "content_filter": "ERROR_TOXIC",
+}
 _PLAN = {NAME: {"tool_plan": True}}
 
 
@@ -64,8 +70,9 @@ def usage_from_wire(raw: Any) -> hub.Usage:
 def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | None]:
     own, others = br.split_own(usage.extensions, NAME)
     wire: dict[str, Any] = dict(own)
-    tokens = {k: v for k, v in (("input_tokens", usage.input_tokens), ("output_tokens", usage.output_tokens))
-              if v is not None}
+    tokens = {
+        k: v for k, v in (("input_tokens", usage.input_tokens), ("output_tokens", usage.output_tokens)) if v is not None
+    }
     if tokens:
         wire["tokens"] = tokens
     if usage.cache_read_tokens is not None:
@@ -301,9 +308,13 @@ class StreamEncoder:
         rest = br.start_rest(event, {"id"}) or {}
         if event.id is None:
             rest["no_id"] = True
-        body = {"id": event.id or "", "type": "message-start",
-                "delta": {"message": {"role": "assistant", "content": [], "tool_plan": "", "tool_calls": [],
-                                      "citations": []}}}
+        body = {
+            "id": event.id or "",
+            "type": "message-start",
+            "delta": {
+                "message": {"role": "assistant", "content": [], "tool_plan": "", "tool_calls": [], "citations": []}
+            },
+        }
         return _sse("message-start", self._ext(body, start=rest))
 
     def encode(self, event: hub.Event) -> bytes:
@@ -354,8 +365,16 @@ class StreamEncoder:
             self._blocks[e.index] = ("plan", 0)
             own, others = br.split_own(e.fidelity, NAME)
             rest = {k: v for k, v in own.items() if k != "tool_plan"}
-            start = hub.BlockStart(e.index, e.kind, e.id, e.name, 0, e.mime_type,
-                                   hub.merge_dicts(others, {NAME: rest} if rest else None), e.extensions)
+            start = hub.BlockStart(
+                e.index,
+                e.kind,
+                e.id,
+                e.name,
+                0,
+                e.mime_type,
+                hub.merge_dicts(others, {NAME: rest} if rest else None),
+                e.extensions,
+            )
             body = {"type": "tool-plan-delta", "delta": {"message": {"tool_plan": ""}}}
             return _sse("tool-plan-delta", self._ext(body, block=br.block_info(start, set()) or {"plain": True}))
         wire = self._content
@@ -373,8 +392,11 @@ class StreamEncoder:
             return b""
         kind, wire = where
         if kind == "tool":
-            body = {"type": "tool-call-delta", "index": wire,
-                    "delta": {"message": {"tool_calls": {"function": {"arguments": e.text}}}}}
+            body = {
+                "type": "tool-call-delta",
+                "index": wire,
+                "delta": {"message": {"tool_calls": {"function": {"arguments": e.text}}}},
+            }
             return _sse("tool-call-delta", self._ext(body))
         if kind == "plan":
             body = {"type": "tool-plan-delta", "delta": {"message": {"tool_plan": e.text}}}
@@ -443,15 +465,31 @@ class StreamEncoder:
             self._pending.append(br.event_to_json(self._finish))
         self._done = True
         body = {"type": "message-end", "delta": {"finish_reason": "ERROR", "error": error.message}}
-        return _sse("message-end", self._ext(body, error={k: v for k, v in br.event_to_json(error).items()
-                                                            if k != "event"}))
+        return _sse(
+            "message-end", self._ext(body, error={k: v for k, v in br.event_to_json(error).items() if k != "event"})
+        )
 
 
 # --------------------------------------------------------------------------- requests
 
-_REQUEST_KNOWN = {"model", "messages", "tools", "tool_choice", "stream", "max_tokens", "temperature", "p", "k",
-                  "stop_sequences", "seed", "presence_penalty", "frequency_penalty", "response_format", "thinking",
-                  EXT}
+_REQUEST_KNOWN = {
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "stream",
+    "max_tokens",
+    "temperature",
+    "p",
+    "k",
+    "stop_sequences",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "response_format",
+    "thinking",
+    EXT,
+}
 
 
 def _content_parts(content: Any, where: str) -> list[hub.Part]:
@@ -533,11 +571,22 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         thinking = {k: v for k, v in thinking.items() if v is not None}
     extensions = {f"{NAME}:{k}": v for k, v in body.items() if k not in _REQUEST_KNOWN}
     return hub.Request(
-        model=model or body.get("model"), messages=out, tools=tools, tool_choice=choice,
-        stream=bool(body.get("stream")), max_tokens=body.get("max_tokens"), temperature=body.get("temperature"),
-        top_p=body.get("p"), top_k=body.get("k"), stop=list(body.get("stop_sequences") or ()), seed=body.get("seed"),
-        presence_penalty=body.get("presence_penalty"), frequency_penalty=body.get("frequency_penalty"),
-        response_format=response_format, thinking=thinking, extensions=extensions,
+        model=model or body.get("model"),
+        messages=out,
+        tools=tools,
+        tool_choice=choice,
+        stream=bool(body.get("stream")),
+        max_tokens=body.get("max_tokens"),
+        temperature=body.get("temperature"),
+        top_p=body.get("p"),
+        top_k=body.get("k"),
+        stop=list(body.get("stop_sequences") or ()),
+        seed=body.get("seed"),
+        presence_penalty=body.get("presence_penalty"),
+        frequency_penalty=body.get("frequency_penalty"),
+        response_format=response_format,
+        thinking=thinking,
+        extensions=extensions,
     )
 
 
@@ -565,12 +614,17 @@ def encode_request(request: hub.Request) -> dict:
         if m.role == "tool":
             for p in m.parts:
                 if isinstance(p, hub.ToolResultPart):
-                    messages.append({"role": "tool", "tool_call_id": p.tool_call_id,
-                                     "content": _wire_content(p.content) or ""})
+                    messages.append(
+                        {"role": "tool", "tool_call_id": p.tool_call_id, "content": _wire_content(p.content) or ""}
+                    )
             continue
         plan = "".join(p.text for p in m.parts if isinstance(p, hub.ThinkingPart) and _is_plan(p.fidelity))
-        content = [p for p in m.parts if not isinstance(p, hub.ToolCallPart | hub.ToolResultPart)
-                   and not (isinstance(p, hub.ThinkingPart) and _is_plan(p.fidelity))]
+        content = [
+            p
+            for p in m.parts
+            if not isinstance(p, hub.ToolCallPart | hub.ToolResultPart)
+            and not (isinstance(p, hub.ThinkingPart) and _is_plan(p.fidelity))
+        ]
         message: dict[str, Any] = {"role": m.role}
         wire = _wire_content(content)
         if m.role == "system" or (wire and all(c["type"] == "text" for c in wire) and len(wire) == 1):
@@ -581,37 +635,57 @@ def encode_request(request: hub.Request) -> dict:
         if plan:
             message["tool_plan"] = plan
         if calls:
-            message["tool_calls"] = [{"id": c.id, "type": "function",
-                                      "function": {"name": c.name, "arguments": c.arguments or "{}"}} for c in calls]
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+                for c in calls
+            ]
         messages.append(message)
     body: dict[str, Any] = {"model": request.model or "", "messages": messages}
     if request.tools:
-        body["tools"] = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters,
-                                                           **({"description": t.description} if t.description else {})}}
-                         for t in request.tools]
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "parameters": t.parameters,
+                    **({"description": t.description} if t.description else {}),
+                },
+            }
+            for t in request.tools
+        ]
     if request.tool_choice is not None and request.tool_choice.mode in ("required", "tool", "none"):
         body["tool_choice"] = "NONE" if request.tool_choice.mode == "none" else "REQUIRED"
     if request.stream:
         body["stream"] = True
-    for key, value in (("max_tokens", request.max_tokens), ("temperature", request.temperature),
-                       ("p", request.top_p), ("k", request.top_k), ("seed", request.seed),
-                       ("presence_penalty", request.presence_penalty),
-                       ("frequency_penalty", request.frequency_penalty)):
+    for key, value in (
+        ("max_tokens", request.max_tokens),
+        ("temperature", request.temperature),
+        ("p", request.top_p),
+        ("k", request.top_k),
+        ("seed", request.seed),
+        ("presence_penalty", request.presence_penalty),
+        ("frequency_penalty", request.frequency_penalty),
+    ):
         if value is not None:
             body[key] = value
     if request.stop:
         body["stop_sequences"] = list(request.stop)
     fmt = request.response_format
     if fmt:
-        body["response_format"] = ({"type": "json_object", "json_schema": fmt.get("schema")}
-                                   if fmt.get("type") == "json_schema" else {"type": "json_object"})
+        body["response_format"] = (
+            {"type": "json_object", "json_schema": fmt.get("schema")}
+            if fmt.get("type") == "json_schema"
+            else {"type": "json_object"}
+        )
     if request.thinking:
         t = request.thinking
-        body["thinking"] = {"type": "disabled" if t.get("type") == "disabled" else "enabled",
-                            **({"token_budget": t["budget_tokens"]} if t.get("budget_tokens") else {})}
+        body["thinking"] = {
+            "type": "disabled" if t.get("type") == "disabled" else "enabled",
+            **({"token_budget": t["budget_tokens"]} if t.get("budget_tokens") else {}),
+        }
     for key, value in request.extensions.items():
         if key.startswith(NAME + ":"):
-            body.setdefault(key[len(NAME) + 1:], value)
+            body.setdefault(key[len(NAME) + 1 :], value)
     return body
 
 
@@ -638,8 +712,11 @@ def decode_response(body: dict) -> list[hub.Event]:
     events: list[hub.Event] = [hub.ResponseStart(id=body.get("id"))]
     index = 0
     if message.get("tool_plan"):
-        events += [hub.BlockStart(0, "thinking", fidelity=dict(_PLAN)), hub.Delta(0, message["tool_plan"]),
-                   hub.BlockStop(0)]
+        events += [
+            hub.BlockStart(0, "thinking", fidelity=dict(_PLAN)),
+            hub.Delta(0, message["tool_plan"]),
+            hub.BlockStop(0),
+        ]
         index = 1
     content_index: dict[int, int] = {}
     for n, item in enumerate(message.get("content") or ()):
@@ -680,8 +757,13 @@ def encode_response(response: hub.Response) -> dict:
         elif b.kind in ("text", "thinking"):
             content.append({"type": b.kind, b.kind: b.text})
         elif b.kind == "tool_call":
-            calls.append({"id": b.id or f"call_{b.index}", "type": "function",
-                          "function": {"name": b.name or "", "arguments": b.text or "{}"}})
+            calls.append(
+                {
+                    "id": b.id or f"call_{b.index}",
+                    "type": "function",
+                    "function": {"name": b.name or "", "arguments": b.text or "{}"},
+                }
+            )
         citations += [a.data for a in b.annotations if a.namespace == NAME]
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if plan:
@@ -698,8 +780,16 @@ def encode_response(response: hub.Response) -> dict:
     return body
 
 
-_STATUS_FOR = {"invalid_request": 400, "authentication": 401, "permission": 403, "not_found": 404,
-               "rate_limit": 429, "api_error": 500, "overloaded": 503, "timeout": 504}
+_STATUS_FOR = {
+    "invalid_request": 400,
+    "authentication": 401,
+    "permission": 403,
+    "not_found": 404,
+    "rate_limit": 429,
+    "api_error": 500,
+    "overloaded": 503,
+    "timeout": 504,
+}
 
 
 def encode_error(error: hub.Error) -> tuple[int, dict]:

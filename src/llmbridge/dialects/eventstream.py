@@ -153,8 +153,8 @@ class Decoder:
 
     def close(self) -> list[Frame]:
         if self._buf and not self.broken:
-            self.problems.append(Problem(self.frames, "truncated-frame",
-                                         f"input ends inside a frame ({len(self._buf)} bytes left over)"))
+            self.problems.append(
+                Problem(self.frames, "truncated-frame", f"input ends inside a frame ({len(self._buf)} bytes left over)")
+            )
             self._buf.clear()
         return []
-

@@ -30,14 +30,34 @@ NAME = "gemini-interactions"
 EXT = br.EXT
 STREAM_CONTENT_TYPE = "text/event-stream"
 
-STATUS_TO_HUB = {"completed": "end_turn", "requires_action": "tool_use", "incomplete": "max_tokens",
-                 "failed": "error", "cancelled": "other"}
-HUB_TO_STATUS = {"end_turn": "completed", "stop_sequence": "completed", "tool_use": "requires_action",
-                 "max_tokens": "incomplete", "error": "failed"}
-_ALIASES = {"content.start": "step.start", "content.delta": "step.delta", "content.stop": "step.stop",
-            "interaction.start": "interaction.created", "interaction.complete": "interaction.completed"}
-_USAGE_KEYS = {"total_input_tokens", "total_output_tokens", "total_thought_tokens", "total_cached_tokens",
-               "total_tokens"}
+STATUS_TO_HUB = {
+    "completed": "end_turn",
+    "requires_action": "tool_use",
+    "incomplete": "max_tokens",
+    "failed": "error",
+    "cancelled": "other",
+}
+HUB_TO_STATUS = {
+    "end_turn": "completed",
+    "stop_sequence": "completed",
+    "tool_use": "requires_action",
+    "max_tokens": "incomplete",
+    "error": "failed",
+}
+_ALIASES = {
+    "content.start": "step.start",
+    "content.delta": "step.delta",
+    "content.stop": "step.stop",
+    "interaction.start": "interaction.created",
+    "interaction.complete": "interaction.completed",
+}
+_USAGE_KEYS = {
+    "total_input_tokens",
+    "total_output_tokens",
+    "total_thought_tokens",
+    "total_cached_tokens",
+    "total_tokens",
+}
 _INTERACTION_NATIVE = {"id", "status", "usage", "object", "model", "outputs", "steps", EXT}
 
 
@@ -46,8 +66,15 @@ def usage_from_wire(raw: Any) -> hub.Usage:
     out, thought = raw.get("total_output_tokens"), raw.get("total_thought_tokens")
     output = None if out is None and thought is None else (out or 0) + (thought or 0)
     extra = {k: v for k, v in raw.items() if k not in _USAGE_KEYS}
-    return hub.Usage(raw.get("total_input_tokens"), output, raw.get("total_cached_tokens"), None, thought,
-                     raw.get("total_tokens"), {NAME: extra} if extra else None)
+    return hub.Usage(
+        raw.get("total_input_tokens"),
+        output,
+        raw.get("total_cached_tokens"),
+        None,
+        thought,
+        raw.get("total_tokens"),
+        {NAME: extra} if extra else None,
+    )
 
 
 def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -64,8 +91,13 @@ def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | No
         wire["total_output_tokens"] = max(0, usage.output_tokens - (usage.reasoning_tokens or 0))
     if usage.reasoning_tokens is not None:
         wire["total_thought_tokens"] = usage.reasoning_tokens
-    rest = br.usage_rest(usage, {"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens",
-                                 "total_tokens", "extensions"}) or {}
+    rest = (
+        br.usage_rest(
+            usage,
+            {"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "total_tokens", "extensions"},
+        )
+        or {}
+    )
     if usage.output_tokens is None and usage.reasoning_tokens is not None:
         rest["no_output_tokens"] = True
     if others:
@@ -196,8 +228,14 @@ class StreamDecoder(SSEStreamDecoder):
         hub_index = self._next
         self._next += 1
         self._open[index] = (hub_index, {})
-        self.emit(hub.BlockStart(hub_index, info.get("kind", block), fidelity=hub.merge_dicts(
-            {NAME: fidelity} if fidelity else None, info.get("fidelity")), **fields))
+        self.emit(
+            hub.BlockStart(
+                hub_index,
+                info.get("kind", block),
+                fidelity=hub.merge_dicts({NAME: fidelity} if fidelity else None, info.get("fidelity")),
+                **fields,
+            )
+        )
         if text:
             self.emit(hub.Delta(hub_index, text))
 
@@ -275,14 +313,26 @@ class StreamDecoder(SSEStreamDecoder):
             kind = hub.error_type_for_status(status) if status else "api_error"
             if type(body.get("status")) is str:
                 kind = _GOOGLE_STATUS.get(body["status"], kind)
-            error = hub.Error(str(body.get("message") or "interaction failed"), kind,
-                              code=str(code) if code is not None else None, status=status, body=body)
+            error = hub.Error(
+                str(body.get("message") or "interaction failed"),
+                kind,
+                code=str(code) if code is not None else None,
+                status=status,
+                body=body,
+            )
         self.fail(error)
 
 
-_GOOGLE_STATUS = {"INVALID_ARGUMENT": "invalid_request", "UNAUTHENTICATED": "authentication",
-                  "PERMISSION_DENIED": "permission", "NOT_FOUND": "not_found", "RESOURCE_EXHAUSTED": "rate_limit",
-                  "INTERNAL": "api_error", "UNAVAILABLE": "overloaded", "DEADLINE_EXCEEDED": "timeout"}
+_GOOGLE_STATUS = {
+    "INVALID_ARGUMENT": "invalid_request",
+    "UNAUTHENTICATED": "authentication",
+    "PERMISSION_DENIED": "permission",
+    "NOT_FOUND": "not_found",
+    "RESOURCE_EXHAUSTED": "rate_limit",
+    "INTERNAL": "api_error",
+    "UNAVAILABLE": "overloaded",
+    "DEADLINE_EXCEEDED": "timeout",
+}
 _HUB_TO_GOOGLE = {v: k for k, v in _GOOGLE_STATUS.items()}
 
 
@@ -319,16 +369,20 @@ class StreamEncoder:
             return b""
         self._started = True
         event = self._start_event = event or hub.ResponseStart()
-        interaction = {"id": event.id or "", "status": "in_progress", "object": "interaction",
-                       "model": event.model or ""}
+        interaction = {
+            "id": event.id or "",
+            "status": "in_progress",
+            "object": "interaction",
+            "model": event.model or "",
+        }
         rest = br.start_rest(event, {"id", "model"}) or {}
         for key in ("id", "model"):
             if getattr(event, key) is None:
                 rest[f"no_{key}"] = True
-        created = self._ext({"interaction": interaction, "event_type": "interaction.created"},
-                            start=self._start_fix(rest))
-        status = {"interaction_id": event.id or "", "status": "in_progress",
-                  "event_type": "interaction.status_update"}
+        created = self._ext(
+            {"interaction": interaction, "event_type": "interaction.created"}, start=self._start_fix(rest)
+        )
+        status = {"interaction_id": event.id or "", "status": "in_progress", "event_type": "interaction.status_update"}
         return _sse(created) + _sse(status)
 
     @staticmethod
@@ -355,8 +409,14 @@ class StreamEncoder:
             self._usage = hub.merge_usage(self._usage, event)
         elif kind is hub.Finish and event.choice == 0 and self._finish is None:
             self._finish = event
-        elif kind is hub.Extension and event.namespace == NAME and event.index is None and \
-                type(event.data) is dict and list(event.data) == ["interaction"] and not self._interaction:
+        elif (
+            kind is hub.Extension
+            and event.namespace == NAME
+            and event.index is None
+            and type(event.data) is dict
+            and list(event.data) == ["interaction"]
+            and not self._interaction
+        ):
             self._interaction = dict(event.data["interaction"])
         elif kind is hub.Finish or kind is hub.Extension:
             self._pending.append(br.event_to_json(event))
@@ -462,8 +522,16 @@ class StreamEncoder:
 
 # --------------------------------------------------------------------------- requests
 
-_REQUEST_KNOWN = {"model", "input", "system_instruction", "tools", "generation_config", "stream", "response_format",
-                  EXT}
+_REQUEST_KNOWN = {
+    "model",
+    "input",
+    "system_instruction",
+    "tools",
+    "generation_config",
+    "stream",
+    "response_format",
+    EXT,
+}
 _MEDIA = ("image", "audio", "document", "video")
 
 
@@ -480,16 +548,21 @@ def _content_from_wire(items: Any, where: str) -> list[hub.Part]:
         if kind == "text":
             parts.append(hub.TextPart(item.get("text") or ""))
         elif kind == "image":
-            parts.append(hub.ImagePart(item.get("mime_type"), item.get("data"), item.get("uri"),
-                                       item.get("resolution")))
+            parts.append(
+                hub.ImagePart(item.get("mime_type"), item.get("data"), item.get("uri"), item.get("resolution"))
+            )
         elif kind in _MEDIA:
             parts.append(hub.FilePart(item.get("mime_type"), item.get("data"), item.get("uri")))
         elif kind == "function_result":
             result = item.get("result")
-            content = (_content_from_wire(result, f"{where}[{n}].result") if type(result) is list
-                       else [hub.TextPart(result if type(result) is str else json_encode(result).decode())])
-            parts.append(hub.ToolResultPart(item.get("call_id") or "", content, bool(item.get("is_error")),
-                                            item.get("name")))
+            content = (
+                _content_from_wire(result, f"{where}[{n}].result")
+                if type(result) is list
+                else [hub.TextPart(result if type(result) is str else json_encode(result).decode())]
+            )
+            parts.append(
+                hub.ToolResultPart(item.get("call_id") or "", content, bool(item.get("is_error")), item.get("name"))
+            )
         else:
             parts.append(hub.NativePart(NAME, item))
     return parts
@@ -548,8 +621,9 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         if t.get("type") == "function":
             if not t.get("name"):
                 raise RequestError("a function tool needs a name", f"tools[{n}].name")
-            tools.append(hub.Tool(t["name"], t.get("description"),
-                                  t.get("parameters") or {"type": "object", "properties": {}}))
+            tools.append(
+                hub.Tool(t["name"], t.get("description"), t.get("parameters") or {"type": "object", "properties": {}})
+            )
         else:
             tools.append(hub.Tool(t.get("type") or "", extensions={NAME: t}))
     config = body.get("generation_config") if type(body.get("generation_config")) is dict else {}
@@ -567,15 +641,38 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
             fmt = {"type": "json_schema", "schema": entry["schema"]} if entry.get("schema") else {"type": "json_object"}
     thinking = {"type": "enabled", "effort": config["thinking_level"]} if config.get("thinking_level") else None
     extensions = {f"{NAME}:{k}": v for k, v in body.items() if k not in _REQUEST_KNOWN}
-    extensions.update({f"{NAME}:generation_config.{k}": v for k, v in config.items()
-                       if k not in ("temperature", "top_p", "top_k", "seed", "stop_sequences", "max_output_tokens",
-                                    "thinking_level", "tool_choice")})
+    extensions.update(
+        {
+            f"{NAME}:generation_config.{k}": v
+            for k, v in config.items()
+            if k
+            not in (
+                "temperature",
+                "top_p",
+                "top_k",
+                "seed",
+                "stop_sequences",
+                "max_output_tokens",
+                "thinking_level",
+                "tool_choice",
+            )
+        }
+    )
     return hub.Request(
-        model=model or body.get("model"), messages=messages, tools=tools, tool_choice=choice,
-        stream=bool(body.get("stream")), max_tokens=config.get("max_output_tokens"),
-        temperature=config.get("temperature"), top_p=config.get("top_p"), top_k=config.get("top_k"),
-        stop=list(config.get("stop_sequences") or ()), seed=config.get("seed"), response_format=fmt,
-        thinking=thinking, extensions=extensions,
+        model=model or body.get("model"),
+        messages=messages,
+        tools=tools,
+        tool_choice=choice,
+        stream=bool(body.get("stream")),
+        max_tokens=config.get("max_output_tokens"),
+        temperature=config.get("temperature"),
+        top_p=config.get("top_p"),
+        top_k=config.get("top_k"),
+        stop=list(config.get("stop_sequences") or ()),
+        seed=config.get("seed"),
+        response_format=fmt,
+        thinking=thinking,
+        extensions=extensions,
     )
 
 
@@ -637,20 +734,38 @@ def encode_request(request: hub.Request) -> dict:
     if request.system:
         body["system_instruction"] = request.system
     if request.tools:
-        body["tools"] = [(t.extensions or {}).get(NAME) or
-                         {"type": "function", "name": t.name, "parameters": t.parameters,
-                          **({"description": t.description} if t.description else {})} for t in request.tools]
-    config = {k: v for k, v in (("temperature", request.temperature), ("top_p", request.top_p),
-                                ("top_k", request.top_k), ("seed", request.seed),
-                                ("max_output_tokens", request.max_tokens)) if v is not None}
+        body["tools"] = [
+            (t.extensions or {}).get(NAME)
+            or {
+                "type": "function",
+                "name": t.name,
+                "parameters": t.parameters,
+                **({"description": t.description} if t.description else {}),
+            }
+            for t in request.tools
+        ]
+    config = {
+        k: v
+        for k, v in (
+            ("temperature", request.temperature),
+            ("top_p", request.top_p),
+            ("top_k", request.top_k),
+            ("seed", request.seed),
+            ("max_output_tokens", request.max_tokens),
+        )
+        if v is not None
+    }
     if request.stop:
         config["stop_sequences"] = list(request.stop)
     if request.thinking and request.thinking.get("effort"):
         config["thinking_level"] = request.thinking["effort"]
     c = request.tool_choice
     if c is not None:
-        config["tool_choice"] = ({"allowed_tools": {"mode": "any", "tools": [c.name]}} if c.mode == "tool" else
-                                 {"required": "any"}.get(c.mode, c.mode))
+        config["tool_choice"] = (
+            {"allowed_tools": {"mode": "any", "tools": [c.name]}}
+            if c.mode == "tool"
+            else {"required": "any"}.get(c.mode, c.mode)
+        )
     for key, value in request.extensions.items():
         if key.startswith(f"{NAME}:generation_config."):
             config.setdefault(key.split(".", 1)[1], value)
@@ -666,7 +781,7 @@ def encode_request(request: hub.Request) -> dict:
         body["stream"] = True
     for key, value in request.extensions.items():
         if key.startswith(NAME + ":") and "generation_config." not in key:
-            body.setdefault(key[len(NAME) + 1:], value)
+            body.setdefault(key[len(NAME) + 1 :], value)
     return body
 
 
@@ -715,21 +830,33 @@ def encode_response(response: hub.Response) -> dict:
         if b.kind == "text":
             steps.append({"type": "model_output", "content": [{"type": "text", "text": b.text}]})
         elif b.kind == "thinking":
-            steps.append({"type": "thought", **signature,
-                          **({"summary": [{"type": "text", "text": b.text}]} if b.text else {})})
+            steps.append(
+                {"type": "thought", **signature, **({"summary": [{"type": "text", "text": b.text}]} if b.text else {})}
+            )
         elif b.kind == "tool_call":
             try:
                 arguments = json_decode(b.text) if b.text.strip() else {}
             except msgspec.DecodeError:
                 arguments = {}
-            steps.append({"type": "function_call", "id": b.id or f"call_{b.index}", "name": b.name or "",
-                          "arguments": arguments, **signature})
+            steps.append(
+                {
+                    "type": "function_call",
+                    "id": b.id or f"call_{b.index}",
+                    "name": b.name or "",
+                    "arguments": arguments,
+                    **signature,
+                }
+            )
         elif b.kind == "native" and b.extensions and NAME in b.extensions:
             steps.append(b.extensions[NAME])
     finish = response.finish
-    body: dict[str, Any] = {"id": response.id or "", "object": "interaction", "model": response.model or "",
-                            "status": HUB_TO_STATUS.get(finish.reason, "completed") if finish else "completed",
-                            "steps": steps}
+    body: dict[str, Any] = {
+        "id": response.id or "",
+        "object": "interaction",
+        "model": response.model or "",
+        "status": HUB_TO_STATUS.get(finish.reason, "completed") if finish else "completed",
+        "steps": steps,
+    }
     if response.usage is not None:
         body["usage"], _ = usage_to_wire(response.usage)
     for a in response.annotations:
@@ -741,8 +868,9 @@ def encode_response(response: hub.Response) -> dict:
 
 def encode_error(error: hub.Error) -> tuple[int, dict]:
     status = error.status or hub.ERROR_STATUS.get(error.type, 500)
-    return status, {"error": {"code": status, "message": error.message,
-                              "status": _HUB_TO_GOOGLE.get(error.type, "INTERNAL")}}
+    return status, {
+        "error": {"code": status, "message": error.message, "status": _HUB_TO_GOOGLE.get(error.type, "INTERNAL")}
+    }
 
 
 def decode_error(status: int, body: bytes) -> hub.Error:
@@ -757,5 +885,6 @@ def decode_error(status: int, body: bytes) -> hub.Error:
         text = body.decode("utf-8", "replace").strip() or f"HTTP {status}"
         return hub.Error(text, hub.error_type_for_status(status), status=status, body=data if data else text)
     kind = _GOOGLE_STATUS.get(inner.get("status") or "", hub.error_type_for_status(status))
-    return hub.Error(str(inner.get("message") or f"HTTP {status}"), kind, code=inner.get("status"), status=status,
-                     body=data)
+    return hub.Error(
+        str(inner.get("message") or f"HTTP {status}"), kind, code=inner.get("status"), status=status, body=data
+    )
