@@ -173,9 +173,25 @@ ERRORED = [
 
 BARE = [hub.ResponseStart(), hub.BlockStart(0, "thinking"), hub.BlockStop(0), hub.ResponseEnd()]
 
+# a carried (native) block first: the decoded blocks must not take its index
+NATIVE_FIRST = [
+    hub.ResponseStart(id="r"),
+    hub.BlockStart(0, "native", id="x", name="code", extensions={"gemini": {"executableCode": {"code": "1"}}}),
+    hub.BlockStop(0),
+    hub.BlockStart(7, "text"),
+    hub.Delta(7, "after"),
+    hub.BlockStop(7),
+    hub.BlockStart(1, "tool_call", id="c", name="f"),
+    hub.BlockStop(1),
+    hub.Finish("tool_use"),
+    hub.ResponseEnd(),
+]
+
 
 @pytest.mark.parametrize("name", dialects.MORE_NAMES)
-@pytest.mark.parametrize("events", [MIXED, ERRORED, BARE], ids=["mixed", "errored", "bare"])
+@pytest.mark.parametrize(
+    "events", [MIXED, ERRORED, BARE, NATIVE_FIRST], ids=["mixed", "errored", "bare", "native-first"]
+)
 def test_hub_streams_round_trip(name, events):
     assert hub.validate(events) == []
     back, violations = decode(name, encode(name, events))
@@ -186,11 +202,13 @@ def test_hub_streams_round_trip(name, events):
         (x.kind, x.text, x.id, x.name, x.choice, x.fidelity, x.extensions) for x in b.blocks
     ]
     assert [x.annotations for x in a.blocks] == [x.annotations for x in b.blocks]
-    assert a.finishes == b.finishes
+    assert {c: f.reason for c, f in a.finishes.items()} == {c: f.reason for c, f in b.finishes.items()}
+    assert all(f.raw is None or f == b.finishes[c] for c, f in a.finishes.items())  # (a raw word stays)
     assert a.usage == b.usage
     assert a.error == b.error
     assert (a.id, a.model, a.created, a.extensions) == (b.id, b.model, b.created, b.extensions)
     assert a.complete == b.complete
+    assert [x.index for x in a.blocks] == [x.index for x in b.blocks]
 
 
 def test_errors_take_each_vendors_own_form():

@@ -58,14 +58,22 @@ def split_own(ns: dict[str, Any] | None, name: str) -> tuple[dict[str, Any], dic
     return (own if type(own) is dict else {}), (rest or None)
 
 
-def block_info(start: hub.BlockStart, native: set[str]) -> dict[str, Any] | None:
-    """The BlockStart fields a wire block does not carry natively (``native``: field names it does)."""
-    info = {}
+def block_info(start: hub.BlockStart, native: set[str], index: int | None = None) -> dict[str, Any] | None:
+    """The BlockStart fields a wire block does not carry natively (``native``: field names it does).
+
+    ``index`` is the hub index the decoder will give the block; when the source's differs it
+    travels too, so blocks carried as hub events never collide with decoded ones."""
+    info: dict[str, Any] = {} if index is None or index == start.index else {"index": start.index}
     for key in ("id", "name", "mime_type", "fidelity", "extensions"):
         value = getattr(start, key)
         if value is not None and key not in native:
             info[key] = value
     return info or None
+
+
+def hub_index(info: dict[str, Any], default: int) -> int:
+    index = info.get("index")
+    return index if type(index) is int else default
 
 
 def stop_info(stop: hub.BlockStop) -> dict[str, Any] | None:

@@ -278,7 +278,7 @@ class StreamDecoder:
             return None
         info = ext.get("block") if type(ext.get("block")) is dict else {}
         kind = info.get("kind", kind)
-        block = _Block(wire, kind)
+        block = _Block(br.hub_index(info, wire), kind)
         self._blocks[wire] = block
         self._seen.add(wire)
         for key in ("id", "name", "mime_type", "extensions", "fidelity"):
@@ -288,7 +288,7 @@ class StreamDecoder:
             self._tool_calls = True
             if not fields.get("id"):
                 fields["id"] = None if info.get("no_id") else f"tooluse_{wire}"
-        self.emit(hub.BlockStart(wire, kind, **fields))
+        self.emit(hub.BlockStart(block.index, kind, **fields))
         return block
 
     def _block_start(self, data: dict[str, Any], ext: dict[str, Any]) -> None:
@@ -476,7 +476,7 @@ class StreamEncoder:
         """The block's fields for the extension key, on its first wire event."""
         s = block.start
         native = {"id", "name"} if s.kind == "tool_call" else set()
-        info = br.block_info(s, native) or {}
+        info = br.block_info(s, native, block.wire) or {}
         if s.kind == "tool_call" and s.id is None:
             info["no_id"] = True
         if s.kind != "tool_call":

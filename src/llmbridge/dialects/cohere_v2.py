@@ -182,9 +182,9 @@ class StreamDecoder(SSEStreamDecoder):
             self._plan_delta(plan, {})
 
     def _open(self, kind: str, ext: dict[str, Any], **fields: Any) -> int:
-        index = self._next
-        self._next += 1
         info = ext.get("block") if type(ext.get("block")) is dict else {}
+        index = br.hub_index(info, self._next)
+        self._next += 1
         merged = {**fields, **{k: v for k, v in info.items() if k in ("id", "name", "mime_type", "extensions")}}
         fidelity = hub.merge_dicts(fields.get("fidelity"), info.get("fidelity"))
         merged["fidelity"] = fidelity
@@ -291,6 +291,11 @@ class StreamEncoder:
         self._finish: hub.Finish | None = None
         self._started = False
         self._done = False
+        self._seq = 0  # blocks on the wire, in the order the decoder numbers them
+
+    def _index(self) -> int:
+        self._seq += 1
+        return self._seq - 1
 
     def _ext(self, body: dict[str, Any], **more: Any) -> dict[str, Any]:
         ours = {k: v for k, v in more.items() if v}
@@ -354,7 +359,7 @@ class StreamEncoder:
             wire = self._tools
             self._tools += 1
             self._blocks[e.index] = ("tool", wire)
-            info = br.block_info(e, {"id", "name"})
+            info = br.block_info(e, {"id", "name"}, self._index())
             if e.id is None:
                 info = {**(info or {}), "no_id": True}
             function = {"name": e.name or "", "arguments": ""}
@@ -376,13 +381,15 @@ class StreamEncoder:
                 e.extensions,
             )
             body = {"type": "tool-plan-delta", "delta": {"message": {"tool_plan": ""}}}
-            return _sse("tool-plan-delta", self._ext(body, block=br.block_info(start, set()) or {"plain": True}))
+            return _sse(
+                "tool-plan-delta", self._ext(body, block=br.block_info(start, set(), self._index()) or {"plain": True})
+            )
         wire = self._content
         self._content += 1
         self._blocks[e.index] = ("thinking" if e.kind == "thinking" else "content", wire)
         content = {"type": e.kind, e.kind: ""}
         body = {"type": "content-start", "index": wire, "delta": {"message": {"content": content}}}
-        return _sse("content-start", self._ext(body, block=br.block_info(e, set())))
+        return _sse("content-start", self._ext(body, block=br.block_info(e, set(), self._index())))
 
     def _delta(self, e: hub.Delta) -> bytes:
         where = self._blocks.get(e.index)

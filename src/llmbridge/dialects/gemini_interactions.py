@@ -225,7 +225,7 @@ class StreamDecoder(SSEStreamDecoder):
         for key in ("id", "name", "mime_type", "extensions"):
             if key in info:
                 fields[key] = info[key]
-        hub_index = self._next
+        hub_index = br.hub_index(info, self._next)
         self._next += 1
         self._open[index] = (hub_index, {})
         self.emit(
@@ -436,10 +436,10 @@ class StreamEncoder:
         self._blocks[e.index] = (e.kind, wire)
         if e.kind == "tool_call":
             step = {"id": e.id or f"call_{wire}", "type": "function_call", "name": e.name or "", "arguments": {}}
-            info = br.block_info(e, {"id", "name"})
+            info = br.block_info(e, {"id", "name"}, wire)
         else:
             step = {"type": "model_output" if e.kind == "text" else "thought"}
-            info = br.block_info(e, set())
+            info = br.block_info(e, set(), wire)
         return _sse(self._ext({"index": wire, "step": step, "event_type": "step.start"}, block=info))
 
     def _delta(self, e: hub.Delta) -> bytes:
