@@ -448,3 +448,53 @@ def test_http_errors_round_trip(name, kind):
     back = module.decode_error(status, dialects.base.json_encode(body))
     assert (back.type, back.message, back.status) == (kind, "nope", status)
     assert module.decode_error(502, b"<html>bad gateway</html>").status == 502
+
+
+# --------------------------------------------------------------------------- AWS's own reader
+
+_CLAUDE = [p for p in corpus_files("anthropic-messages") if "thinking" in p.name or "tool" in p.name][:6]
+_CHAT = [p for p in corpus_files("openai-chat") if "tool" in p.name or "error" in p.name][:6]
+SDK_SOURCES = [("anthropic-messages", p) for p in _CLAUDE] + [("openai-chat", p) for p in _CHAT] + CASES
+
+
+def _botocore_events(body: bytes) -> list[dict]:
+    """The body read by botocore's own event-stream parser with the ConverseStream output shape."""
+    botocore_session = pytest.importorskip("botocore.session")
+    from botocore.eventstream import EventStream
+    from botocore.parsers import EventStreamJSONParser
+
+    operation = botocore_session.get_session().get_service_model("bedrock-runtime").operation_model("ConverseStream")
+    shape = operation.output_shape.members["stream"]
+
+    class Raw:
+        def stream(self):
+            yield body
+
+        def close(self):
+            pass
+
+    return list(EventStream(Raw(), shape, EventStreamJSONParser(), "ConverseStream"))
+
+
+@pytest.mark.parametrize(("source", "path"), SDK_SOURCES, ids=[f"{s}/{p.stem}" for s, p in SDK_SOURCES])
+def test_botocore_reads_the_bedrock_translation(source, path):
+    events, _ = decode(source, path.read_bytes())
+    r = hub.assemble(events)
+    body = encode("bedrock-converse", events)
+    if r.error is not None:
+        from botocore.exceptions import EventStreamError
+
+        with pytest.raises(EventStreamError):
+            _botocore_events(body)
+        return
+    got = _botocore_events(body)
+    text = "".join(e["contentBlockDelta"]["delta"].get("text", "") for e in got if "contentBlockDelta" in e)
+    assert text == "".join(b.text for b in r.choice_blocks(0) if b.kind == "text")
+    names = [e["contentBlockStart"]["start"]["toolUse"]["name"] for e in got if "contentBlockStart" in e]
+    assert names == [b.name for b in r.choice_blocks(0) if b.kind == "tool_call"]
+    stop = next(e["messageStop"]["stopReason"] for e in got if "messageStop" in e)
+    if r.finish is not None and r.finish.reason in ("end_turn", "tool_use", "max_tokens"):
+        assert stop == r.finish.reason
+    usage = got[-1]["metadata"]["usage"]
+    if r.usage and r.usage.output_tokens is not None:
+        assert usage["outputTokens"] == r.usage.output_tokens
