@@ -22,7 +22,7 @@ _FIXED = {2: (1, ">b"), 3: (2, ">h"), 4: (4, ">i"), 5: (8, ">q"), 8: (8, ">q")}
 
 @dataclass
 class Frame:
-    headers: dict[str, Any]
+    headers: dict[str, Any]  # shared between frames with the same header bytes: do not mutate
     payload: bytes
     number: int = 0  # 0-based position in the stream
 
@@ -112,6 +112,7 @@ class Decoder:
         self.frames = 0
         self.problems: list[Problem] = []
         self.broken = False
+        self._headers: dict[bytes, dict[str, Any]] = {}  # streams repeat a few header blocks: parse each once
 
     def feed(self, data: bytes) -> list[Frame]:
         if self.broken:
@@ -137,11 +138,16 @@ class Decoder:
             (want,) = struct.unpack_from(">I", frame, total - 4)
             if zlib.crc32(frame[: total - 4]) != want:
                 self.problems.append(Problem(number, "message-crc", "message CRC32 does not match"))
-            try:
-                headers = parse_headers(frame[PRELUDE : PRELUDE + head_len])
-            except HeaderError as exc:
-                self.problems.append(Problem(number, "headers", str(exc)))
-                headers = {}
+            raw = frame[PRELUDE : PRELUDE + head_len]
+            headers = self._headers.get(raw)
+            if headers is None:
+                try:
+                    headers = parse_headers(raw)
+                    if len(self._headers) < 64:
+                        self._headers[raw] = headers
+                except HeaderError as exc:
+                    self.problems.append(Problem(number, "headers", str(exc)))
+                    headers = {}
             out.append(Frame(headers, frame[PRELUDE + head_len : total - 4], number))
         del buf[:pos]
         return out
