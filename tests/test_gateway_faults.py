@@ -457,7 +457,7 @@ def test_model_lists(gw):
     assert {m["id"] for m in anthropic_list["data"]} == names and anthropic_list["has_more"] is False
     gemini_list = HTTP.get(gw.url + "/v1beta/models").json()
     assert {m["name"] for m in gemini_list["models"]} == {f"models/{n}" for n in names}
-    assert {m["id"] for m in HTTP.get(gw.url + "/mmsp/v1/models").json()["models"]} == names
+    assert {m["id"] for m in HTTP.get(gw.url + "/mmsp/v1/models").json()["data"]} == names
     assert HTTP.get(gw.url + "/healthz").json()["status"] == "ok"
     # the SDKs read them
     assert "claude-text-simple" in {

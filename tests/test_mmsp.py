@@ -581,6 +581,16 @@ def test_an_mmsp_client_gets_errors_in_mmsp_shape(gateway):
     assert models.status_code == 200
 
 
+def test_mmsps_own_client_lists_the_gateways_models(gateway):
+    from mmsp.mmsp.client import MmspClient
+
+    async def run() -> list[str]:
+        return await MmspClient("x", api_key="k", base_url=gateway.url + "/mmsp/v1").list_models()
+
+    listed = asyncio.run(run())
+    assert listed and listed == [m["id"] for m in httpx.get(gateway.url + "/v1/models", timeout=30).json()["data"]]
+
+
 # --------------------------------------------------------------------------- MMSP's own code as the judge
 
 

@@ -70,4 +70,5 @@ def gemini_models(names: list[str]) -> dict:
 
 
 def mmsp_models(names: list[str]) -> dict:
-    return {"models": [{"id": n, "name": n} for n in names]}
+    """MMSP's client reads an OpenAI-shaped listing (``mmsp.mmsp.client.MmspClient.list_models``)."""
+    return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "llmbridge"} for n in names]}
