@@ -141,17 +141,19 @@ def test_serve_and_replay_call_their_modules(monkeypatch):
     gateway = types.ModuleType("llmbridge.gateway")
     gateway.serve = lambda config, host, port: calls.append(("gateway", config, host, port))
     replay = types.ModuleType("llmbridge.replay")
-    replay.serve = lambda directory, host, port, seed, dialect: calls.append(
-        ("replay", directory, host, port, seed, dialect)
+    replay.serve = lambda directory, host, port, seed, dialect, delay_ms: calls.append(
+        ("replay", directory, host, port, seed, dialect, delay_ms)
     )
     for name, module in (("gateway", gateway), ("replay", replay)):
         monkeypatch.setitem(sys.modules, f"llmbridge.{name}", module)
         monkeypatch.setattr(llmbridge, name, module, raising=False)
     assert cli.main(["serve", "--config", "gw.toml", "--port", "9000"]) == 0
     assert cli.main(["replay", "corpus", "--seed", "7", "--format", "llm-stream", "--host", "0.0.0.0"]) == 0
+    assert cli.main(["replay", "corpus", "--delay-ms", "10"]) == 0
     assert calls == [
         ("gateway", "gw.toml", "127.0.0.1", 9000),
-        ("replay", "corpus", "0.0.0.0", 8001, 7, "llm-stream"),
+        ("replay", "corpus", "0.0.0.0", 8001, 7, "llm-stream", 0.0),
+        ("replay", "corpus", "127.0.0.1", 8001, 0, None, 10.0),
     ]
 
 

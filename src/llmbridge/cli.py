@@ -127,7 +127,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CLIError(f"replay is not available in this build ({exc})", EXIT_UNAVAILABLE) from None
     if args.format is not None:
         _dialect(args.format)
-    replay.serve(args.directory, args.host, args.port, args.seed, args.format)
+    replay.serve(args.directory, args.host, args.port, args.seed, args.format, args.delay_ms)
     return EXIT_OK
 
 
@@ -169,8 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8001)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random chunk boundaries")
     p.add_argument("--format", default=None, metavar="DIALECT")
+    p.add_argument("--delay-ms", type=float, default=0.0, help="pause before each chunk (pacing)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("dialects", help="list the dialect names")
