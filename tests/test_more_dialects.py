@@ -498,3 +498,61 @@ def test_botocore_reads_the_bedrock_translation(source, path):
     usage = got[-1]["metadata"]["usage"]
     if r.usage and r.usage.output_tokens is not None:
         assert usage["outputTokens"] == r.usage.output_tokens
+
+
+# --------------------------------------------------------------------------- any hub stream
+
+
+@st.composite
+def hub_streams(draw) -> list[hub.Event]:
+    """Valid hub streams: interleaved blocks of every kind, fidelity, annotations, usage, finish or error."""
+    text = st.text(max_size=8)
+    events: list[hub.Event] = [hub.ResponseStart(id=draw(st.none() | st.just("r1")), model=draw(st.none() | text))]
+    specs = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["text", "thinking", "tool_call", "native", "data"]),
+                st.integers(0, 1),  # choice
+                st.none() | st.fixed_dictionaries({"gemini": st.fixed_dictionaries({"thoughtSignature": text})}),
+                st.lists(text, max_size=3),
+            ),
+            max_size=5,
+        )
+    )
+    open_blocks = []
+    for n, (kind, choice, fidelity, deltas) in enumerate(specs):
+        extra = {"id": f"call_{n}", "name": "f"} if kind in ("tool_call", "native") else {}
+        events.append(hub.BlockStart(n, kind, choice=choice, fidelity=fidelity, **extra))
+        open_blocks.append((n, deltas))
+        if draw(st.booleans()):  # interleave: flush an earlier block now
+            m, pending = open_blocks.pop(0)
+            events += [hub.Delta(m, d) for d in pending if d] + [hub.BlockStop(m)]
+    for m, pending in open_blocks:
+        events += [hub.Delta(m, d) for d in pending if d] + [hub.BlockStop(m)]
+    if specs and draw(st.booleans()):
+        events.append(hub.Extension("openai-chat", {"k": draw(text)}, 0))
+    if draw(st.booleans()):
+        events.append(hub.Usage(input_tokens=draw(st.integers(0, 50)), output_tokens=draw(st.integers(0, 50))))
+    if draw(st.booleans()):
+        events.append(hub.Error(draw(text), draw(st.sampled_from(hub.ERROR_TYPES))))
+    elif draw(st.booleans()):
+        events.append(hub.Finish(draw(st.sampled_from(hub.FINISH_REASONS))))
+    events.append(hub.ResponseEnd())
+    return events
+
+
+def _content(events: list[hub.Event]) -> tuple:
+    r = hub.assemble(events)
+    blocks = [(b.index, b.kind, b.text, b.id, b.name, b.choice, b.fidelity, b.annotations) for b in r.blocks]
+    usage = (r.usage.input_tokens, r.usage.output_tokens) if r.usage else None
+    return blocks, usage, {c: f.reason for c, f in r.finishes.items()}, r.error, r.complete, r.id, r.model
+
+
+@pytest.mark.parametrize("name", dialects.MORE_NAMES)
+@given(events=hub_streams())
+def test_any_hub_stream_round_trips(name, events):
+    assert hub.validate(events) == []
+    back, violations = decode(name, encode(name, events))
+    assert violations == []
+    assert hub.validate(back) == []
+    assert _content(back) == _content(events)

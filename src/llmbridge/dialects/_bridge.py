@@ -119,8 +119,11 @@ def error_from_json(data: Any) -> hub.Error | None:
     return event if type(event) is hub.Error else None
 
 
-def exact_finish(finish: hub.Finish, wire_word: str | None, native_reason: str | None) -> bool:
-    """Does ``wire_word`` decode back to the same Finish?"""
+def exact_finish(finish: hub.Finish, wire_word: str | None, native_reason: str | None, calls: bool = False) -> bool:
+    """Does ``wire_word`` decode back to the same Finish?  (Decoders turn end_turn into
+    tool_use when tool calls were made, so ``calls`` says whether they were.)"""
+    if finish.reason == "end_turn" and calls:
+        return False
     return (
         wire_word is not None
         and native_reason == finish.reason

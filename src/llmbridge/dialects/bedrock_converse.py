@@ -431,6 +431,8 @@ class StreamEncoder:
         self._finish: hub.Finish | None = None
         self._started = False
         self._done = False
+        self._calls = False
+        self._lazy: list[_Out] = []  # text and reasoning blocks not on the wire yet, in start order
 
     def _ext(self, body: dict[str, Any], **more: Any) -> dict[str, Any]:
         ours = {k: v for k, v in more.items() if v}
@@ -439,6 +441,19 @@ class StreamEncoder:
         if ours:
             body[EXT] = ours
         return body
+
+    def _open_lazy(self, upto: _Out | None = None) -> bytes:
+        """Put earlier-started blocks on the wire first (an empty delta opens them), so the
+        decoder sees blocks start in the source's order."""
+        out = []
+        while self._lazy and self._lazy[0] is not upto:
+            block = self._lazy.pop(0)
+            if not block.opened:
+                empty = {"text": ""} if block.kind == "text" else {"reasoningContent": {"text": ""}}
+                out.append(self._frame_for(block, empty))
+        if self._lazy and self._lazy[0] is upto:
+            self._lazy.pop(0)
+        return b"".join(out)
 
     def _start(self, event: hub.ResponseStart | None = None) -> bytes:
         if self._started:
@@ -485,21 +500,29 @@ class StreamEncoder:
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
         if e.choice != 0 or e.kind not in ("text", "thinking", "tool_call"):
+            out = self._open_lazy()
             self._carried.add(e.index)
             self._pending.append(br.event_to_json(e))
-            return b""
+            return out
         block = _Out(self._wire, e)
         self._wire += 1
         self._blocks[e.index] = block
         if e.kind != "tool_call":
+            self._lazy.append(block)
             return b""
+        self._calls = True
+        out = self._open_lazy()
         body = {
             "contentBlockIndex": block.wire,
             "start": {"toolUse": {"toolUseId": e.id or f"tooluse_{block.wire}", "name": e.name or ""}},
         }
-        return _event("contentBlockStart", self._ext(body, block=self._info(block)))
+        return out + _event("contentBlockStart", self._ext(body, block=self._info(block)))
 
     def _delta_frame(self, block: _Out, delta: dict[str, Any]) -> bytes:
+        head = b"" if block.opened else self._open_lazy(block)
+        return head + self._frame_for(block, delta)
+
+    def _frame_for(self, block: _Out, delta: dict[str, Any]) -> bytes:
         body = {"contentBlockIndex": block.wire, "delta": delta}
         if not block.opened:
             block.opened = True
@@ -540,6 +563,7 @@ class StreamEncoder:
         body = {"contentBlockIndex": block.wire}
         more: dict[str, Any] = {"stop": stop}
         if not block.opened:
+            out = self._open_lazy(block) + out
             block.opened = True
             more["block"] = self._info(block) or {"kind": block.kind}
         return out + _event("contentBlockStop", self._ext(body, **more))
@@ -555,7 +579,7 @@ class StreamEncoder:
         out = self._close_all()
         if self._finish is not None:
             word = HUB_TO_STOP.get(self._finish.reason, "end_turn")
-            exact = br.exact_finish(self._finish, word, STOP_TO_HUB.get(word))
+            exact = br.exact_finish(self._finish, word, STOP_TO_HUB.get(word), self._calls)
             body = self._ext({"stopReason": word}, finish=None if exact else br.event_to_json(self._finish))
             out += _event("messageStop", body)
         else:

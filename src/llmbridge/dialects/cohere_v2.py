@@ -455,7 +455,7 @@ class StreamEncoder:
         if self._finish is not None:
             word = FINISH_TO_WIRE.get(self._finish.reason, "COMPLETE")
             delta["finish_reason"] = word
-            if not br.exact_finish(self._finish, word, FINISH_TO_HUB.get(word)):
+            if not br.exact_finish(self._finish, word, FINISH_TO_HUB.get(word), self._tools > 0):
                 more["finish"] = br.event_to_json(self._finish)
         if self._usage is not None:
             delta["usage"], more["usage"] = usage_to_wire(self._usage)

@@ -352,6 +352,7 @@ class StreamEncoder:
         self._usage: hub.Usage | None = None
         self._finish: hub.Finish | None = None
         self._interaction: dict[str, Any] = {}
+        self._seen_blocks: list[tuple[str, int]] = []
         self._start_event: hub.ResponseStart | None = None
         self._started = False
         self._done = False
@@ -434,6 +435,7 @@ class StreamEncoder:
         wire = self._wire
         self._wire += 1
         self._blocks[e.index] = (e.kind, wire)
+        self._seen_blocks.append((e.kind, wire))
         if e.kind == "tool_call":
             step = {"id": e.id or f"call_{wire}", "type": "function_call", "name": e.name or "", "arguments": {}}
             info = br.block_info(e, {"id", "name"}, wire)
@@ -488,7 +490,8 @@ class StreamEncoder:
         more: dict[str, Any] = {}
         if self._finish is not None:
             status = HUB_TO_STATUS.get(self._finish.reason, "completed")
-            if not br.exact_finish(self._finish, status, STATUS_TO_HUB.get(status)):
+            calls = any(kind == "tool_call" for kind, _ in self._seen_blocks)
+            if not br.exact_finish(self._finish, status, STATUS_TO_HUB.get(status), calls):
                 more["finish"] = br.event_to_json(self._finish)
         else:
             status = "completed"
