@@ -556,3 +556,30 @@ def test_any_hub_stream_round_trips(name, events):
     assert violations == []
     assert hub.validate(back) == []
     assert _content(back) == _content(events)
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_cli_translates_and_validates_the_extra_dialects(tmp_path):
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "llmbridge", *args], capture_output=True, timeout=60)
+
+    nova = FILES["bedrock-converse"][1]
+    done = cli("translate", "--from", "bedrock-converse", "--to", "openai-chat", str(nova))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith(b"data: [DONE]\n\n") and b"Paris" in done.stdout
+    assert cli("validate", "--format", "cohere-v2", str(FILES["cohere-v2"][1])).returncode == 0
+    body = bytearray(nova.read_bytes())
+    body[-1] ^= 0xFF  # the last frame's message CRC
+    broken = tmp_path / "broken.eventstream"
+    broken.write_bytes(bytes(body))
+    done = cli("validate", "--format", "bedrock-converse", str(broken))
+    assert done.returncode == 1 and b"message-crc" in done.stdout
+    back = cli(
+        "translate", "--from", "gemini-interactions", "--to", "bedrock-converse", str(FILES["gemini-interactions"][0])
+    )
+    assert back.returncode == 0 and eventstream.Decoder().feed(back.stdout)
