@@ -583,3 +583,32 @@ def test_cli_translates_and_validates_the_extra_dialects(tmp_path):
         "translate", "--from", "gemini-interactions", "--to", "bedrock-converse", str(FILES["gemini-interactions"][0])
     )
     assert back.returncode == 0 and eventstream.Decoder().feed(back.stdout)
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "wire"),
+    [
+        (
+            "gemini-interactions",
+            {"type": "google_search_call", "id": "s1", "arguments": {"queries": ["q"]}},
+            b'"step":{"type":"google_search_call"',
+        ),
+        ("bedrock-converse", {"toolResult": {"toolUseId": "t1", "type": "web_search"}}, b'"start":{"toolResult"'),
+    ],
+)
+def test_own_native_blocks_go_back_on_the_wire_as_they_came(name, raw, wire):
+    events = [
+        hub.ResponseStart(id="r"),
+        hub.BlockStart(0, "native", id="s1", name="x", extensions={name: raw}),
+        hub.Delta(0, '{"partial":1}'),
+        hub.BlockStop(0),
+        hub.BlockStart(1, "text"),
+        hub.Delta(1, "done"),
+        hub.BlockStop(1),
+        hub.ResponseEnd(),
+    ]
+    body = encode(name, events)
+    assert wire in body
+    back, violations = decode(name, body)
+    assert violations == []
+    assert _content(back) == _content(events)

@@ -499,6 +499,17 @@ class StreamEncoder:
         return info or None
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
+        raw = (e.extensions or {}).get(NAME) if e.kind == "native" else None
+        if e.choice == 0 and type(raw) is dict and raw:
+            # a Bedrock block start of a kind the hub does not model: back on the wire as it came
+            block = _Out(self._wire, e)
+            block.opened = True
+            self._wire += 1
+            self._blocks[e.index] = block
+            out = self._open_lazy()
+            info = br.block_info(e, {"extensions"} if e.extensions == {NAME: raw} else set(), block.wire)
+            body = {"contentBlockIndex": block.wire, "start": raw}
+            return out + _event("contentBlockStart", self._ext(body, block=info))
         if e.choice != 0 or e.kind not in ("text", "thinking", "tool_call"):
             out = self._open_lazy()
             self._carried.add(e.index)
@@ -534,6 +545,9 @@ class StreamEncoder:
         if block is None:
             if e.index in self._carried:
                 self._pending.append(br.event_to_json(e))
+            return b""
+        if block.kind == "native":
+            self._pending.append(br.event_to_json(e))
             return b""
         if block.kind == "text":
             return self._delta_frame(block, {"text": e.text})

@@ -219,7 +219,7 @@ class StreamDecoder(SSEStreamDecoder):
             fields["id"] = step.get("id") or step.get("call_id")
             fields["name"] = kind
             fields["extensions"] = {NAME: step}
-        if kind != "native" and step.get("signature"):
+        if block != "native" and step.get("signature"):
             fidelity["signature"] = step["signature"]
         info = ext.get("block") if type(ext.get("block")) is dict else {}
         for key in ("id", "name", "mime_type", "extensions"):
@@ -428,6 +428,14 @@ class StreamEncoder:
         return head
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
+        raw = (e.extensions or {}).get(NAME) if e.kind == "native" else None
+        if e.choice == 0 and type(raw) is dict and type(raw.get("type")) is str:
+            # one of this API's own built-in tool steps: back on the wire as that step
+            wire = self._wire
+            self._wire += 1
+            self._blocks[e.index] = ("native", wire)
+            info = br.block_info(e, {"extensions"} if e.extensions == {NAME: raw} else set(), wire)
+            return _sse(self._ext({"index": wire, "step": raw, "event_type": "step.start"}, block=info))
         if e.choice != 0 or e.kind not in ("text", "thinking", "tool_call"):
             self._carried.add(e.index)
             self._pending.append(br.event_to_json(e))
@@ -451,6 +459,9 @@ class StreamEncoder:
                 self._pending.append(br.event_to_json(e))
             return b""
         kind, wire = where
+        if kind == "native":
+            self._pending.append(br.event_to_json(e))
+            return b""
         if kind == "text":
             delta = {"text": e.text, "type": "text"}
         elif kind == "thinking":
