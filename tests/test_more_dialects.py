@@ -612,3 +612,53 @@ def test_own_native_blocks_go_back_on_the_wire_as_they_came(name, raw, wire):
     back, violations = decode(name, body)
     assert violations == []
     assert _content(back) == _content(events)
+
+
+# --------------------------------------------------------------------------- Cohere's own SDK
+
+
+def _cohere_events(body: bytes) -> list:
+    cohere = pytest.importorskip("cohere")
+    import httpx
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    transport = httpx.Client(transport=httpx.MockTransport(handler))
+    client = cohere.ClientV2(api_key="k", base_url="http://cohere.test", httpx_client=transport)
+    return list(client.chat_stream(model="m", messages=[{"role": "user", "content": "hi"}]))
+
+
+@pytest.mark.parametrize(("source", "path"), SDK_SOURCES, ids=[f"{s}/{p.stem}" for s, p in SDK_SOURCES])
+def test_cohere_sdk_reads_the_cohere_translation(source, path):
+    events, _ = decode(source, path.read_bytes())
+    r = hub.assemble(events)
+    got = _cohere_events(encode("cohere-v2", events))
+    end = got[-1]
+    assert end.type == "message-end"
+    if r.error is not None:
+        assert end.delta.finish_reason == "ERROR" and end.delta.error == r.error.message
+        return
+    text = thinking = plan = ""
+    calls: dict[int, list[str]] = {}
+    for e in got:
+        if e.type == "content-delta":
+            content = e.delta.message.content
+            text += content.text or ""
+            thinking += content.thinking or ""
+        elif e.type == "tool-plan-delta":
+            plan += e.delta.message.tool_plan
+        elif e.type == "tool-call-start":
+            calls[e.index] = [e.delta.message.tool_calls.function.name, ""]
+        elif e.type == "tool-call-delta":
+            calls[e.index][1] += e.delta.message.tool_calls.function.arguments
+    blocks = r.choice_blocks(0)
+    assert text == "".join(b.text for b in blocks if b.kind == "text")
+    assert thinking + plan == "".join(b.text for b in blocks if b.kind == "thinking")
+    assert [n for n, _ in calls.values()] == [b.name for b in blocks if b.kind == "tool_call"]
+    assert [a for _, a in calls.values()] == [b.text for b in blocks if b.kind == "tool_call"]
+    if r.finish is not None and r.finish.reason in ("end_turn", "tool_use", "max_tokens"):
+        words = {"end_turn": "COMPLETE", "tool_use": "TOOL_CALL", "max_tokens": "MAX_TOKENS"}
+        assert end.delta.finish_reason == words[r.finish.reason]
+    if r.usage and r.usage.output_tokens is not None:
+        assert end.delta.usage.tokens.output_tokens == r.usage.output_tokens
