@@ -662,3 +662,54 @@ def test_cohere_sdk_reads_the_cohere_translation(source, path):
         assert end.delta.finish_reason == words[r.finish.reason]
     if r.usage and r.usage.output_tokens is not None:
         assert end.delta.usage.tokens.output_tokens == r.usage.output_tokens
+
+
+# --------------------------------------------------------------------------- Google's own SDK
+
+
+def _interactions_events(body: bytes) -> list:
+    import httpx
+    from google import genai
+    from google.genai import types
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    client = genai.Client(api_key="k", http_options=types.HttpOptions(base_url="http://gemini.test", httpx_client=http))
+    return list(client.interactions.create(model="gemini-2.5-flash", input="hi", stream=True))
+
+
+@pytest.mark.parametrize(("source", "path"), SDK_SOURCES, ids=[f"{s}/{p.stem}" for s, p in SDK_SOURCES])
+def test_google_sdk_reads_the_interactions_translation(source, path):
+    events, _ = decode(source, path.read_bytes())
+    r = hub.assemble(events)
+    got = _interactions_events(encode("gemini-interactions", events))
+    if r.error is not None:
+        assert got[-1].event_type == "error" and got[-1].error.message == r.error.message
+        return
+    assert got[-1].event_type == "interaction.completed"
+    kinds: dict[int, str] = {}
+    text = thinking = ""
+    calls: dict[int, list[str]] = {}
+    for e in got:
+        if e.event_type == "step.start":
+            kinds[e.index] = e.step.type
+            if e.step.type == "function_call":
+                calls[e.index] = [e.step.name, ""]
+        elif e.event_type == "step.delta":
+            if e.delta.type == "text":
+                text += e.delta.text
+            elif e.delta.type == "thought_summary":
+                thinking += e.delta.content.text
+            elif e.delta.type == "arguments_delta":
+                calls[e.index][1] += e.delta.arguments
+    blocks = r.choice_blocks(0)
+    assert text == "".join(b.text for b in blocks if b.kind == "text")
+    assert thinking == "".join(b.text for b in blocks if b.kind == "thinking")
+    assert list(calls.values()) == [[b.name, b.text] for b in blocks if b.kind == "tool_call"]
+    if r.finish is not None and r.finish.reason in ("end_turn", "tool_use", "max_tokens"):
+        words = {"end_turn": "completed", "tool_use": "requires_action", "max_tokens": "incomplete"}
+        assert got[-1].interaction.status == words[r.finish.reason]
+    if r.usage and r.usage.input_tokens is not None:
+        assert got[-1].interaction.usage.total_input_tokens == r.usage.input_tokens

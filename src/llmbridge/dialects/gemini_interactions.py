@@ -800,9 +800,12 @@ def encode_request(request: hub.Request) -> dict:
 
 
 def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
-    """``POST {base_url}/v1beta/interactions`` with Google's API key header."""
+    """``POST {base_url}/v1beta/interactions`` (or ``{base_url}/interactions`` when the base URL
+    already ends in a ``v1…`` segment) with Google's API key header."""
     base = base_url.rstrip("/")
-    url = base + ("/interactions" if base.endswith("/v1beta") else "/v1beta/interactions")
+    # (google-genai's own client posts to /v1/interactions; the REST docs show /v1beta)
+    versioned = base.rsplit("/", 1)[-1].startswith("v1")
+    url = base + ("/interactions" if versioned else "/v1beta/interactions")
     headers = {"content-type": "application/json"}
     if api_key:
         headers["x-goog-api-key"] = api_key
