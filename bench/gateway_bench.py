@@ -1,43 +1,43 @@
-"""Gateway cost: CPU per stream, and time to first byte / first token added over the direct path.
+"""Issue 4: the gateway against the direct path and LiteLLM's proxy, in one run, one load generator.
 
-The replay server (the upstream stand-in) and the gateway run as separate processes, so the
-gateway's CPU is read from /proc alone. Per case, sequential streaming requests:
+Processes (each its own, so /proc tells each one's CPU and memory apart):
 
-- direct: client -> replay
-- relay: anthropic client -> gateway -> anthropic upstream (same dialect, bytes untouched)
-- translate: anthropic client -> gateway -> openai-chat upstream, and the reverse
+- the fast upstream (``bench/fast_upstream.py serve``): OpenAI chat chunks, N tokens, unpaced
+  or paced per token, chosen by model name (``fast-200-0``, ``fast-200-10``);
+- ``llmbridge serve --config <tmp toml>`` (one uvicorn worker), upstream ``openai-chat``;
+- ``litellm --config <tmp yaml> --num_workers 1`` (LiteLLM's proxy), model ``openai/<name>``;
+- the load generator (``bench/fast_upstream.py load``), one per measurement.
 
-Then a paced run (the upstream sleeps 10 ms per chunk of ~1 event) with 8 concurrent streams,
-direct vs through the gateway. ``python -m bench gateway``.
+Targets: direct (client -> upstream), llmbridge and LiteLLM at ``/v1/chat/completions`` (same
+dialect: llmbridge relays the bytes) and at ``/v1/messages`` (translated to Anthropic).
+Unpaced and paced runs at 1, 10, 100 and 1,000 concurrent streams, then 1,000 open slow
+streams for memory. Nothing is asserted: targets are printed as met or not.
+``python -m bench gateway``; env: GATEWAY_BENCH_TOKENS (200), GATEWAY_BENCH_LEVELS (1,10,100,1000),
+GATEWAY_BENCH_PEERS (0 = skip LiteLLM).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from .common import table
 
-from llmbridge import dialects
-from llmbridge.dialects.base import decode_all
-
-from .common import CORPUS, table
-
-CASES = [  # (label, client dialect, upstream dialect, capture)
-    ("relay  chat->chat", "openai-chat", "openai-chat", "deepseek-reasoner-reasoning-content"),
-    ("relay  anthropic->anthropic", "anthropic-messages", "anthropic-messages", "claude-code-execution-20250825"),
-    ("chat -> anthropic", "anthropic-messages", "openai-chat", "deepseek-reasoner-reasoning-content"),
-    ("anthropic -> chat", "openai-chat", "anthropic-messages", "claude-code-execution-20250825"),
-]
-PATH = {"openai-chat": "/v1/chat/completions", "anthropic-messages": "/v1/messages"}
-BASE = {"openai-chat": "/v1", "anthropic-messages": ""}
-N = int(os.environ.get("GATEWAY_BENCH_N", "40"))
+HERE = Path(__file__).resolve().parent
+TOKENS = int(os.environ.get("GATEWAY_BENCH_TOKENS", "200"))
+LEVELS = [int(x) for x in os.environ.get("GATEWAY_BENCH_LEVELS", "1,10,100,1000").split(",")]
+PEERS = os.environ.get("GATEWAY_BENCH_PEERS", "1") != "0"
+PACE_MS = 10  # per token in the paced runs
+OPEN_TOKENS, OPEN_PACE_MS = 10, 500  # 1,000 open streams of 5 s each, for memory per open stream
+UPSTREAM_EVENTS = TOKENS + 4  # role chunk, tokens, finish chunk, usage chunk, [DONE]
+BIN = Path(sys.executable).parent
 
 
 def _port() -> int:
@@ -46,160 +46,480 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _start(code: str, url: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
+def _proc_tree(pid: int) -> list[int]:
+    pids, i = [pid], 0
+    while i < len(pids):
+        for task in Path(f"/proc/{pids[i]}/task").glob("*/children"):
+            pids += [int(c) for c in task.read_text().split()]
+        i += 1
+    return pids
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+    argv: list[str]
+    ready: str
+
+    def _pids(self) -> list[int]:
+        return _proc_tree(self.proc.pid)
+
+    def cpu(self) -> float:
+        """CPU seconds (user + system) of the process and its children."""
+        total = 0
+        for pid in self._pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def memory(self, key: str = "VmRSS") -> int:
+        """Bytes of ``key`` (VmRSS, VmHWM) summed over the process tree."""
+        total = 0
+        for pid in self._pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith(key + ":"):
+                        total += int(line.split()[1]) * 1024
+            except OSError:
+                continue
+        return total
+
+    def restart(self, tmp: Path) -> None:
+        """A fresh process on the same port (so an RSS baseline is not an earlier run's heap)."""
+        self.stop()
+        self.proc = _start(self.name, self.argv, self.ready, tmp).proc
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _start(name: str, argv: list[str], ready: str, tmp: Path, env: dict | None = None, wait: float = 240) -> Server:
+    """Start a server and wait until ``ready`` (a URL) answers; raise with its log's tail otherwise."""
+    import urllib.request
+
+    log = tmp / f"{name}.log"
+    proc = subprocess.Popen(
+        argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=tmp, env={**os.environ, **(env or {})}
+    )
+    server = Server(name, proc, log, argv, ready)
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
         try:
-            httpx.get(url, timeout=1)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"server at {url} did not start")
+            urllib.request.urlopen(ready, timeout=2).read()
+            return server
+        except OSError:
+            time.sleep(0.25)
+    server.stop()
+    tail = log.read_text(errors="replace").strip().splitlines()[-8:]
+    raise RuntimeError(f"{name} did not start within {wait:.0f} s: " + " | ".join(tail))
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+# --------------------------------------------------------------------------- one measurement
 
 
-def _body(dialect: str, model: str) -> dict:
-    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    if dialect == "anthropic-messages":
-        body["max_tokens"] = 1024
-    return body
+@dataclass
+class Run:
+    target: str
+    concurrency: int
+    streams: int
+    errors: int
+    wall: float
+    ttft: list[float]
+    total: list[float]
+    tokens: int
+    bad_token_counts: int
+    server_cpu: float  # seconds over the run, the server under test
+    upstream_cpu: float
+    loadgen_cpu: float
+    idle_rss: int
+    peak_rss: int
+    peak_open: int
+    cut: int
+    error_samples: list[str]
+
+    @property
+    def streams_per_s(self) -> float:
+        return self.streams / self.wall if self.wall else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall if self.wall else 0.0
+
+    def pct(self, q: float, xs: list[float] | None = None) -> float:
+        xs = sorted(self.ttft if xs is None else xs)
+        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def _stream(client: httpx.Client, url: str, body: dict, dialect: str | None = None) -> tuple[float, float]:
-    """(time to first token, total time); the first token is the first hub Delta the client's
-    dialect decoder sees (or the first byte when ``dialect`` is None)."""
-    decoder = dialects.get(dialect).StreamDecoder() if dialect else None
-    start = time.perf_counter()
-    first = None
-    with client.stream("POST", url, json=body) as r:
-        for chunk in r.iter_raw():
-            if first is None and (decoder is None or any(type(e).__name__ == "Delta" for e in decoder.feed(chunk))):
-                first = time.perf_counter() - start
-    return first or 0.0, time.perf_counter() - start
+def measure(target: Target, model: str, tokens: int, concurrency: int, requests: int, deadline: float) -> Run:
+    server, upstream = target.server, target.upstream
+    argv = [sys.executable, str(HERE / "fast_upstream.py"), "load", target.url, target.dialect, model]
+    argv += [str(concurrency), str(requests), str(deadline)]
+    idle_rss = server.memory()
+    cpu0, up0 = server.cpu(), upstream.cpu()
+    peak = idle_rss
+    with tempfile.TemporaryFile() as out:
+        gen = subprocess.Popen(argv, stdout=out)
+        stop_at = time.monotonic() + deadline + 240
+        while gen.poll() is None and time.monotonic() < stop_at:
+            peak = max(peak, server.memory())
+            time.sleep(0.05)
+        if gen.poll() is None:
+            gen.kill()
+            gen.wait()
+        cpu, up = server.cpu() - cpu0, upstream.cpu() - up0
+        out.seek(0)
+        text = out.read()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = {"results": [], "errors": requests, "error_samples": ["load generator failed"], "wall": 0, "cpu": 0}
+    results = data["results"]
+    return Run(
+        target=target.label,
+        concurrency=concurrency,
+        streams=len(results),
+        errors=data["errors"],
+        wall=data["wall"],
+        ttft=[r[0] for r in results],
+        total=[r[1] for r in results],
+        tokens=sum(r[2] for r in results),
+        bad_token_counts=sum(r[2] != tokens for r in results),
+        server_cpu=cpu if server is not upstream else up,
+        upstream_cpu=up,
+        loadgen_cpu=data["cpu"],
+        idle_rss=idle_rss,
+        peak_rss=peak,
+        peak_open=data.get("peak_open", 0),
+        cut=data.get("cut", 0),
+        error_samples=data["error_samples"],
+    )
+
+
+@dataclass
+class Target:
+    label: str
+    url: str
+    dialect: str
+    server: Server
+    upstream: Server
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def _gateway_config(tmp: Path, upstream_url: str, models: list[str], key: str) -> Path:
+    lines = ["[gateway]", f'api_keys = ["{key}"]', "", "[upstreams.fast]", 'format = "openai-chat"']
+    lines += [f'base_url = "{upstream_url}/v1"', 'api_key = "x"', ""]
+    for m in models:
+        lines += ["[[models]]", f'name = "{m}"', 'upstream = "fast"', ""]
+    path = tmp / "gateway.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _litellm_config(tmp: Path, upstream_url: str, models: list[str], key: str) -> Path:
+    lines = ["model_list:"]
+    for m in models:
+        lines += [
+            f"  - model_name: {m}",
+            f'    litellm_params: {{model: "openai/{m}", api_base: "{upstream_url}/v1", api_key: x}}',
+        ]
+    lines += [
+        "litellm_settings:",
+        "  telemetry: false",
+        "  drop_params: true",
+        # /v1/messages in front of an openai/ model goes to the Responses API by default (our
+        # upstream speaks chat completions, as a "fast local upstream" does): use chat.
+        "  use_chat_completions_url_for_anthropic_messages: true",
+        "general_settings:",
+        f"  master_key: {key}",  # 1.108 refuses to start without one
+    ]
+    path = tmp / "litellm.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _requests(concurrency: int, paced: bool) -> int:
+    if paced:
+        return {1: 3}.get(concurrency, 2 * concurrency if concurrency <= 100 else concurrency)
+    return max(20, 2 * concurrency) if concurrency <= 100 else concurrency
+
+
+def _ms(x: float) -> float:
+    return x * 1000
+
+
+def _rows(runs: list[Run], direct: dict[int, Run]) -> list[list[object]]:
+    rows = []
+    for r in runs:
+        d = direct.get(r.concurrency)
+        events = r.streams * UPSTREAM_EVENTS
+        rows.append(
+            [
+                r.target,
+                r.concurrency,
+                f"{r.streams}/{r.errors}/{r.cut}" + (f" ({r.bad_token_counts} short)" if r.bad_token_counts else ""),
+                r.streams_per_s,
+                r.tokens_per_s,
+                _ms(r.pct(0.5)),
+                _ms(r.pct(0.99)),
+                _ms(r.pct(0.5) - d.pct(0.5)) if d and d is not r else "",
+                _ms(r.pct(0.99) - d.pct(0.99)) if d and d is not r else "",
+                r.tokens_per_s / d.tokens_per_s if d and d.tokens_per_s else "",
+                _ms(r.server_cpu / r.streams) if r.streams else "",
+                _ms(r.server_cpu) / events * 1000 if events else "",
+            ]
+        )
+    return rows
+
+
+HEADERS = [
+    "target",
+    "conc",
+    "ok/err/cut",
+    "streams/s",
+    "tokens/s",
+    "TTFT p50 ms",
+    "p99 ms",
+    "+p50 ms",
+    "+p99 ms",
+    "tok/s vs direct",
+    "CPU ms/stream",
+    "CPU ms/1k ev",
+]
+
+
+def _series(targets: list[Target], paced: bool) -> list[Run]:
+    pace = PACE_MS if paced else 0
+    model = f"fast-{TOKENS}-{pace}"
+    deadline = 30.0 if paced else 15.0  # no new stream after it; open ones cut at twice it
+    runs = []
+    for level in LEVELS:
+        if paced and level > 100:
+            continue  # 1,000 paced streams: the open-streams run below
+        for t in targets:
+            if t.server.proc.poll() is not None:
+                continue
+            run = measure(t, model, TOKENS, level, _requests(level, paced), deadline)
+            runs.append(run)
+            log(
+                f"{'paced' if paced else 'unpaced'} {t.label} x{level}: {run.streams} ok, {run.errors} err, "
+                f"{run.streams_per_s:.1f} streams/s, p50 TTFT {_ms(run.pct(0.5)):.2f} ms"
+            )
+    return runs
+
+
+def log(s: str) -> None:
+    print(f"  [{time.strftime('%H:%M:%S')}] {s}", file=sys.stderr, flush=True)
 
 
 def run() -> str:
-    tmp = Path(tempfile.mkdtemp())
-    rport, gport = _port(), _port()
-    rurl, gurl = f"http://127.0.0.1:{rport}", f"http://127.0.0.1:{gport}"
-    lines = ["[gateway]", "keepalive_seconds = 15"]
-    for dialect in PATH:
-        lines += [f'[upstreams."{dialect}"]', f'format = "{dialect}"', f'base_url = "{rurl}{BASE[dialect]}"']
-    for upstream, capture in dict.fromkeys((u, c) for _, _, u, c in CASES):
-        for suffix in ("@chunk=100000", "@chunk=200@delay-ms=10"):
-            name = f"{upstream}:{capture}{suffix}"
-            lines += [
-                "[[models]]",
-                f'name = "{name}"',
-                f'upstream = "{upstream}"',
-                f'upstream_model = "{capture}{suffix}"',
-            ]
-    (tmp / "gw.toml").write_text("\n".join(lines) + "\n")
-    quiet = "import logging; logging.disable(logging.CRITICAL);"
-    replay = _start(
-        f"{quiet}from llmbridge import replay; replay.create_app; import uvicorn;"
-        f"uvicorn.run(replay.create_app({str(CORPUS)!r}, seed=1), port={rport}, log_level='error')",
-        rurl + "/v1/models",
-    )
-    gateway = _start(
-        f"{quiet}from llmbridge.gateway import create_app; import uvicorn;"
-        f"uvicorn.run(create_app({str(tmp / 'gw.toml')!r}), port={gport}, log_level='error')",
-        gurl + "/healthz",
-    )
-    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="gwbench-"))
+    key = "sk-bench-5f0c1e9a7b3d42c88e61f0a4d2b79c35"  # = fast_upstream.KEY
+    models = [f"fast-{TOKENS}-0", f"fast-{TOKENS}-{PACE_MS}", f"fast-{OPEN_TOKENS}-{OPEN_PACE_MS}"]
+    up_port, gw_port, ll_port = _port(), _port(), _port()
+    up_url = f"http://127.0.0.1:{up_port}"
+    quiet = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "PYTHONUNBUFFERED": "1"}
+    servers: list[Server] = []
+    notes = []
+    load_before = os.getloadavg()
     try:
-        with httpx.Client(timeout=60) as client:
-            for label, client_dialect, upstream, capture in CASES:
-                events = len(
-                    decode_all(
-                        dialects.get(upstream).StreamDecoder(), (CORPUS / upstream / f"{capture}.sse").read_bytes()
-                    )
-                )
-                model = f"{upstream}:{capture}@chunk=100000"
-                direct_url = rurl + BASE[upstream] + PATH[upstream].removeprefix("/v1" if BASE[upstream] else "")
-                direct = [_stream(client, direct_url, _body(upstream, capture + "@chunk=100000")) for _ in range(N)]
-                _stream(client, gurl + PATH[client_dialect], _body(client_dialect, model))  # warm up
-                cpu = _cpu_seconds(gateway.pid)
-                via = [_stream(client, gurl + PATH[client_dialect], _body(client_dialect, model)) for _ in range(N)]
-                cpu = (_cpu_seconds(gateway.pid) - cpu) / N
-                med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-                rows.append(
+        upstream = _start(
+            "upstream",
+            [sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)],
+            up_url + "/v1/models",
+            tmp,
+        )
+        servers.append(upstream)
+        gateway = _start(
+            "llmbridge",
+            [
+                str(BIN / "llmbridge"),
+                "serve",
+                "--config",
+                str(_gateway_config(tmp, up_url, models, key)),
+                "--port",
+                str(gw_port),
+            ],
+            f"http://127.0.0.1:{gw_port}/healthz",
+            tmp,
+        )
+        servers.append(gateway)
+        gw = f"http://127.0.0.1:{gw_port}"
+        targets = [
+            Target("direct", up_url + "/v1/chat/completions", "openai-chat", upstream, upstream),
+            Target("llmbridge chat (relay)", gw + "/v1/chat/completions", "openai-chat", gateway, upstream),
+            Target("llmbridge messages (transl.)", gw + "/v1/messages", "anthropic-messages", gateway, upstream),
+        ]
+        litellm_started = time.monotonic()
+        if PEERS:
+            try:
+                litellm = _start(
+                    "litellm",
                     [
-                        label,
-                        events,
-                        cpu * 1000,
-                        cpu * 1e6 / events,
-                        med([f for f, _ in via]) * 1000 - med([f for f, _ in direct]) * 1000,
-                        med([t for _, t in via]) * 1000,
-                        med([t for _, t in direct]) * 1000,
-                    ]
+                        str(BIN / "litellm"),
+                        "--config",
+                        str(_litellm_config(tmp, up_url, models, key)),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(ll_port),
+                        "--num_workers",
+                        "1",
+                    ],
+                    f"http://127.0.0.1:{ll_port}/health/liveliness",
+                    tmp,
+                    env=quiet,
                 )
-            ttft = []
-            for label, client_dialect, upstream, capture in CASES:
-                model = f"{upstream}:{capture}@chunk=200@delay-ms=10"
-                direct_url = rurl + BASE[upstream] + PATH[upstream].removeprefix("/v1" if BASE[upstream] else "")
-                direct_body = _body(upstream, capture + "@chunk=200@delay-ms=10")
-                direct = [_stream(client, direct_url, direct_body, upstream)[0] for _ in range(5)]
-                via = [
-                    _stream(client, gurl + PATH[client_dialect], _body(client_dialect, model), client_dialect)[0]
-                    for _ in range(5)
+                servers.append(litellm)
+                ll = f"http://127.0.0.1:{ll_port}"
+                targets += [
+                    Target("litellm chat", ll + "/v1/chat/completions", "openai-chat", litellm, upstream),
+                    Target("litellm messages (transl.)", ll + "/v1/messages", "anthropic-messages", litellm, upstream),
                 ]
-                ttft.append(
-                    [
-                        label,
-                        sorted(direct)[2] * 1000,
-                        sorted(via)[2] * 1000,
-                        (sorted(via)[2] - sorted(direct)[2]) * 1000,
-                    ]
+                notes.append(f"LiteLLM proxy started in {time.monotonic() - litellm_started:.0f} s")
+            except (RuntimeError, OSError) as exc:
+                notes.append(f"LiteLLM proxy did not run: {exc}")
+        for t in targets:  # warm up: imports, pools, caches
+            warm = measure(t, models[0], TOKENS, 2, 6, 60)
+            if warm.errors or warm.bad_token_counts:
+                notes.append(
+                    f"warm-up {t.label}: {warm.errors} errors, {warm.bad_token_counts} short; {warm.error_samples}"
                 )
-            paced = []
-            for label, client_dialect, upstream, capture in CASES[1:3]:
-                model = f"{upstream}:{capture}@chunk=200@delay-ms=10"
-                direct_url = rurl + BASE[upstream] + PATH[upstream].removeprefix("/v1" if BASE[upstream] else "")
-                for target, url, body in (
-                    ("direct", direct_url, _body(upstream, capture + "@chunk=200@delay-ms=10")),
-                    ("gateway", gurl + PATH[client_dialect], _body(client_dialect, model)),
-                ):
-                    times: list[float] = []
-
-                    def worker(url=url, body=body, times=times) -> None:
-                        with httpx.Client(timeout=120) as c:
-                            for _ in range(3):
-                                times.append(_stream(c, url, body)[1])
-
-                    start = time.perf_counter()
-                    threads = [threading.Thread(target=worker) for _ in range(8)]
-                    for t in threads:
-                        t.start()
-                    for t in threads:
-                        t.join()
-                    wall = time.perf_counter() - start
-                    paced.append([f"{label} ({target})", len(times) / wall, sorted(times)[len(times) // 2] * 1000])
+        idle = {s.name: s.memory() for s in servers}
+        # Memory first, on servers that have served only the warm-up; llmbridge restarts for each
+        # endpoint (a second of start-up); LiteLLM (20-60 s to start) serves chat, then messages.
+        open_runs = []
+        for t in targets:
+            if t.server.proc.poll() is not None:
+                continue
+            if t.server is gateway and open_runs and open_runs[-1].target.startswith("llmbridge"):
+                gateway.restart(tmp)
+                measure(t, models[0], TOKENS, 2, 6, 60)
+            open_runs.append(measure(t, models[2], OPEN_TOKENS, 1000, 1000, 30))
+            log(f"open {t.label}: peak open {open_runs[-1].peak_open}")
+        unpaced = _series(targets, False)
+        paced = _series(targets, True)
+        hwm = {s.name: s.memory("VmHWM") for s in servers}
     finally:
-        for proc in (gateway, replay):
-            proc.terminate()
-            proc.wait(5)
-    out = table(
-        [
-            "unpaced, sequential",
-            "events",
-            "gw CPU ms/stream",
-            "gw CPU ms/1k events",
-            "first byte added ms",
-            "total ms (gw)",
-            "total ms (direct)",
-        ],
-        rows,
-    )
-    out += "\n\n" + table(["paced 10 ms/chunk, first token", "direct ms", "gateway ms", "added ms"], ttft)
-    out += "\n\n" + table(["paced 10 ms/chunk, 8 concurrent", "streams/s", "median stream ms"], paced)
-    return out
+        for s in reversed(servers):
+            s.stop()
+    for r in open_runs + unpaced + paced:
+        if r.errors:
+            notes.append(f"errors, {r.target} x{r.concurrency}: {r.error_samples}")
+    return _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, os.getloadavg())
+
+
+def _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, load_after) -> str:
+    out = [
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after; {os.cpu_count()} cores; {TOKENS} tokens a stream "
+        f"({UPSTREAM_EVENTS} upstream events). TTFT = first content token at the client; "
+        "+p50/+p99 = over direct at the same concurrency. CPU = the server under test "
+        "(direct: the upstream itself).",
+    ]
+    out += notes
+    by = {}
+    for title, runs in (
+        (f"unpaced ({TOKENS} tokens as fast as possible)", unpaced),
+        (f"paced ({PACE_MS} ms per token)", paced),
+    ):
+        direct = {r.concurrency: r for r in runs if r.target == "direct"}
+        out += ["", title, table(HEADERS, _rows(runs, direct))]
+        by[title] = {(r.target, r.concurrency): r for r in runs}
+    # memory per open stream
+    rows = []
+    for r in open_runs:
+        rows.append(
+            [
+                r.target,
+                r.peak_open,
+                f"{r.streams}/{r.errors}/{r.cut}",
+                (r.peak_rss - r.idle_rss) / 1e6,
+                (r.peak_rss - r.idle_rss) / max(1, r.peak_open) / 1e3,
+                _ms(r.server_cpu / r.wall / max(1, r.peak_open)) if r.wall else "",
+                _ms(r.pct(0.5)),
+                _ms(r.pct(0.5, r.total)),
+            ]
+        )
+    out += [
+        "",
+        f"1,000 open streams ({OPEN_TOKENS} tokens, {OPEN_PACE_MS} ms per token)",
+        table(
+            [
+                "target",
+                "peak open",
+                "ok/err/cut",
+                "RSS added MB",
+                "KB per open stream",
+                "CPU ms/s per open stream",
+                "TTFT p50 ms",
+                "stream p50 ms",
+            ],
+            rows,
+        ),
+    ]
+    out += [
+        "",
+        "RSS idle / peak (VmHWM) MB: "
+        + ", ".join(f"{name} {idle.get(name, 0) / 1e6:.0f} / {hwm.get(name, 0) / 1e6:.0f}" for name in hwm),
+    ]
+    out += ["", "targets (issue 4)", *_targets(by)]
+    return "\n".join(out)
+
+
+def _targets(by: dict) -> list[str]:
+    lines = []
+    for title, runs in by.items():
+
+        def get(label, conc, runs=runs):
+            return runs.get((label, conc))
+
+        d10 = get("direct", 10)
+        for label in ("llmbridge chat (relay)", "llmbridge messages (transl.)"):
+            r = get(label, 10)
+            if r and d10:
+                added = _ms(r.pct(0.5) - d10.pct(0.5))
+                lines.append(
+                    f"{title}: p50 added TTFT at 10, {label}: {added:.2f} ms (< 1 ms: "
+                    f"{'met' if added < 1 else 'NOT met'})"
+                )
+        for ours, theirs in (
+            ("llmbridge chat (relay)", "litellm chat"),
+            ("llmbridge messages (transl.)", "litellm messages (transl.)"),
+        ):
+            a, b = get(ours, 100), get(theirs, 100)
+            if a and b and b.streams_per_s:
+                x = a.streams_per_s / b.streams_per_s
+                lines.append(
+                    f"{title}: streams/s at 100, {ours} vs {theirs}: {x:.1f}x (>= 5x: {'met' if x >= 5 else 'NOT met'})"
+                )
+        for label in ("llmbridge chat (relay)", "llmbridge messages (transl.)"):
+            for conc in LEVELS:
+                r, d = get(label, conc), get("direct", conc)
+                if r and d and d.tokens_per_s:
+                    x = r.tokens_per_s / d.tokens_per_s
+                    lines.append(
+                        f"{title}: tokens/s at {conc}, {label} vs direct: {x:.0%} (>= 70%: "
+                        f"{'met' if x >= 0.7 else 'NOT met'})"
+                    )
+    return lines
 
 
 if __name__ == "__main__":
