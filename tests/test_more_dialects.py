@@ -713,3 +713,74 @@ def test_google_sdk_reads_the_interactions_translation(source, path):
         assert got[-1].interaction.status == words[r.finish.reason]
     if r.usage and r.usage.input_tokens is not None:
         assert got[-1].interaction.usage.total_input_tokens == r.usage.input_tokens
+
+
+VENDOR_REQUESTS = {
+    "cohere-v2": {
+        "model": "command-a-03-2025",
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
+            {
+                "role": "assistant",
+                "tool_plan": "I will call weather.",
+                "tool_calls": [{"id": "w1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "w1", "content": [{"type": "text", "text": "sunny"}]},
+        ],
+        "tools": [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
+        "documents": [{"id": "d1", "data": {"text": "x"}}],
+        "citation_options": {"mode": "FAST"},
+        "stream": True,
+    },
+    "bedrock-converse": {
+        "messages": [
+            {"role": "user", "content": [{"text": "Weather?"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"reasoningContent": {"reasoningText": {"text": "think", "signature": "sig"}}},
+                    {"toolUse": {"toolUseId": "t1", "name": "weather", "input": {"city": "Paris"}}},
+                ],
+            },
+            {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"json": {"temp": 20}}]}}]},
+        ],
+        "system": [{"text": "You are terse."}],
+        "inferenceConfig": {"maxTokens": 512, "temperature": 0.2},
+        "toolConfig": {"tools": [{"toolSpec": {"name": "weather", "inputSchema": {"json": {"type": "object"}}}}]},
+        "additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        "guardrailConfig": {"guardrailIdentifier": "g", "guardrailVersion": "1"},
+    },
+    "gemini-interactions": {
+        "model": "gemini-2.5-flash",
+        "input": [
+            {"type": "user_input", "content": [{"type": "text", "text": "Weather?"}]},
+            {"type": "thought", "signature": "sig"},
+            {"type": "function_call", "id": "c1", "name": "weather", "arguments": {"city": "Paris"}},
+            {"type": "user_input", "content": [{"type": "function_result", "call_id": "c1", "result": "sunny"}]},
+        ],
+        "system_instruction": "You are terse.",
+        "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}}, {"type": "google_search"}],
+        "generation_config": {"max_output_tokens": 512, "thinking_level": "low"},
+        "previous_interaction_id": "v1_prev",
+        "stream": True,
+    },
+}
+
+
+@pytest.mark.parametrize("name", dialects.MORE_NAMES)
+def test_vendor_request_bodies_decode_and_come_back(name):
+    module = dialects.get(name)
+    body = VENDOR_REQUESTS[name]
+    request = module.decode_request(body, model="anthropic.claude" if name == "bedrock-converse" else None)
+    assert request.system == "You are terse."
+    roles = [m.role for m in request.messages]
+    assert roles[:2] == ["system", "user"] and "tool" in roles
+    call = next(p for m in request.messages for p in m.parts if isinstance(p, hub.ToolCallPart))
+    assert call.name == "weather"
+    result = next(p for m in request.messages for p in m.parts if isinstance(p, hub.ToolResultPart))
+    assert result.tool_call_id == call.id
+    again = module.encode_request(request)
+    for key in body:  # vendor-only fields come back too
+        assert key in again, key
+    assert module.decode_request(again, model=request.model) == request
