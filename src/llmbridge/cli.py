@@ -59,7 +59,7 @@ def _chunks(stream: BinaryIO) -> Iterator[bytes]:
 
 
 def cmd_dialects(args: argparse.Namespace) -> int:
-    for name in dialects.NAMES:
+    for name in dialects.NAMES + dialects.MORE_NAMES:
         try:
             module = dialects.get(name)
             note = "" if hasattr(module, "StreamDecoder") and hasattr(module, "StreamEncoder") else "  (partial)"
