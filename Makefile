@@ -1,10 +1,10 @@
 # Two commands do all set-up on a fresh machine:
-#   make serve   - the gateway on the embedded local model (http://127.0.0.1:8080)
+#   make serve   - the gateway on the embedded local model (http://127.0.0.1:8000)
 #   make test    - the whole test suite
 VENV ?= .venv
 PYTHON ?= python3
 HOST ?= 127.0.0.1
-PORT ?= 8080
+PORT ?= 8000
 
 .PHONY: serve test lint bench
 
