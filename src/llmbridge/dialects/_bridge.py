@@ -8,7 +8,7 @@ nearest wire object: hub events with no wire event at all (``events``), block fi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -16,19 +16,8 @@ from .. import hub
 
 EXT = "llmbridge"
 
-_EVENT_TYPES = {
-    t.__name__: t
-    for t in (
-        hub.ResponseStart,
-        hub.BlockStart,
-        hub.Delta,
-        hub.BlockStop,
-        hub.Usage,
-        hub.Finish,
-        hub.Extension,
-        hub.Error,
-    )
-}
+# (a carried ResponseEnd must never end the stream early, so it is not read back)
+_EVENT_TYPES = {t.__name__: t for t in get_args(hub.Event) if t is not hub.ResponseEnd}
 
 
 def event_to_json(event: hub.Event) -> dict[str, Any]:
@@ -37,16 +26,31 @@ def event_to_json(event: hub.Event) -> dict[str, Any]:
     return out
 
 
-def event_from_json(data: Any) -> hub.Event | None:
+def error_to_json(error: hub.Error) -> dict[str, Any]:
+    """The exact hub error, for the ``error`` entry (the wire event already says it is one)."""
+    return {k: v for k, v in event_to_json(error).items() if k != "event"}
+
+
+def event_from_json(data: Any, kind: type | None = None) -> Any:
+    """The hub event ``data`` holds (of ``kind`` when given), or None when it holds none."""
     if type(data) is not dict:
         return None
-    kind = _EVENT_TYPES.get(data.get("event"))
+    kind = kind or _EVENT_TYPES.get(data.get("event"))
     if kind is None:
         return None
     try:
         return msgspec.convert({k: v for k, v in data.items() if k != "event"}, kind)
     except msgspec.ValidationError:
         return None
+
+
+def error_from_json(data: Any) -> hub.Error | None:
+    return event_from_json(data, hub.Error)
+
+
+def carried_events(ext: dict[str, Any]) -> list[hub.Event]:
+    """The hub events an encoder queued under ``events`` (ones that had no wire event)."""
+    return [e for e in map(event_from_json, ext.get("events") or ()) if e is not None]
 
 
 def split_own(ns: dict[str, Any] | None, name: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -81,42 +85,38 @@ def stop_info(stop: hub.BlockStop) -> dict[str, Any] | None:
     return info or None
 
 
-def usage_rest(usage: hub.Usage, native: set[str]) -> dict[str, Any] | None:
-    rest = {f: v for f in usage.__struct_fields__ if f not in native and (v := getattr(usage, f)) is not None}
+def rest_fields(event: hub.Usage | hub.ResponseStart, native: set[str]) -> dict[str, Any] | None:
+    """The set fields of ``event`` that its wire does not carry natively (``native``: those it does)."""
+    rest = {f: v for f in event.__struct_fields__ if f not in native and (v := getattr(event, f)) is not None}
     return rest or None
 
 
-def apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
+def apply_rest(event: Any, rest: Any) -> Any:
+    """``event`` with the fields carried in ``rest`` put back; unknown keys are not its business."""
     if type(rest) is not dict:
-        return usage
-    changes = {k: v for k, v in rest.items() if k in hub.Usage.__struct_fields__}
+        return event
+    changes = {k: v for k, v in rest.items() if k in event.__struct_fields__}
     try:
-        return msgspec.structs.replace(usage, **changes)
+        return msgspec.structs.replace(event, **changes)
     except (TypeError, msgspec.ValidationError):
-        return usage
-
-
-def start_rest(start: hub.ResponseStart, native: set[str]) -> dict[str, Any] | None:
-    rest = {f: v for f in start.__struct_fields__ if f not in native and (v := getattr(start, f)) is not None}
-    return rest or None
+        return event
 
 
 def apply_start(start: hub.ResponseStart, rest: Any) -> hub.ResponseStart:
-    if type(rest) is not dict:
-        return start
-    changes = {k: v for k, v in rest.items() if k in hub.ResponseStart.__struct_fields__}
-    try:
-        start = msgspec.structs.replace(start, **changes)
-    except (TypeError, msgspec.ValidationError):
-        return start
-    if rest.get("no_id"):
-        start.id = None
-    return start
+    out = apply_rest(start, rest)
+    if out is not start and rest.get("no_id"):
+        out.id = None
+    return out
 
 
-def error_from_json(data: Any) -> hub.Error | None:
-    event = event_from_json({**data, "event": "Error"}) if type(data) is dict else None
-    return event if type(event) is hub.Error else None
+def start_info(start: hub.ResponseStart, native: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`rest_fields`, plus ``no_<field>`` for each native field the start lacks (the wire
+    writes ``""`` there, which must not come back as a value)."""
+    rest = rest_fields(start, set(native)) or {}
+    for key in native:
+        if getattr(start, key) is None:
+            rest[f"no_{key}"] = True
+    return rest
 
 
 def exact_finish(finish: hub.Finish, wire_word: str | None, native_reason: str | None, calls: bool = False) -> bool:

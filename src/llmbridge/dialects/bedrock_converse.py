@@ -21,6 +21,7 @@ import msgspec
 from .. import hub
 from ..errors import RequestError
 from . import _bridge as br
+from ._carrying import WIRE_KINDS, CarryingEncoder
 from .base import json_decode, json_encode
 from .eventstream import Decoder as FrameDecoder
 from .eventstream import encode_frame
@@ -121,7 +122,7 @@ def usage_to_wire(usage: hub.Usage | None) -> tuple[dict[str, Any], Any, dict[st
     own, others = br.split_own(usage.extensions, NAME)
     metrics = own.get("metrics", {"latencyMs": 0})  # required on the wire
     out.update({k: v for k, v in own.items() if k != "metrics"})
-    rest = br.usage_rest(usage, _USAGE_NATIVE) or {}
+    rest = br.rest_fields(usage, _USAGE_NATIVE) or {}
     if "metrics" not in own:
         rest["no_metrics"] = True
     for field in ("input_tokens", "output_tokens", "total_tokens"):
@@ -135,7 +136,7 @@ def usage_to_wire(usage: hub.Usage | None) -> tuple[dict[str, Any], Any, dict[st
 def _apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
     if type(rest) is not dict:
         return usage
-    usage = br.apply_usage(usage, rest)
+    usage = br.apply_rest(usage, rest)
     for field in ("input_tokens", "output_tokens", "total_tokens"):
         if rest.get(f"no_{field}"):
             setattr(usage, field, None)
@@ -421,26 +422,12 @@ class _Out:
         self.fidelity: dict[str, Any] = {}
 
 
-class StreamEncoder:
+class StreamEncoder(CarryingEncoder):
     def __init__(self) -> None:
-        self._blocks: dict[int, _Out] = {}
-        self._carried: set[int] = set()
+        super().__init__()  # _blocks: hub index -> _Out
         self._wire = 0
-        self._pending: list[dict[str, Any]] = []
-        self._usage: hub.Usage | None = None
-        self._finish: hub.Finish | None = None
-        self._started = False
-        self._done = False
         self._calls = False
         self._lazy: list[_Out] = []  # text and reasoning blocks not on the wire yet, in start order
-
-    def _ext(self, body: dict[str, Any], **more: Any) -> dict[str, Any]:
-        ours = {k: v for k, v in more.items() if v}
-        if self._pending:
-            ours["events"], self._pending = self._pending, []
-        if ours:
-            body[EXT] = ours
-        return body
 
     def _open_lazy(self, upto: _Out | None = None) -> bytes:
         """Put earlier-started blocks on the wire first (an empty delta opens them), so the
@@ -455,37 +442,8 @@ class StreamEncoder:
             self._lazy.pop(0)
         return b"".join(out)
 
-    def _start(self, event: hub.ResponseStart | None = None) -> bytes:
-        if self._started:
-            return b""
-        self._started = True
-        event = event or hub.ResponseStart()
-        return _event("messageStart", self._ext({"role": "assistant"}, start=br.start_rest(event, set())))
-
-    def encode(self, event: hub.Event) -> bytes:
-        if self._done:
-            return b""
-        kind = type(event)
-        if kind is hub.ResponseStart:
-            return self._start(event)
-        head = self._start()
-        if kind is hub.Delta:
-            return head + self._delta(event)
-        if kind is hub.BlockStart:
-            return head + self._block_start(event)
-        if kind is hub.BlockStop:
-            return head + self._block_stop(event)
-        if kind is hub.Usage:
-            self._usage = hub.merge_usage(self._usage, event)
-        elif kind is hub.Finish and event.choice == 0 and self._finish is None:
-            self._finish = event
-        elif kind is hub.Finish or kind is hub.Extension:
-            self._pending.append(br.event_to_json(event))
-        elif kind is hub.Error:
-            return head + self._error(event)
-        elif kind is hub.ResponseEnd:
-            return head + self._end()
-        return head
+    def _start_wire(self, event: hub.ResponseStart) -> bytes:
+        return _event("messageStart", self._ext({"role": "assistant"}, start=br.start_info(event, ())))
 
     def _info(self, block: _Out) -> dict[str, Any] | None:
         """The block's fields for the extension key, on its first wire event."""
@@ -510,11 +468,8 @@ class StreamEncoder:
             info = br.block_info(e, {"extensions"} if e.extensions == {NAME: raw} else set(), block.wire)
             body = {"contentBlockIndex": block.wire, "start": raw}
             return out + _event("contentBlockStart", self._ext(body, block=info))
-        if e.choice != 0 or e.kind not in ("text", "thinking", "tool_call"):
-            out = self._open_lazy()
-            self._carried.add(e.index)
-            self._pending.append(br.event_to_json(e))
-            return out
+        if e.choice != 0 or e.kind not in WIRE_KINDS:
+            return self._open_lazy() + self._carry_start(e)
         block = _Out(self._wire, e)
         self._wire += 1
         self._blocks[e.index] = block
@@ -543,9 +498,7 @@ class StreamEncoder:
     def _delta(self, e: hub.Delta) -> bytes:
         block = self._blocks.get(e.index)
         if block is None:
-            if e.index in self._carried:
-                self._pending.append(br.event_to_json(e))
-            return b""
+            return self._carry(e)
         if block.kind == "native":
             self._pending.append(br.event_to_json(e))
             return b""
@@ -558,10 +511,7 @@ class StreamEncoder:
     def _block_stop(self, e: hub.BlockStop) -> bytes:
         block = self._blocks.pop(e.index, None)
         if block is None:
-            if e.index in self._carried:
-                self._carried.discard(e.index)
-                self._pending.append(br.event_to_json(e))
-            return b""
+            return self._carry(e)
         out = b""
         fidelity = hub.merge_dicts(block.start.fidelity, e.fidelity)
         own, others = br.split_own(fidelity, NAME)
@@ -582,13 +532,6 @@ class StreamEncoder:
             more["block"] = self._info(block) or {"kind": block.kind}
         return out + _event("contentBlockStop", self._ext(body, **more))
 
-    def _close_all(self) -> bytes:
-        out = b"".join([self._block_stop(hub.BlockStop(i)) for i in list(self._blocks)])
-        for index in sorted(self._carried):
-            self._pending.append(br.event_to_json(hub.BlockStop(index)))
-        self._carried.clear()
-        return out
-
     def _end(self) -> bytes:
         out = self._close_all()
         if self._finish is not None:
@@ -606,18 +549,13 @@ class StreamEncoder:
         return out
 
     def _error(self, error: hub.Error) -> bytes:
-        if self._usage is not None:
-            self._pending.append(br.event_to_json(self._usage))
-        if self._finish is not None:
-            self._pending.append(br.event_to_json(self._finish))
-        self._done = True
+        self._carry_totals()
         name = (
             error.code
             if error.code in EXCEPTION_TO_HUB
             else HUB_TO_EXCEPTION.get(error.type, "internalServerException")
         )
-        carried = {k: v for k, v in br.event_to_json(error).items() if k != "event"}
-        body = self._ext({"message": error.message}, error=carried)
+        body = self._ext({"message": error.message}, error=br.error_to_json(error))
         headers = {":exception-type": name, ":content-type": "application/json", ":message-type": "exception"}
         return encode_frame(headers, json_encode(body))
 

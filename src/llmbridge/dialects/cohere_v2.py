@@ -21,6 +21,7 @@ import msgspec
 from .. import hub, sse
 from ..errors import RequestError
 from . import _bridge as br
+from ._carrying import WIRE_KINDS, CarryingEncoder
 from .base import SSEStreamDecoder, json_decode, json_encode
 
 NAME = "cohere-v2"
@@ -77,7 +78,7 @@ def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | No
         wire["tokens"] = tokens
     if usage.cache_read_tokens is not None:
         wire["cached_tokens"] = usage.cache_read_tokens
-    rest = br.usage_rest(usage, {"input_tokens", "output_tokens", "cache_read_tokens", "extensions"}) or {}
+    rest = br.rest_fields(usage, {"input_tokens", "output_tokens", "cache_read_tokens", "extensions"}) or {}
     if others:
         rest["extensions"] = others
     return wire, rest or None
@@ -253,7 +254,7 @@ class StreamDecoder(SSEStreamDecoder):
         if error is None:
             self._close_open()
         if "usage" in delta:
-            self.emit(br.apply_usage(usage_from_wire(delta["usage"]), ext.get("usage")))
+            self.emit(br.apply_rest(usage_from_wire(delta["usage"]), ext.get("usage")))
         if error is not None:
             self.fail(error)
             return
@@ -279,40 +280,19 @@ def _sse(kind: str, data: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + json_encode(data) + b"\n\n"
 
 
-class StreamEncoder:
+class StreamEncoder(CarryingEncoder):
     def __init__(self) -> None:
-        self._blocks: dict[int, tuple[str, int]] = {}  # hub index -> (content | tool | plan, wire index)
-        self._carried: set[int] = set()  # hub blocks carried as hub events
+        super().__init__()  # _blocks: hub index -> (content | thinking | tool | plan, wire index)
         self._content = 0
         self._tools = 0
         self._citations = 0
-        self._pending: list[dict[str, Any]] = []
-        self._usage: hub.Usage | None = None
-        self._finish: hub.Finish | None = None
-        self._started = False
-        self._done = False
         self._seq = 0  # blocks on the wire, in the order the decoder numbers them
 
     def _index(self) -> int:
         self._seq += 1
         return self._seq - 1
 
-    def _ext(self, body: dict[str, Any], **more: Any) -> dict[str, Any]:
-        ours = {k: v for k, v in more.items() if v}
-        if self._pending:
-            ours["events"], self._pending = self._pending, []
-        if ours:
-            body[EXT] = ours
-        return body
-
-    def _start(self, event: hub.ResponseStart | None = None) -> bytes:
-        if self._started:
-            return b""
-        self._started = True
-        event = event or hub.ResponseStart()
-        rest = br.start_rest(event, {"id"}) or {}
-        if event.id is None:
-            rest["no_id"] = True
+    def _start_wire(self, event: hub.ResponseStart) -> bytes:
         body = {
             "id": event.id or "",
             "type": "message-start",
@@ -320,41 +300,11 @@ class StreamEncoder:
                 "message": {"role": "assistant", "content": [], "tool_plan": "", "tool_calls": [], "citations": []}
             },
         }
-        return _sse("message-start", self._ext(body, start=rest))
-
-    def encode(self, event: hub.Event) -> bytes:
-        if self._done:
-            return b""
-        kind = type(event)
-        if kind is hub.ResponseStart:
-            return self._start(event)
-        head = self._start()
-        if kind is hub.Delta:
-            return head + self._delta(event)
-        if kind is hub.BlockStart:
-            return head + self._block_start(event)
-        if kind is hub.BlockStop:
-            return head + self._block_stop(event)
-        if kind is hub.Usage:
-            self._usage = hub.merge_usage(self._usage, event)
-        elif kind is hub.Finish:
-            if event.choice == 0 and self._finish is None:
-                self._finish = event
-            else:
-                self._pending.append(br.event_to_json(event))
-        elif kind is hub.Extension:
-            return head + self._extension(event)
-        elif kind is hub.Error:
-            return head + self._error(event)
-        elif kind is hub.ResponseEnd:
-            return head + self._end()
-        return head
+        return _sse("message-start", self._ext(body, start=br.start_info(event, ("id",))))
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
-        if e.choice != 0 or e.kind not in ("text", "thinking", "tool_call"):
-            self._carried.add(e.index)
-            self._pending.append(br.event_to_json(e))
-            return b""
+        if e.choice != 0 or e.kind not in WIRE_KINDS:
+            return self._carry_start(e)
         if e.kind == "tool_call":
             wire = self._tools
             self._tools += 1
@@ -394,9 +344,7 @@ class StreamEncoder:
     def _delta(self, e: hub.Delta) -> bytes:
         where = self._blocks.get(e.index)
         if where is None:
-            if e.index in self._carried:
-                self._pending.append(br.event_to_json(e))
-            return b""
+            return self._carry(e)
         kind, wire = where
         if kind == "tool":
             body = {
@@ -415,10 +363,7 @@ class StreamEncoder:
     def _block_stop(self, e: hub.BlockStop) -> bytes:
         where = self._blocks.pop(e.index, None)
         if where is None:
-            if e.index in self._carried:
-                self._carried.discard(e.index)
-                self._pending.append(br.event_to_json(e))
-            return b""
+            return self._carry(e)
         kind, wire = where
         info = br.stop_info(e)
         if kind == "plan":
@@ -436,17 +381,7 @@ class StreamEncoder:
             body = {"type": "citation-start", "index": wire, "delta": {"message": {"citations": e.data}}}
             out = _sse("citation-start", self._ext(body, hub=br.event_to_json(e)))
             return out + _sse("citation-end", {"type": "citation-end", "index": wire})
-        self._pending.append(br.event_to_json(e))
-        return b""
-
-    def _close_all(self) -> bytes:
-        out = []
-        for index in list(self._blocks):
-            out.append(self._block_stop(hub.BlockStop(index)))
-        for index in list(self._carried):
-            self._pending.append(br.event_to_json(hub.BlockStop(index)))
-        self._carried.clear()
-        return b"".join(out)
+        return super()._extension(e)
 
     def _end(self) -> bytes:
         out = self._close_all()
@@ -466,15 +401,9 @@ class StreamEncoder:
         # Cohere ends a failed stream with message-end, finish_reason ERROR and the message.
         self._blocks.clear()  # (left open, as a failed stream leaves them)
         self._carried.clear()
-        if self._usage is not None:
-            self._pending.append(br.event_to_json(self._usage))
-        if self._finish is not None:
-            self._pending.append(br.event_to_json(self._finish))
-        self._done = True
+        self._carry_totals()
         body = {"type": "message-end", "delta": {"finish_reason": "ERROR", "error": error.message}}
-        return _sse(
-            "message-end", self._ext(body, error={k: v for k, v in br.event_to_json(error).items() if k != "event"})
-        )
+        return _sse("message-end", self._ext(body, error=br.error_to_json(error)))
 
 
 # --------------------------------------------------------------------------- requests

@@ -24,6 +24,7 @@ import msgspec
 from .. import hub, sse
 from ..errors import RequestError
 from . import _bridge as br
+from ._carrying import WIRE_KINDS, CarryingEncoder
 from .base import SSEStreamDecoder, json_decode, json_encode
 
 NAME = "gemini-interactions"
@@ -92,7 +93,7 @@ def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | No
     if usage.reasoning_tokens is not None:
         wire["total_thought_tokens"] = usage.reasoning_tokens
     rest = (
-        br.usage_rest(
+        br.rest_fields(
             usage,
             {"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "total_tokens", "extensions"},
         )
@@ -108,7 +109,7 @@ def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | No
 def _apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
     if type(rest) is not dict:
         return usage
-    usage = br.apply_usage(usage, rest)
+    usage = br.apply_rest(usage, rest)
     if rest.get("no_output_tokens"):
         usage.output_tokens = None
     if type(rest.get("extensions")) is dict:
@@ -343,43 +344,23 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + json_encode(data) + b"\n\n"
 
 
-class StreamEncoder:
+class StreamEncoder(CarryingEncoder):
     def __init__(self) -> None:
-        self._blocks: dict[int, tuple[str, int]] = {}  # hub index -> (kind, wire index)
-        self._carried: set[int] = set()
+        super().__init__()  # _blocks: hub index -> (kind, wire index)
         self._wire = 0
-        self._pending: list[dict[str, Any]] = []
-        self._usage: hub.Usage | None = None
-        self._finish: hub.Finish | None = None
         self._interaction: dict[str, Any] = {}
         self._seen_blocks: list[tuple[str, int]] = []
         self._start_event: hub.ResponseStart | None = None
-        self._started = False
-        self._done = False
 
-    def _ext(self, body: dict[str, Any], **more: Any) -> dict[str, Any]:
-        ours = {k: v for k, v in more.items() if v}
-        if self._pending:
-            ours["events"], self._pending = self._pending, []
-        if ours:
-            body[EXT] = ours
-        return body
-
-    def _start(self, event: hub.ResponseStart | None = None) -> bytes:
-        if self._started:
-            return b""
-        self._started = True
-        event = self._start_event = event or hub.ResponseStart()
+    def _start_wire(self, event: hub.ResponseStart) -> bytes:
+        self._start_event = event
         interaction = {
             "id": event.id or "",
             "status": "in_progress",
             "object": "interaction",
             "model": event.model or "",
         }
-        rest = br.start_rest(event, {"id", "model"}) or {}
-        for key in ("id", "model"):
-            if getattr(event, key) is None:
-                rest[f"no_{key}"] = True
+        rest = br.start_info(event, ("id", "model"))
         created = self._ext(
             {"interaction": interaction, "event_type": "interaction.created"}, start=self._start_fix(rest)
         )
@@ -393,39 +374,17 @@ class StreamEncoder:
             rest["model"] = None
         return rest
 
-    def encode(self, event: hub.Event) -> bytes:
-        if self._done:
-            return b""
-        kind = type(event)
-        if kind is hub.ResponseStart:
-            return self._start(event)
-        head = self._start()
-        if kind is hub.Delta:
-            return head + self._delta(event)
-        if kind is hub.BlockStart:
-            return head + self._block_start(event)
-        if kind is hub.BlockStop:
-            return head + self._block_stop(event)
-        if kind is hub.Usage:
-            self._usage = hub.merge_usage(self._usage, event)
-        elif kind is hub.Finish and event.choice == 0 and self._finish is None:
-            self._finish = event
-        elif (
-            kind is hub.Extension
-            and event.namespace == NAME
-            and event.index is None
-            and type(event.data) is dict
-            and list(event.data) == ["interaction"]
+    def _extension(self, e: hub.Extension) -> bytes:
+        if (
+            e.namespace == NAME
+            and e.index is None
+            and type(e.data) is dict
+            and list(e.data) == ["interaction"]
             and not self._interaction
         ):
-            self._interaction = dict(event.data["interaction"])
-        elif kind is hub.Finish or kind is hub.Extension:
-            self._pending.append(br.event_to_json(event))
-        elif kind is hub.Error:
-            return head + self._error(event)
-        elif kind is hub.ResponseEnd:
-            return head + self._end()
-        return head
+            self._interaction = dict(e.data["interaction"])  # fields of the completed interaction
+            return b""
+        return super()._extension(e)
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
         raw = (e.extensions or {}).get(NAME) if e.kind == "native" else None
@@ -436,10 +395,8 @@ class StreamEncoder:
             self._blocks[e.index] = ("native", wire)
             info = br.block_info(e, {"extensions"} if e.extensions == {NAME: raw} else set(), wire)
             return _sse(self._ext({"index": wire, "step": raw, "event_type": "step.start"}, block=info))
-        if e.choice != 0 or e.kind not in ("text", "thinking", "tool_call"):
-            self._carried.add(e.index)
-            self._pending.append(br.event_to_json(e))
-            return b""
+        if e.choice != 0 or e.kind not in WIRE_KINDS:
+            return self._carry_start(e)
         wire = self._wire
         self._wire += 1
         self._blocks[e.index] = (e.kind, wire)
@@ -455,9 +412,7 @@ class StreamEncoder:
     def _delta(self, e: hub.Delta) -> bytes:
         where = self._blocks.get(e.index)
         if where is None:
-            if e.index in self._carried:
-                self._pending.append(br.event_to_json(e))
-            return b""
+            return self._carry(e)
         kind, wire = where
         if kind == "native":
             self._pending.append(br.event_to_json(e))
@@ -473,10 +428,7 @@ class StreamEncoder:
     def _block_stop(self, e: hub.BlockStop) -> bytes:
         where = self._blocks.pop(e.index, None)
         if where is None:
-            if e.index in self._carried:
-                self._carried.discard(e.index)
-                self._pending.append(br.event_to_json(e))
-            return b""
+            return self._carry(e)
         _, wire = where
         out = b""
         own, others = br.split_own(e.fidelity, NAME)
@@ -487,13 +439,6 @@ class StreamEncoder:
         fidelity = hub.merge_dicts(others, {NAME: own} if own else None)
         stop = {k: v for k, v in (("fidelity", fidelity), ("extensions", e.extensions)) if v}
         return out + _sse(self._ext({"index": wire, "event_type": "step.stop"}, stop=stop))
-
-    def _close_all(self) -> bytes:
-        out = b"".join([self._block_stop(hub.BlockStop(i)) for i in list(self._blocks)])
-        for index in sorted(self._carried):
-            self._pending.append(br.event_to_json(hub.BlockStop(index)))
-        self._carried.clear()
-        return out
 
     def _end(self) -> bytes:
         out = self._close_all()
@@ -523,15 +468,10 @@ class StreamEncoder:
         return out + _sse(self._ext({"interaction": interaction, "event_type": "interaction.completed"}, **more))
 
     def _error(self, error: hub.Error) -> bytes:
-        if self._usage is not None:
-            self._pending.append(br.event_to_json(self._usage))
-        if self._finish is not None:
-            self._pending.append(br.event_to_json(self._finish))
-        self._done = True
+        self._carry_totals()
         status = error.status or hub.ERROR_STATUS.get(error.type, 500)
         body = {"code": status, "message": error.message, "status": _HUB_TO_GOOGLE.get(error.type, "INTERNAL")}
-        carried = {k: v for k, v in br.event_to_json(error).items() if k != "event"}
-        return _sse(self._ext({"error": body, "event_type": "error"}, error=carried))
+        return _sse(self._ext({"error": body, "event_type": "error"}, error=br.error_to_json(error)))
 
 
 # --------------------------------------------------------------------------- requests

@@ -1,0 +1,123 @@
+"""The stream-encoder skeleton shared by the cohere-v2, bedrock-converse and gemini-interactions codecs.
+
+Each of those wires has events for text, thinking and tool-call blocks only; everything else
+(other choices, native blocks, extensions, a second finish) is *carried*: queued as hub events
+and written under the ``"llmbridge"`` key of the next wire object (see :mod:`._bridge`).  This
+class holds that bookkeeping and the per-event dispatch; a dialect supplies the wire shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import hub
+from . import _bridge as br
+
+WIRE_KINDS = ("text", "thinking", "tool_call")  # block kinds these wires have events for
+
+
+class CarryingEncoder:
+    """Subclasses write ``_start_wire``, ``_block_start``, ``_delta``, ``_block_stop``, ``_end`` and
+    ``_error``; the dispatch below is on the hot path, hence ``type(e) is X``."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, Any] = {}  # hub index -> the dialect's record of the open wire block
+        self._carried: set[int] = set()  # hub blocks carried as hub events
+        self._pending: list[dict[str, Any]] = []  # hub events waiting for the next wire object
+        self._usage: hub.Usage | None = None
+        self._finish: hub.Finish | None = None
+        self._started = False
+        self._done = False
+
+    def encode(self, event: hub.Event) -> bytes:
+        if self._done:
+            return b""
+        kind = type(event)
+        if kind is hub.ResponseStart:
+            return self._start(event)
+        head = self._start()
+        if kind is hub.Delta:
+            return head + self._delta(event)
+        if kind is hub.BlockStart:
+            return head + self._block_start(event)
+        if kind is hub.BlockStop:
+            return head + self._block_stop(event)
+        if kind is hub.Usage:
+            self._usage = hub.merge_usage(self._usage, event)
+        elif kind is hub.Finish and event.choice == 0 and self._finish is None:
+            self._finish = event  # the wire says it at the end
+        elif kind is hub.Extension:
+            return head + self._extension(event)
+        elif kind is hub.Finish:
+            self._pending.append(br.event_to_json(event))
+        elif kind is hub.Error:
+            return head + self._error(event)
+        elif kind is hub.ResponseEnd:
+            return head + self._end()
+        return head
+
+    def _start(self, event: hub.ResponseStart | None = None) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        return self._start_wire(event or hub.ResponseStart())
+
+    def _ext(self, body: dict[str, Any], **more: Any) -> dict[str, Any]:
+        """``body`` with the pending hub events and the non-empty ``more`` under the extension key."""
+        ours = {k: v for k, v in more.items() if v}
+        if self._pending:
+            ours["events"], self._pending = self._pending, []
+        if ours:
+            body[br.EXT] = ours
+        return body
+
+    def _extension(self, e: hub.Extension) -> bytes:
+        self._pending.append(br.event_to_json(e))
+        return b""
+
+    def _carry_start(self, e: hub.BlockStart) -> bytes:
+        self._carried.add(e.index)
+        self._pending.append(br.event_to_json(e))
+        return b""
+
+    def _carry(self, e: hub.Delta | hub.BlockStop) -> bytes:
+        """A delta or stop of a block not on the wire: carried if its block was, else dropped
+        (the block never started)."""
+        if e.index in self._carried:
+            if type(e) is hub.BlockStop:
+                self._carried.discard(e.index)
+            self._pending.append(br.event_to_json(e))
+        return b""
+
+    def _close_all(self) -> bytes:
+        out = b"".join([self._block_stop(hub.BlockStop(i)) for i in list(self._blocks)])
+        for index in sorted(self._carried):
+            self._pending.append(br.event_to_json(hub.BlockStop(index)))
+        self._carried.clear()
+        return out
+
+    def _carry_totals(self) -> None:
+        """Before an error event: usage and finish have no wire event of their own left, so carry them."""
+        if self._usage is not None:
+            self._pending.append(br.event_to_json(self._usage))
+        if self._finish is not None:
+            self._pending.append(br.event_to_json(self._finish))
+        self._done = True
+
+    def _start_wire(self, event: hub.ResponseStart) -> bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _block_start(self, e: hub.BlockStart) -> bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _delta(self, e: hub.Delta) -> bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _block_stop(self, e: hub.BlockStop) -> bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _end(self) -> bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _error(self, error: hub.Error) -> bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
