@@ -130,3 +130,15 @@ def exact_finish(finish: hub.Finish, wire_word: str | None, native_reason: str |
         and finish.raw in (None, wire_word)
         and finish.stop_sequence is None
     )
+
+
+def obj_at(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """The JSON object at ``data[key]``, or ``{}`` when there is none (lenient decoding)."""
+    value = data.get(key)
+    return value if type(value) is dict else {}
+
+
+def finish_from_wire(word: str, to_hub: dict[str, str], tool_calls: bool) -> hub.Finish:
+    """The hub Finish for a wire reason; a plain end after tool calls is ``tool_use`` (the hub rule)."""
+    reason = to_hub.get(word, "other")
+    return hub.Finish("tool_use" if reason == "end_turn" and tool_calls else reason, raw=word)

@@ -8,6 +8,7 @@ class holds that bookkeeping and the per-event dispatch; a dialect supplies the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .. import hub
@@ -121,3 +122,44 @@ class CarryingEncoder:
 
     def _error(self, error: hub.Error) -> bytes:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+class CarriedDecoding:
+    """Stream-decoder helpers for reading back what :class:`CarryingEncoder` wrote; mixed into
+    decoders that have ``emit``, ``violation``, ``dialect``, ``_started`` and ``_tool_calls``."""
+
+    FIRST_EVENT = ""  # the wire's opening event and its closing one, for violation messages
+    LAST_EVENT = ""
+
+    def _ensure_start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.violation("start-first", f"event before {self.FIRST_EVENT}")
+            self.emit(hub.ResponseStart())
+
+    def _emit_carried(self, ext: dict[str, Any]) -> None:
+        for data in ext.get("events") or ():
+            event = br.event_from_json(data)
+            if event is not None:
+                self.emit(event)
+
+    def _emit_stop(self, index: int, stop: Any, own: dict[str, Any] | None = None) -> None:
+        """BlockStop with the fidelity the wire carried natively (``own``) and what ``stop`` carried."""
+        stop = stop if type(stop) is dict else {}
+        fidelity = hub.merge_dicts({self.dialect: own} if own else None, stop.get("fidelity"))
+        self.emit(hub.BlockStop(index, fidelity, stop.get("extensions")))
+
+    def _close_open(self, blocks: Iterable[tuple[int, dict[str, Any] | None]]) -> None:
+        """Stop blocks (hub index, own fidelity) the wire left open at its last event."""
+        for index, own in blocks:
+            self.violation("block-open", f"block {index} still open at {self.LAST_EVENT}")
+            self.emit(hub.BlockStop(index, {self.dialect: own} if own else None))
+
+    def _block_fields(self, ext: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+        """The ``block`` entry (BlockStart fields the wire could not say); its id, name, mime
+        type and extensions go into ``fields``."""
+        info = br.obj_at(ext, "block")
+        for key in ("id", "name", "mime_type", "extensions"):
+            if key in info:
+                fields[key] = info[key]
+        return info

@@ -21,7 +21,7 @@ import msgspec
 from .. import hub
 from ..errors import RequestError
 from . import _bridge as br
-from ._carrying import WIRE_KINDS, CarryingEncoder
+from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
 from .base import json_decode, json_encode
 from .eventstream import Decoder as FrameDecoder
 from .eventstream import encode_frame
@@ -164,8 +164,10 @@ class _Block:
         self.fidelity: dict[str, Any] = {}
 
 
-class StreamDecoder:
+class StreamDecoder(CarriedDecoding):
     dialect = NAME
+    FIRST_EVENT = "messageStart"
+    LAST_EVENT = "messageStop"
 
     def __init__(self) -> None:
         self._frames = FrameDecoder()
@@ -222,12 +224,6 @@ class StreamDecoder:
         self._out.append(hub.ResponseEnd())
         self.ended = True
 
-    def _ensure_start(self) -> None:
-        if not self._started:
-            self._started = True
-            self.violation("start-first", "event before messageStart")
-            self.emit(hub.ResponseStart())
-
     # -- frames
 
     def _frame(self, headers: dict[str, Any], payload: bytes) -> None:
@@ -240,17 +236,15 @@ class StreamDecoder:
         if type(data) is not dict:
             self.violation("event-shape", "payload is not a JSON object")
             return
-        ext = data.get(EXT) if type(data.get(EXT)) is dict else {}
+        ext = br.obj_at(data, EXT)
         if kind == "exception" or kind == "error":
             self._exception(headers, data, ext)
             return
         name = headers.get(":event-type")
         if name != "messageStart":
             self._ensure_start()
-        for carried in ext.get("events") or ():
-            event = br.event_from_json(carried)
-            if event is not None:
-                self.emit(event)
+        if ext:
+            self._emit_carried(ext)
         if name == "contentBlockDelta":
             self._delta(data, ext)
         elif name == "contentBlockStart":
@@ -277,14 +271,13 @@ class StreamDecoder:
         if wire in self._seen:
             self.violation("block-unique", f"content block {wire} started twice")
             return None
-        info = ext.get("block") if type(ext.get("block")) is dict else {}
+        info = self._block_fields(ext, fields)
+        if "fidelity" in info:
+            fields["fidelity"] = info["fidelity"]
         kind = info.get("kind", kind)
         block = _Block(br.hub_index(info, wire), kind)
         self._blocks[wire] = block
         self._seen.add(wire)
-        for key in ("id", "name", "mime_type", "extensions", "fidelity"):
-            if key in info:
-                fields[key] = info[key]
         if kind == "tool_call":
             self._tool_calls = True
             if not fields.get("id"):
@@ -346,19 +339,14 @@ class StreamDecoder:
         if block is None:
             self.violation("block-open", f"contentBlockStop for block {wire}, which is not open")
             return
-        stop = ext.get("stop") if type(ext.get("stop")) is dict else {}
-        fidelity = hub.merge_dicts({NAME: block.fidelity} if block.fidelity else None, stop.get("fidelity"))
-        self.emit(hub.BlockStop(block.index, fidelity, stop.get("extensions")))
+        self._emit_stop(block.index, ext.get("stop"), block.fidelity)
 
-    def _close_open(self, report: bool) -> None:
-        for block in list(self._blocks.values()):
-            if report:
-                self.violation("block-open", f"block {block.index} still open at messageStop")
-            self.emit(hub.BlockStop(block.index, {NAME: block.fidelity} if block.fidelity else None))
+    def _close_blocks(self) -> None:
+        self._close_open((block.index, block.fidelity) for block in self._blocks.values())
         self._blocks.clear()
 
     def _message_stop(self, data: dict[str, Any], ext: dict[str, Any]) -> None:
-        self._close_open(True)
+        self._close_blocks()
         carried = br.event_from_json(ext.get("finish"))
         reason = data.get("stopReason")
         if ext.get("finish") == {"event": "none"}:
@@ -366,17 +354,14 @@ class StreamDecoder:
         elif type(carried) is hub.Finish:
             self._finish = carried
         elif type(reason) is str:
-            word = STOP_TO_HUB.get(reason, "other")
-            if word == "end_turn" and self._tool_calls:
-                word = "tool_use"
-            self._finish = hub.Finish(word, raw=reason)
+            self._finish = br.finish_from_wire(reason, STOP_TO_HUB, self._tool_calls)
         else:
             self.violation("event-shape", "messageStop without stopReason")
         if data.get("additionalModelResponseFields") is not None:
             self.emit(hub.Extension(NAME, {"additionalModelResponseFields": data["additionalModelResponseFields"]}))
 
     def _metadata(self, data: dict[str, Any], ext: dict[str, Any]) -> None:
-        self._close_open(True)
+        self._close_blocks()
         usage = usage_from_wire(data.get("usage"), data.get("metrics"))
         extra = {k: v for k, v in _unpadded(data).items() if k not in ("usage", "metrics")}
         if extra:
@@ -390,10 +375,7 @@ class StreamDecoder:
 
     def _exception(self, headers: dict[str, Any], data: dict[str, Any], ext: dict[str, Any]) -> None:
         self._ensure_start()
-        for carried in ext.get("events") or ():
-            event = br.event_from_json(carried)
-            if event is not None:
-                self.emit(event)
+        self._emit_carried(ext)
         error = br.error_from_json(ext.get("error"))
         if error is None:
             name = headers.get(":exception-type") or headers.get(":error-code") or "internalServerException"
@@ -816,8 +798,7 @@ def decode_response(body: dict) -> list[hub.Event]:
     reason = body.get("stopReason")
     if type(reason) is str:
         calls = any(isinstance(p, hub.ToolCallPart) for p in parts)
-        word = STOP_TO_HUB.get(reason, "other")
-        events.append(hub.Finish("tool_use" if word == "end_turn" and calls else word, raw=reason))
+        events.append(br.finish_from_wire(reason, STOP_TO_HUB, calls))
     events.append(hub.ResponseEnd())
     return events
 

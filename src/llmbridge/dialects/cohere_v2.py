@@ -21,7 +21,7 @@ import msgspec
 from .. import hub, sse
 from ..errors import RequestError
 from . import _bridge as br
-from ._carrying import WIRE_KINDS, CarryingEncoder
+from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
 from .base import SSEStreamDecoder, json_decode, json_encode
 
 NAME = "cohere-v2"
@@ -87,8 +87,10 @@ def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | No
 # --------------------------------------------------------------------------- stream decoder
 
 
-class StreamDecoder(SSEStreamDecoder):
+class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
     dialect = NAME
+    FIRST_EVENT = "message-start"
+    LAST_EVENT = "message-end"
 
     def __init__(self) -> None:
         super().__init__()
@@ -108,14 +110,11 @@ class StreamDecoder(SSEStreamDecoder):
             self.violation("event-shape", "event data is not a JSON object")
             return
         kind = data.get("type") or event.event
-        ext = data.get(EXT)
-        ext = ext if type(ext) is dict else {}
+        ext = br.obj_at(data, EXT)
         if kind != "message-start":
             self._ensure_start()
-        for carried in ext.get("events") or ():
-            hub_event = br.event_from_json(carried)
-            if hub_event is not None:
-                self.emit(hub_event)
+        if ext:
+            self._emit_carried(ext)
         if kind != "tool-plan-delta" and self._plan is not None:
             self._close_plan(None)
         delta = data.get("delta") if type(data.get("delta")) is dict else {}
@@ -150,8 +149,7 @@ class StreamDecoder(SSEStreamDecoder):
             if hub_index is None:
                 self.violation("block-open", f"{kind} for {index}, which is not open")
             else:
-                stop = ext.get("stop") or {}
-                self.emit(hub.BlockStop(hub_index, stop.get("fidelity"), stop.get("extensions")))
+                self._emit_stop(hub_index, ext.get("stop"))
         elif kind == "citation-start":
             self._citation(message.get("citations"), ext)
         elif kind == "citation-end":
@@ -165,12 +163,6 @@ class StreamDecoder(SSEStreamDecoder):
         elif kind != "debug":
             self.violation("unknown-event", f"unknown event type {kind!r}")
 
-    def _ensure_start(self) -> None:
-        if not self._started:
-            self._started = True
-            self.violation("start-first", "event before message-start")
-            self.emit(hub.ResponseStart())
-
     def _message_start(self, data: dict[str, Any], message: dict[str, Any], ext: dict[str, Any]) -> None:
         if self._started:
             self.violation("start-once", "second message-start")
@@ -183,13 +175,11 @@ class StreamDecoder(SSEStreamDecoder):
             self._plan_delta(plan, {})
 
     def _open(self, kind: str, ext: dict[str, Any], **fields: Any) -> int:
-        info = ext.get("block") if type(ext.get("block")) is dict else {}
+        info = self._block_fields(ext, fields)
         index = br.hub_index(info, self._next)
         self._next += 1
-        merged = {**fields, **{k: v for k, v in info.items() if k in ("id", "name", "mime_type", "extensions")}}
-        fidelity = hub.merge_dicts(fields.get("fidelity"), info.get("fidelity"))
-        merged["fidelity"] = fidelity
-        self.emit(hub.BlockStart(index, info.get("kind", kind), **{k: v for k, v in merged.items()}))
+        fields["fidelity"] = hub.merge_dicts(fields.get("fidelity"), info.get("fidelity"))
+        self.emit(hub.BlockStart(index, info.get("kind", kind), **fields))
         return index
 
     def _content_start(self, index: Any, content: Any, ext: dict[str, Any]) -> None:
@@ -227,8 +217,7 @@ class StreamDecoder(SSEStreamDecoder):
             self._close_plan(ext["stop"])
 
     def _close_plan(self, stop: Any) -> None:
-        stop = stop if type(stop) is dict else {}
-        self.emit(hub.BlockStop(self._plan, stop.get("fidelity"), stop.get("extensions")))
+        self._emit_stop(self._plan, stop)
         self._plan = None
 
     def _citation(self, citation: Any, ext: dict[str, Any]) -> None:
@@ -239,20 +228,14 @@ class StreamDecoder(SSEStreamDecoder):
         index = self._by_content.get(citation.get("content_index", 0)) if type(citation) is dict else None
         self.emit(hub.Extension(NAME, citation, index))
 
-    def _close_open(self, report: bool = True) -> None:
-        for table in (self._content, self._tools):
-            for hub_index in table.values():
-                if report:
-                    self.violation("block-open", f"block {hub_index} still open at message-end")
-                self.emit(hub.BlockStop(hub_index))
-            table.clear()
-
     def _message_end(self, delta: dict[str, Any], ext: dict[str, Any]) -> None:
         error = br.error_from_json(ext.get("error"))
         if error is None and delta.get("error"):
             error = hub.Error(str(delta["error"]), "api_error", body=delta)
         if error is None:
-            self._close_open()
+            self._close_open((i, None) for table in (self._content, self._tools) for i in table.values())
+            self._content.clear()
+            self._tools.clear()
         if "usage" in delta:
             self.emit(br.apply_rest(usage_from_wire(delta["usage"]), ext.get("usage")))
         if error is not None:
@@ -263,10 +246,7 @@ class StreamDecoder(SSEStreamDecoder):
         if type(finish) is hub.Finish:
             self.emit(finish)
         elif type(reason) is str:
-            hub_reason = FINISH_TO_HUB.get(reason, "other")
-            if hub_reason == "end_turn" and self._tool_calls:
-                hub_reason = "tool_use"
-            self.emit(hub.Finish(hub_reason, raw=reason))
+            self.emit(br.finish_from_wire(reason, FINISH_TO_HUB, self._tool_calls))
         self.finish_stream()
 
     def _error(self, data: dict[str, Any]) -> None:

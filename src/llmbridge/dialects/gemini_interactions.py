@@ -24,7 +24,7 @@ import msgspec
 from .. import hub, sse
 from ..errors import RequestError
 from . import _bridge as br
-from ._carrying import WIRE_KINDS, CarryingEncoder
+from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
 from .base import SSEStreamDecoder, json_decode, json_encode
 
 NAME = "gemini-interactions"
@@ -126,8 +126,10 @@ def _arguments_text(arguments: Any) -> str:
 # --------------------------------------------------------------------------- stream decoder
 
 
-class StreamDecoder(SSEStreamDecoder):
+class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
     dialect = NAME
+    FIRST_EVENT = "interaction.created"
+    LAST_EVENT = "interaction.completed"
 
     def __init__(self) -> None:
         super().__init__()
@@ -147,13 +149,11 @@ class StreamDecoder(SSEStreamDecoder):
             return
         kind = data.get("event_type") or (event.event if event.event != "message" else None)
         kind = _ALIASES.get(kind, kind)
-        ext = data.get(EXT) if type(data.get(EXT)) is dict else {}
+        ext = br.obj_at(data, EXT)
         if kind != "interaction.created":
             self._ensure_start()
-        for carried in ext.get("events") or ():
-            hub_event = br.event_from_json(carried)
-            if hub_event is not None:
-                self.emit(hub_event)
+        if ext:
+            self._emit_carried(ext)
         if kind == "step.delta":
             self._delta(data.get("index"), data.get("delta"))
         elif kind == "step.start":
@@ -170,12 +170,6 @@ class StreamDecoder(SSEStreamDecoder):
             self._error(data, ext)
         else:
             self.violation("unknown-event", f"unknown event_type {kind!r}")
-
-    def _ensure_start(self) -> None:
-        if not self._started:
-            self._started = True
-            self.violation("start-first", "event before interaction.created")
-            self.emit(hub.ResponseStart())
 
     def _created(self, interaction: Any, ext: dict[str, Any]) -> None:
         if self._started:
@@ -222,10 +216,7 @@ class StreamDecoder(SSEStreamDecoder):
             fields["extensions"] = {NAME: step}
         if block != "native" and step.get("signature"):
             fidelity["signature"] = step["signature"]
-        info = ext.get("block") if type(ext.get("block")) is dict else {}
-        for key in ("id", "name", "mime_type", "extensions"):
-            if key in info:
-                fields[key] = info[key]
+        info = self._block_fields(ext, fields)
         hub_index = br.hub_index(info, self._next)
         self._next += 1
         self._open[index] = (hub_index, {})
@@ -273,19 +264,11 @@ class StreamDecoder(SSEStreamDecoder):
             self.violation("block-open", f"step.stop for step {index}, which is not open")
             return
         hub_index, fidelity = entry
-        stop = ext.get("stop") if type(ext.get("stop")) is dict else {}
-        merged = hub.merge_dicts({NAME: fidelity} if fidelity else None, stop.get("fidelity"))
-        self.emit(hub.BlockStop(hub_index, merged, stop.get("extensions")))
-
-    def _close_open(self, report: bool) -> None:
-        for hub_index, fidelity in self._open.values():
-            if report:
-                self.violation("block-open", f"block {hub_index} still open at interaction.completed")
-            self.emit(hub.BlockStop(hub_index, {NAME: fidelity} if fidelity else None))
-        self._open.clear()
+        self._emit_stop(hub_index, ext.get("stop"), fidelity)
 
     def _completed(self, interaction: Any, ext: dict[str, Any]) -> None:
-        self._close_open(True)
+        self._close_open(self._open.values())
+        self._open.clear()
         interaction = interaction if type(interaction) is dict else {}
         extra = {k: v for k, v in interaction.items() if k not in _INTERACTION_NATIVE}
         if extra and not ext.get("no_interaction"):
@@ -299,10 +282,7 @@ class StreamDecoder(SSEStreamDecoder):
         elif ext.get("finish") == {"event": "none"}:
             pass
         elif type(status) is str:
-            reason = STATUS_TO_HUB.get(status, "other")
-            if reason == "end_turn" and self._tool_calls:
-                reason = "tool_use"
-            self.emit(hub.Finish(reason, raw=status))
+            self.emit(br.finish_from_wire(status, STATUS_TO_HUB, self._tool_calls))
         self.finish_stream()
 
     def _error(self, data: dict[str, Any], ext: dict[str, Any]) -> None:
