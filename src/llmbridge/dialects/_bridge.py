@@ -8,11 +8,13 @@ nearest wire object: hub events with no wire event at all (``events``), block fi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, get_args
 
 import msgspec
 
 from .. import hub
+from .base import json_decode
 
 EXT = "llmbridge"
 
@@ -142,3 +144,51 @@ def finish_from_wire(word: str, to_hub: dict[str, str], tool_calls: bool) -> hub
     """The hub Finish for a wire reason; a plain end after tool calls is ``tool_use`` (the hub rule)."""
     reason = to_hub.get(word, "other")
     return hub.Finish("tool_use" if reason == "end_turn" and tool_calls else reason, raw=word)
+
+
+# --------------------------------------------------------------------------- requests and HTTP errors
+
+
+def vendor_fields(name: str, body: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """Request fields the hub does not model, as ``"<dialect>:<field>"`` request extensions."""
+    return {f"{name}:{k}": v for k, v in body.items() if k not in known}
+
+
+def put_vendor_fields(
+    body: dict[str, Any], name: str, extensions: dict[str, Any], skip: Callable[[str], bool] | None = None
+) -> None:
+    """The dialect's own request extensions back into ``body``, never over a field it has
+    (``skip``: fields the caller places itself)."""
+    prefix = name + ":"
+    for key, value in extensions.items():
+        if key.startswith(prefix) and not (skip and skip(key[len(prefix) :])):
+            body.setdefault(key[len(prefix) :], value)
+
+
+def arguments_object(text: str, fallback: Any) -> Any:
+    """Tool-call argument JSON as the object these wires want (``""`` means ``{}``)."""
+    try:
+        return json_decode(text) if text.strip() else {}
+    except msgspec.DecodeError:
+        return fallback
+
+
+def post_headers(request: hub.Request, stream_type: str, auth: dict[str, str]) -> dict[str, str]:
+    headers = {"content-type": "application/json", **auth}
+    if request.stream:
+        headers["accept"] = stream_type
+    return headers
+
+
+def error_json(body: bytes) -> Any:
+    """An HTTP error body as JSON, or None when it is empty or not JSON."""
+    try:
+        return json_decode(body) if body else None
+    except msgspec.DecodeError:
+        return None
+
+
+def plain_error(status: int, body: bytes, data: Any = None) -> hub.Error:
+    """An error response not in the vendor's JSON shape: its text, typed by the status."""
+    text = body.decode("utf-8", "replace").strip() or f"HTTP {status}"
+    return hub.Error(text, hub.error_type_for_status(status), status=status, body=data if data else text)

@@ -640,7 +640,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
     extra = dict(body.get("additionalModelRequestFields") or {})
     thinking = extra.pop("thinking", None) if type(extra.get("thinking")) is dict else None
     top_k = extra.pop("top_k", None)
-    extensions = {f"{NAME}:{k}": v for k, v in body.items() if k not in _REQUEST_KNOWN}
+    extensions = br.vendor_fields(NAME, body, _REQUEST_KNOWN)
     if extra:
         extensions[f"{NAME}:additionalModelRequestFields"] = extra
     return hub.Request(
@@ -668,10 +668,7 @@ def _parts_to_wire(parts: list[hub.Part]) -> list[dict[str, Any]]:
             source = {"bytes": p.data} if p.data else {"s3Location": {"uri": p.url}}
             out.append({"image": {"format": fmt, "source": source}})
         elif isinstance(p, hub.ToolCallPart):
-            try:
-                arguments = json_decode(p.arguments) if p.arguments.strip() else {}
-            except msgspec.DecodeError:
-                arguments = {EXT: {"arguments": p.arguments}}
+            arguments = br.arguments_object(p.arguments, {EXT: {"arguments": p.arguments}})
             out.append({"toolUse": {"toolUseId": p.id, "name": p.name, "input": arguments}})
         elif isinstance(p, hub.ToolResultPart):
             result = {"toolUseId": p.tool_call_id, "content": _parts_to_wire(p.content) or [{"text": ""}]}
@@ -743,9 +740,7 @@ def encode_request(request: hub.Request) -> dict:
         extra["top_k"] = request.top_k
     if extra:
         body["additionalModelRequestFields"] = extra
-    for key, value in request.extensions.items():
-        if key.startswith(NAME + ":") and key != f"{NAME}:additionalModelRequestFields":
-            body.setdefault(key[len(NAME) + 1 :], value)
+    br.put_vendor_fields(body, NAME, request.extensions, skip=lambda field: field == "additionalModelRequestFields")
     return body
 
 
@@ -756,12 +751,8 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
 
     action = "converse-stream" if request.stream else "converse"
     url = f"{base_url.rstrip('/')}/model/{quote(request.model or '', safe='')}/{action}"
-    headers = {"content-type": "application/json"}
-    if api_key:
-        headers["authorization"] = f"Bearer {api_key}"
-    if request.stream:
-        headers["accept"] = STREAM_CONTENT_TYPE
-    return url, headers
+    auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    return url, br.post_headers(request, STREAM_CONTENT_TYPE, auth)
 
 
 # --------------------------------------------------------------------------- whole responses and errors
@@ -831,13 +822,9 @@ def encode_error(error: hub.Error) -> tuple[int, dict]:
 
 
 def decode_error(status: int, body: bytes) -> hub.Error:
-    try:
-        data = json_decode(body) if body else None
-    except msgspec.DecodeError:
-        data = None
+    data = br.error_json(body)
     if type(data) is not dict:
-        text = body.decode("utf-8", "replace").strip() or f"HTTP {status}"
-        return hub.Error(text, hub.error_type_for_status(status), status=status, body=text)
+        return br.plain_error(status, body)
     ext = data.get(EXT) if type(data.get(EXT)) is dict else {}
     message = data.get("message") or data.get("Message") or f"HTTP {status}"
     kind = ext.get("type") if ext.get("type") in hub.ERROR_TYPES else hub.error_type_for_status(status)

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from .. import hub, sse
 from ..errors import RequestError
 from . import _bridge as br
 from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
-from .base import SSEStreamDecoder, json_decode, json_encode
+from .base import SSEStreamDecoder, json_encode
 
 NAME = "cohere-v2"
 EXT = br.EXT
@@ -485,7 +483,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
     if type(thinking) is dict:
         thinking = {"type": thinking.get("type", "enabled"), "budget_tokens": thinking.get("token_budget")}
         thinking = {k: v for k, v in thinking.items() if v is not None}
-    extensions = {f"{NAME}:{k}": v for k, v in body.items() if k not in _REQUEST_KNOWN}
+    extensions = br.vendor_fields(NAME, body, _REQUEST_KNOWN)
     return hub.Request(
         model=model or body.get("model"),
         messages=out,
@@ -599,9 +597,7 @@ def encode_request(request: hub.Request) -> dict:
             "type": "disabled" if t.get("type") == "disabled" else "enabled",
             **({"token_budget": t["budget_tokens"]} if t.get("budget_tokens") else {}),
         }
-    for key, value in request.extensions.items():
-        if key.startswith(NAME + ":"):
-            body.setdefault(key[len(NAME) + 1 :], value)
+    br.put_vendor_fields(body, NAME, request.extensions)
     return body
 
 
@@ -609,12 +605,8 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
     """``POST {base_url}/v2/chat`` with a bearer token."""
     base = base_url.rstrip("/")
     url = base + ("/chat" if base.endswith("/v2") else "/v2/chat")
-    headers = {"content-type": "application/json"}
-    if api_key:
-        headers["authorization"] = f"Bearer {api_key}"
-    if request.stream:
-        headers["accept"] = STREAM_CONTENT_TYPE
-    return url, headers
+    auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    return url, br.post_headers(request, STREAM_CONTENT_TYPE, auth)
 
 
 # --------------------------------------------------------------------------- whole responses and errors
@@ -716,13 +708,9 @@ def encode_error(error: hub.Error) -> tuple[int, dict]:
 
 
 def decode_error(status: int, body: bytes) -> hub.Error:
-    try:
-        data = json_decode(body) if body else None
-    except msgspec.DecodeError:
-        data = None
+    data = br.error_json(body)
     if type(data) is not dict:
-        text = body.decode("utf-8", "replace").strip() or f"HTTP {status}"
-        return hub.Error(text, hub.error_type_for_status(status), status=status, body=text)
+        return br.plain_error(status, body)
     ext = data.get(EXT) if type(data.get(EXT)) is dict else {}
     message = data.get("message") or data.get("error") or f"HTTP {status}"
     kind = ext.get("type") if ext.get("type") in hub.ERROR_TYPES else hub.error_type_for_status(status)

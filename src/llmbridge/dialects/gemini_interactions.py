@@ -19,13 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from .. import hub, sse
 from ..errors import RequestError
 from . import _bridge as br
 from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
-from .base import SSEStreamDecoder, json_decode, json_encode
+from .base import SSEStreamDecoder, json_encode
 
 NAME = "gemini-interactions"
 EXT = br.EXT
@@ -574,7 +572,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         if type(entry) is dict and entry.get("type") == "text" and entry.get("mime_type") == "application/json":
             fmt = {"type": "json_schema", "schema": entry["schema"]} if entry.get("schema") else {"type": "json_object"}
     thinking = {"type": "enabled", "effort": config["thinking_level"]} if config.get("thinking_level") else None
-    extensions = {f"{NAME}:{k}": v for k, v in body.items() if k not in _REQUEST_KNOWN}
+    extensions = br.vendor_fields(NAME, body, _REQUEST_KNOWN)
     extensions.update(
         {
             f"{NAME}:generation_config.{k}": v
@@ -656,10 +654,7 @@ def encode_request(request: hub.Request) -> dict:
                 step = {"type": "thought", "summary": [{"type": "text", "text": p.text}] if p.text else []}
                 steps.append({**step, **({"signature": own["signature"]} if own.get("signature") else {})})
             elif isinstance(p, hub.ToolCallPart):
-                try:
-                    arguments = json_decode(p.arguments) if p.arguments.strip() else {}
-                except msgspec.DecodeError:
-                    arguments = {}
+                arguments = br.arguments_object(p.arguments, {})
                 step = {"type": "function_call", "id": p.id, "name": p.name, "arguments": arguments}
                 steps.append({**step, **({"signature": own["signature"]} if own.get("signature") else {})})
             elif isinstance(p, hub.NativePart) and p.namespace == NAME:
@@ -713,9 +708,7 @@ def encode_request(request: hub.Request) -> dict:
         body["response_format"] = [entry]
     if request.stream:
         body["stream"] = True
-    for key, value in request.extensions.items():
-        if key.startswith(NAME + ":") and "generation_config." not in key:
-            body.setdefault(key[len(NAME) + 1 :], value)
+    br.put_vendor_fields(body, NAME, request.extensions, skip=lambda field: "generation_config." in field)
     return body
 
 
@@ -726,12 +719,8 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
     # (google-genai's own client posts to /v1/interactions; the REST docs show /v1beta)
     versioned = base.rsplit("/", 1)[-1].startswith("v1")
     url = base + ("/interactions" if versioned else "/v1beta/interactions")
-    headers = {"content-type": "application/json"}
-    if api_key:
-        headers["x-goog-api-key"] = api_key
-    if request.stream:
-        headers["accept"] = STREAM_CONTENT_TYPE
-    return url, headers
+    auth = {"x-goog-api-key": api_key} if api_key else {}
+    return url, br.post_headers(request, STREAM_CONTENT_TYPE, auth)
 
 
 # --------------------------------------------------------------------------- whole responses and errors
@@ -771,10 +760,7 @@ def encode_response(response: hub.Response) -> dict:
                 {"type": "thought", **signature, **({"summary": [{"type": "text", "text": b.text}]} if b.text else {})}
             )
         elif b.kind == "tool_call":
-            try:
-                arguments = json_decode(b.text) if b.text.strip() else {}
-            except msgspec.DecodeError:
-                arguments = {}
+            arguments = br.arguments_object(b.text, {})
             steps.append(
                 {
                     "type": "function_call",
@@ -811,16 +797,12 @@ def encode_error(error: hub.Error) -> tuple[int, dict]:
 
 
 def decode_error(status: int, body: bytes) -> hub.Error:
-    try:
-        data = json_decode(body) if body else None
-    except msgspec.DecodeError:
-        data = None
+    data = br.error_json(body)
     if type(data) is list and data and type(data[0]) is dict:
         data = data[0]
     inner = data.get("error") if type(data) is dict and type(data.get("error")) is dict else None
     if inner is None:
-        text = body.decode("utf-8", "replace").strip() or f"HTTP {status}"
-        return hub.Error(text, hub.error_type_for_status(status), status=status, body=data if data else text)
+        return br.plain_error(status, body, data)
     kind = _GOOGLE_STATUS.get(inner.get("status") or "", hub.error_type_for_status(status))
     return hub.Error(
         str(inner.get("message") or f"HTTP {status}"), kind, code=inner.get("status"), status=status, body=data
