@@ -949,3 +949,168 @@ def test_tool_call_quirks():
     assert r.finish.reason == "tool_use" and r.finish.raw == "stop"
     again = decode(_body(*[{"choices": c["choices"]} for c in sse_chunks(encode(events)) if c["choices"]]))[0]
     assert [(b.id, b.text) for b in hub.assemble(again).blocks] == [(b.id, b.text) for b in r.blocks]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 3) | st.sampled_from(["", "x", "<think>", "stop", "tool_calls"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "index",
+                    "id",
+                    "content",
+                    "delta",
+                    "function",
+                    "arguments",
+                    "name",
+                    "type",
+                    "text",
+                    "reasoning_details",
+                    "tool_calls",
+                    "finish_reason",
+                    "llmbridge",
+                    "block",
+                    "stop",
+                    "kind",
+                    "ref",
+                    "keep",
+                    "logprobs",
+                    "usage",
+                    "error",
+                    "refusal",
+                    "reasoning",
+                    "choices",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["id", "choices", "usage", "error", "llmbridge", "citations"]), _JSON, max_size=3
+        ),
+        max_size=5,
+    )
+)
+def test_malformed_chunks_never_crash(chunks):
+    """Whatever JSON arrives, the decoder answers with a valid hub stream (and violations)."""
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    events, _ = decode(body)
+    assert hub.validate(events) == []
+    encode(events)  # and the encoder takes what the decoder gave
+
+
+_DELTA_KEYS = [
+    "content",
+    "refusal",
+    "reasoning",
+    "reasoning_content",
+    "reasoning_details",
+    "tool_calls",
+    "executed_tools",
+    "function_call",
+    "annotations",
+    "role",
+]
+_shaped_choice = st.fixed_dictionaries(
+    {"index": st.integers(0, 2), "delta": st.dictionaries(st.sampled_from(_DELTA_KEYS), _JSON, max_size=3)},
+    optional={
+        "finish_reason": _JSON,
+        "logprobs": _JSON,
+        "llmbridge": _JSON,
+        "native_finish_reason": _JSON,
+        "content_filter_results": _JSON,
+        "stop_reason": _JSON,
+    },
+)
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"id": st.just("c"), "choices": st.lists(_shaped_choice, max_size=2)},
+            optional={"usage": _JSON, "llmbridge": _JSON, "x_groq": _JSON},
+        ),
+        max_size=6,
+    )
+)
+def test_malformed_choices_never_crash(chunks):
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    events, _ = decode(body)
+    assert hub.validate(events) == []
+    encode(events)
+
+
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "developer", "user", "assistant", "tool", "function", "x"])},
+    optional={
+        "content": _JSON,
+        "tool_calls": _JSON,
+        "tool_call_id": _JSON,
+        "name": _JSON,
+        "llmbridge": _JSON,
+        "reasoning_content": _JSON,
+        "refusal": _JSON,
+        "function_call": _JSON,
+    },
+)
+
+
+@given(
+    st.fixed_dictionaries(
+        {"messages": st.lists(_MESSAGE, max_size=3)},
+        optional={
+            "tools": _JSON,
+            "tool_choice": _JSON,
+            "stop": _JSON,
+            "response_format": _JSON,
+            "max_tokens": _JSON,
+            "temperature": _JSON,
+            "metadata": _JSON,
+            "n": _JSON,
+            "reasoning_effort": _JSON,
+            "llmbridge": _JSON,
+            "model": _JSON,
+        },
+    )
+)
+def test_bad_requests_raise_request_error(body):
+    """Any body decodes or raises RequestError naming a field: never another exception."""
+    try:
+        req = oc.decode_request(body)
+    except RequestError as exc:
+        assert exc.field
+        return
+    oc.encode_request(req)
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "id": st.just("c"),
+            "choices": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "index": st.integers(0, 1),
+                        "message": st.dictionaries(st.sampled_from(_DELTA_KEYS), _JSON, max_size=3),
+                    },
+                    optional={"finish_reason": _JSON, "logprobs": _JSON},
+                ),
+                max_size=2,
+            ),
+        },
+        optional={"usage": _JSON, "llmbridge": _JSON, "error": _JSON},
+    )
+)
+def test_malformed_responses_never_crash(body):
+    events = oc.decode_response(body)
+    assert hub.validate(events) == []
+    oc.encode_response(hub.assemble(events))

@@ -85,11 +85,15 @@ def error_from_object(obj: Any, status: int | None = None, bridge: Any = None) -
                 status = candidate
                 break
     kind = None
-    if isinstance(bridge, dict) and bridge.get("type") in hub.ERROR_TYPES:
+    if isinstance(bridge, dict) and isinstance(bridge.get("type"), str) and bridge["type"] in hub.ERROR_TYPES:
         kind = bridge["type"]
-        status = bridge.get("status", status)
+        if isinstance(bridge.get("status"), int):
+            status = bridge["status"]
     if kind is None:
-        kind = ERROR_FROM_WIRE.get(obj.get("type")) or ERROR_FROM_WIRE.get(code)
+        wire_type = obj.get("type")
+        kind = ERROR_FROM_WIRE.get(wire_type if isinstance(wire_type, str) else "") or ERROR_FROM_WIRE.get(
+            code if isinstance(code, str) else ""
+        )
     if kind is None:
         kind = hub.error_type_for_status(status) if status and status != 502 else "api_error"
     return hub.Error(message, kind, None if code is None else str(code), status, obj)
@@ -121,16 +125,16 @@ _USAGE_MAIN = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
     """OpenAI usage -> hub usage; fields the hub does not model stay in extensions."""
-    prompt = raw.get("prompt_tokens")
-    completion = raw.get("completion_tokens")
-    total = raw.get("total_tokens")
+    prompt = _int(raw.get("prompt_tokens"))
+    completion = _int(raw.get("completion_tokens"))
+    total = _int(raw.get("total_tokens"))
     pdet = raw.get("prompt_tokens_details") or {}
     cdet = raw.get("completion_tokens_details") or {}
-    cached = pdet.get("cached_tokens") if isinstance(pdet, dict) else None
+    cached = _int(pdet.get("cached_tokens")) if isinstance(pdet, dict) else None
     if cached is None:
-        cached = raw.get("cached_tokens", raw.get("prompt_cache_hit_tokens"))
-    written = pdet.get("cache_write_tokens") if isinstance(pdet, dict) else None
-    reasoning = cdet.get("reasoning_tokens") if isinstance(cdet, dict) else None
+        cached = _int(raw.get("cached_tokens", raw.get("prompt_cache_hit_tokens")))
+    written = _int(pdet.get("cache_write_tokens")) if isinstance(pdet, dict) else None
+    reasoning = _int(cdet.get("reasoning_tokens")) if isinstance(cdet, dict) else None
     # xAI counts reasoning outside completion_tokens (total = prompt + completion + reasoning);
     # the hub counts every generated token as output.
     if (
@@ -161,6 +165,10 @@ def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
         total_tokens=total,
         extensions={NAME: rest} if rest else None,
     )
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
 
 
 def usage_to_wire(usage: hub.Usage) -> dict[str, Any]:

@@ -345,7 +345,7 @@ class StreamDecoder(SSEStreamDecoder):
         delta = choice.get("delta")
         if bridge is not None and type(bridge) is dict and "ref" in bridge and "delta" not in bridge and delta:
             # text of a block kept open beside the current one (interleaved blocks)
-            target = self._refs.get(bridge["ref"])
+            target = self._refs.get(_key(bridge["ref"]))
             text = delta.get("content") or delta.get("reasoning_content") or delta.get("refusal")
             if target is not None and isinstance(text, str):
                 self.emit(hub.Delta(target, text))
@@ -360,7 +360,7 @@ class StreamDecoder(SSEStreamDecoder):
             self.violation("missing-field", "choice without delta")
         reason = choice.get("finish_reason")
         logprobs = choice.get("logprobs")
-        if logprobs and (logprobs.get("content") or logprobs.get("refusal")):
+        if logprobs and (type(logprobs) is not dict or logprobs.get("content") or logprobs.get("refusal")):
             self.emit(hub.Extension(NAME, {"logprobs": logprobs}, ch.seq if ch.seq is not None else ch.last))
         if len(choice) > ("index" in choice) + ("delta" in choice) + ("finish_reason" in choice) + (
             "logprobs" in choice
@@ -394,7 +394,7 @@ class StreamDecoder(SSEStreamDecoder):
             else:
                 self.violation("content", "delta.content is neither a string nor a list")
         refusal = delta.get("refusal")
-        if refusal:
+        if refusal and type(refusal) is str:
             ch.refused = True
             self._seq(ch, "text", refusal, refusal=True)
         calls = delta.get("tool_calls")
@@ -453,12 +453,12 @@ class StreamDecoder(SSEStreamDecoder):
         for part in parts:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind == "text":
-                self._content(ch, part.get("text") or "")
+                self._content(ch, _str(part.get("text")) or "")
             elif kind == "thinking":
                 ch.reasoned = True
                 inner = part.get("thinking")
                 if isinstance(inner, list):
-                    text = "".join(p.get("text") or "" for p in inner if isinstance(p, dict))
+                    text = "".join(_str(p.get("text")) or "" for p in inner if isinstance(p, dict))
                 else:
                     text = inner if isinstance(inner, str) else ""
                 self._seq(ch, "thinking", text)
@@ -498,8 +498,11 @@ class StreamDecoder(SSEStreamDecoder):
             k = call.get("index")
             if type(k) is not int:
                 k = position if len(calls) > 1 or not ch.tools else max(ch.tools)
-            fn = call.get("function") or {}
-            call_id = call.get("id") or None
+            fn = call.get("function")
+            if type(fn) is not dict:
+                fn = {}
+            call_id = call.get("id") if type(call.get("id")) is str else None
+            name = fn.get("name") if type(fn.get("name")) is str else None
             block = ch.tools.get(k)
             if block is not None and call_id and ch.tool_ids.get(k) and call_id != ch.tool_ids[k]:
                 # a provider reusing the index for a new call: a new block
@@ -511,9 +514,9 @@ class StreamDecoder(SSEStreamDecoder):
                 if not call_id:
                     call_id = f"call_{self._response_id or 'llmbridge'}_{self._calls}"
                 self._calls += 1
-                if not fn.get("name"):
+                if not name:
                     self.violation("missing-field", f"tool call {k} starts without a function name")
-                block = self._open(ch, "tool_call", call_id, fn.get("name") or None)
+                block = self._open(ch, "tool_call", call_id, name)
                 ch.tools[k] = ch.tool_blocks[k] = block
                 ch.tool_ids[k] = call_id
                 ch.had_tools = True
@@ -543,7 +546,7 @@ class StreamDecoder(SSEStreamDecoder):
         for tool in tools:
             if not isinstance(tool, dict):
                 continue
-            k = tool.get("index")
+            k = _key(tool.get("index"))
             block = ch.natives.get(k)
             if block is None:
                 self._flush_think(ch)
@@ -576,9 +579,9 @@ class StreamDecoder(SSEStreamDecoder):
         hub_reason = FINISH_FROM_WIRE.get(raw, "other")
         stop_sequence = None
         stop_reason = choice.get("stop_reason")
-        if isinstance(bridge, dict) and bridge.get("finish") in hub.FINISH_REASONS:
+        if isinstance(bridge, dict) and _key(bridge.get("finish")) in hub.FINISH_REASONS:
             hub_reason = bridge["finish"]
-            raw = bridge.get("raw") or raw
+            raw = bridge["raw"] if isinstance(bridge.get("raw"), str) and bridge["raw"] else raw
         elif hub_reason == "end_turn":
             if ch.had_tools:
                 hub_reason = "tool_use"
@@ -598,39 +601,40 @@ class StreamDecoder(SSEStreamDecoder):
         keep = bridge.get("keep")
         if isinstance(keep, dict):  # the open block stays open, interleaved with the next ones
             self._flush_think(ch)
-            kind, refusal = keep.get("kind") or "text", bool(keep.get("refusal"))
+            kind, refusal = _kind(keep.get("kind")), bool(keep.get("refusal"))
             if ch.seq is not None and ch.seq_kind == kind and ch.seq_refusal == refusal:
                 index = ch.seq
                 ch.seq, ch.seq_kind, ch.rd_index, ch.plain = None, "", None, False
             else:  # it has had no text yet, so no block: open it now
                 self._close_seq(ch)
                 index = self._open(ch, kind, extensions={NAME: {"refusal": True}} if refusal else None)
-            self._refs[keep.get("ref")] = index
+            self._refs[_key(keep.get("ref"))] = index
             ch.background.append(index)
         block = bridge.get("block")
         if isinstance(block, dict):
             self._flush_think(ch)
             self._close_seq(ch)
-            kind = block.get("kind") or "text"
+            kind = _kind(block.get("kind"))
+            extensions = _dict(block.get("extensions"))
             index = self._open(
                 ch,
                 kind,
-                block.get("id"),
-                block.get("name"),
-                block.get("mime_type"),
-                block.get("fidelity"),
-                block.get("extensions"),
+                _str(block.get("id")),
+                _str(block.get("name")),
+                _str(block.get("mime_type")),
+                _dict(block.get("fidelity")),
+                extensions,
             )
             ch.seq, ch.seq_kind, ch.plain = index, kind, False
-            ch.seq_refusal = bool((block.get("extensions") or {}).get(NAME, {}).get("refusal"))
+            ch.seq_refusal = bool((_dict((extensions or {}).get(NAME)) or {}).get("refusal"))
             if kind in ("text", "thinking"):
                 ch.think = "text"
                 ch.reasoned = ch.reasoned or kind == "thinking"
             if "ref" in block:
-                self._refs[block["ref"]] = index
+                self._refs[_key(block["ref"])] = index
         text = bridge.get("delta")
         if isinstance(text, str):
-            target = self._refs.get(bridge.get("ref"), ch.seq)
+            target = self._refs.get(_key(bridge.get("ref")), ch.seq)
             if target is not None:
                 self.emit(hub.Delta(target, text))
 
@@ -639,7 +643,7 @@ class StreamDecoder(SSEStreamDecoder):
             return
         ext = bridge.get("extension")
         if isinstance(ext, dict):
-            target = ch.tool_blocks.get(ext["tool"]) if "tool" in ext else self._refs.get(ext.get("ref"))
+            target = ch.tool_blocks.get(_key(ext["tool"])) if "tool" in ext else self._refs.get(_key(ext.get("ref")))
             kind = ext.get("kind")
             if target is None and kind in ("text", "thinking"):
                 if ch.seq is None or ch.seq_kind != kind:  # the block has had no text yet: open it now
@@ -651,9 +655,9 @@ class StreamDecoder(SSEStreamDecoder):
             self.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data"), target))
         stop = bridge.get("stop")
         if isinstance(stop, dict):
-            fidelity, extensions = stop.get("fidelity"), stop.get("extensions")
-            tool = stop.get("tool")
-            ref = self._refs.get(stop.get("ref"))
+            fidelity, extensions = _dict(stop.get("fidelity")), _dict(stop.get("extensions"))
+            tool = _key(stop.get("tool"))
+            ref = self._refs.get(_key(stop.get("ref")))
             if tool is not None and tool in ch.tools:
                 self.emit(hub.BlockStop(ch.tools.pop(tool), fidelity, extensions))
             elif ref is not None and ref in ch.background:
@@ -671,6 +675,23 @@ class StreamDecoder(SSEStreamDecoder):
 
 
 _MISSING = object()
+
+
+def _key(value: Any) -> Any:
+    """A value usable as a dict key (refs and indexes from the wire may be anything)."""
+    return value if type(value) in (int, str) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if type(value) is str else None
+
+
+def _dict(value: Any) -> dict | None:
+    return value if type(value) is dict else None
+
+
+def _kind(value: Any) -> str:
+    return value if value in ("text", "thinking", "tool_call", "native", "data") else "text"
 
 
 def _has_content(delta: dict) -> bool:

@@ -61,7 +61,7 @@ def decode_response(body: Any) -> list[hub.Event]:
         err = bridge["error"]
         decoder.fail(hub.Error(err.get("message") or "error", err.get("type") or "api_error", err.get("code")))
         return decoder._out
-    decoder.finish_stream()
+    decoder._end()  # closes what is still open
     return decoder._out
 
 
