@@ -14,6 +14,7 @@ from typing import Any, get_args
 import msgspec
 
 from .. import hub
+from ..errors import RequestError
 from .base import json_decode
 
 EXT = "llmbridge"
@@ -147,6 +148,16 @@ def finish_from_wire(word: str, to_hub: dict[str, str], tool_calls: bool) -> hub
 
 
 # --------------------------------------------------------------------------- requests and HTTP errors
+
+
+def request_list(body: Any, key: str, what: str) -> list[Any]:
+    """``body[key]``, the request's required list (of ``what``); RequestError naming it otherwise."""
+    if type(body) is not dict:
+        raise RequestError("request body must be a JSON object")
+    value = body.get(key)
+    if type(value) is not list:
+        raise RequestError(f"required, a list of {what}", key)
+    return value
 
 
 def vendor_fields(name: str, body: dict[str, Any], known: set[str]) -> dict[str, Any]:

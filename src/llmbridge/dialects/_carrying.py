@@ -105,24 +105,6 @@ class CarryingEncoder:
             self._pending.append(br.event_to_json(self._finish))
         self._done = True
 
-    def _start_wire(self, event: hub.ResponseStart) -> bytes:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _block_start(self, e: hub.BlockStart) -> bytes:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _delta(self, e: hub.Delta) -> bytes:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _block_stop(self, e: hub.BlockStop) -> bytes:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _end(self) -> bytes:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _error(self, error: hub.Error) -> bytes:  # pragma: no cover - abstract
-        raise NotImplementedError
-
 
 class CarriedDecoding:
     """Stream-decoder helpers for reading back what :class:`CarryingEncoder` wrote; mixed into

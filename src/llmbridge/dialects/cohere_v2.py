@@ -436,11 +436,7 @@ def _content_parts(content: Any, where: str) -> list[hub.Part]:
 
 
 def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
-    if type(body) is not dict:
-        raise RequestError("request body must be a JSON object")
-    messages = body.get("messages")
-    if type(messages) is not list:
-        raise RequestError("required, a list of messages", "messages")
+    messages = br.request_list(body, "messages", "messages")
     out: list[hub.Message] = []
     for n, m in enumerate(messages):
         where = f"messages[{n}]"
