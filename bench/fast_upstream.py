@@ -15,7 +15,7 @@ front of it selects them by model name alone.
 
 The load generator keeps CONCURRENCY keep-alive connections, each running streams back to
 back until REQUESTS streams were started or DEADLINE_S passed (streams still open at twice
-DEADLINE_S are cut and counted), and prints one JSON line:
+DEADLINE_S are cut: their first token and tokens so far still count), and prints one JSON line:
 per stream the time to first token (the first content token in the client's dialect), the
 total time and the tokens received; the errors; the wall time and its own CPU time.
 """
@@ -137,14 +137,24 @@ def _request(url: str, dialect: str, model: str) -> tuple[str, int, bytes]:
     return host, port, req
 
 
-async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: bytes, token: re.Pattern):
+class Progress:
+    """What one stream has received so far (read back when the stream is cut)."""
+
+    __slots__ = ("body", "first")
+
+    def __init__(self) -> None:
+        self.body = bytearray()
+        self.first: float | None = None
+
+
+async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: bytes, token: re.Pattern, p: Progress):
     """One streaming exchange: (ttft, total, tokens, keep_alive); raises on HTTP errors."""
     start = time.perf_counter()
     writer.write(req)
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
     lower = head.lower()
-    body = bytearray()
+    body = p.body
     first = None
     if b"transfer-encoding: chunked" in lower:
         while True:
@@ -154,7 +164,7 @@ async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: 
                 break
             body += (await reader.readexactly(size + 2))[:-2]
             if first is None and token.search(body):
-                first = time.perf_counter() - start
+                first = p.first = time.perf_counter() - start
     else:
         m = re.search(rb"\r\ncontent-length:\s*(\d+)", lower)
         body += await (reader.readexactly(int(m.group(1))) if m else reader.read())
@@ -169,6 +179,7 @@ async def load(url: str, dialect: str, model: str, concurrency: int, requests: i
     host, port, req = _request(url, dialect, model)
     token = TOKEN[dialect]
     results: list[tuple[float, float, int]] = []
+    partial: list[tuple[float | None, int]] = []  # the cut streams: (ttft, tokens so far)
     errors: list[str] = []
     started = 0
     open_now = peak_open = cut = 0
@@ -184,10 +195,14 @@ async def load(url: str, dialect: str, model: str, concurrency: int, requests: i
                     conn = await asyncio.open_connection(host, port, limit=1 << 20)
                 open_now += 1
                 peak_open = max(peak_open, open_now)
+                progress = Progress()
                 try:
-                    ttft, total, tokens, keep = await asyncio.wait_for(_one(*conn, req, token), STREAM_TIMEOUT)
+                    ttft, total, tokens, keep = await asyncio.wait_for(
+                        _one(*conn, req, token, progress), STREAM_TIMEOUT
+                    )
                 except asyncio.CancelledError:
                     cut += 1
+                    partial.append((progress.first, len(token.findall(progress.body))))
                     raise
                 finally:
                     open_now -= 1
@@ -214,6 +229,7 @@ async def load(url: str, dialect: str, model: str, concurrency: int, requests: i
     wall = time.perf_counter() - wall
     return {
         "results": results,
+        "partial": partial,
         "errors": len(errors),
         "error_samples": sorted(set(errors))[:3],
         "wall": wall,

@@ -62,6 +62,7 @@ class Server:
     log: Path
     argv: list[str]
     ready: str
+    env: dict[str, str]
 
     def _pids(self) -> list[int]:
         return _proc_tree(self.proc.pid)
@@ -92,7 +93,7 @@ class Server:
     def restart(self, tmp: Path) -> None:
         """A fresh process on the same port (so an RSS baseline is not an earlier run's heap)."""
         self.stop()
-        self.proc = _start(self.name, self.argv, self.ready, tmp).proc
+        self.proc = _start(self.name, self.argv, self.ready, tmp, self.env).proc
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -112,7 +113,7 @@ def _start(name: str, argv: list[str], ready: str, tmp: Path, env: dict | None =
     proc = subprocess.Popen(
         argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=tmp, env={**os.environ, **(env or {})}
     )
-    server = Server(name, proc, log, argv, ready)
+    server = Server(name, proc, log, argv, ready, env or {})
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -134,6 +135,7 @@ def _start(name: str, argv: list[str], ready: str, tmp: Path, env: dict | None =
 class Run:
     target: str
     concurrency: int
+    expected: int  # tokens a whole stream carries
     streams: int
     errors: int
     wall: float
@@ -152,7 +154,9 @@ class Run:
 
     @property
     def streams_per_s(self) -> float:
-        return self.streams / self.wall if self.wall else 0.0
+        """Whole streams' worth of tokens per second: the tokens of cut streams count too, so a
+        saturated server whose streams all finish after the cap does not read as 0."""
+        return self.tokens / self.expected / self.wall if self.wall else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -163,8 +167,20 @@ class Run:
         return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def _quiesce(servers: list[Server], limit: float = 20.0) -> None:
+    """Wait (up to ``limit`` s) until the servers use under 5% CPU: an earlier run's leftovers
+    (streams whose clients are gone) must not bill the next one."""
+    stop_at = time.monotonic() + limit
+    while time.monotonic() < stop_at:
+        before = sum(s.cpu() for s in servers)
+        time.sleep(0.5)
+        if sum(s.cpu() for s in servers) - before < 0.025:
+            return
+
+
 def measure(target: Target, model: str, tokens: int, concurrency: int, requests: int, deadline: float) -> Run:
     server, upstream = target.server, target.upstream
+    _quiesce([server, upstream])
     argv = [sys.executable, str(HERE / "fast_upstream.py"), "load", target.url, target.dialect, model]
     argv += [str(concurrency), str(requests), str(deadline)]
     idle_rss = server.memory()
@@ -187,15 +203,17 @@ def measure(target: Target, model: str, tokens: int, concurrency: int, requests:
     except ValueError:
         data = {"results": [], "errors": requests, "error_samples": ["load generator failed"], "wall": 0, "cpu": 0}
     results = data["results"]
+    partial = data.get("partial", [])
     return Run(
         target=target.label,
         concurrency=concurrency,
+        expected=tokens,
         streams=len(results),
         errors=data["errors"],
         wall=data["wall"],
-        ttft=[r[0] for r in results],
+        ttft=[r[0] for r in results] + [f for f, _ in partial if f is not None],
         total=[r[1] for r in results],
-        tokens=sum(r[2] for r in results),
+        tokens=sum(r[2] for r in results) + sum(n for _, n in partial),
         bad_token_counts=sum(r[2] != tokens for r in results),
         server_cpu=cpu if server is not upstream else up,
         upstream_cpu=up,
@@ -269,7 +287,8 @@ def _rows(runs: list[Run], direct: dict[int, Run]) -> list[list[object]]:
     rows = []
     for r in runs:
         d = direct.get(r.concurrency)
-        events = r.streams * UPSTREAM_EVENTS
+        done = r.tokens / r.expected  # whole streams' worth (cut streams count by their tokens)
+        events = done * UPSTREAM_EVENTS
         rows.append(
             [
                 r.target,
@@ -282,7 +301,7 @@ def _rows(runs: list[Run], direct: dict[int, Run]) -> list[list[object]]:
                 _ms(r.pct(0.5) - d.pct(0.5)) if d and d is not r else "",
                 _ms(r.pct(0.99) - d.pct(0.99)) if d and d is not r else "",
                 r.tokens_per_s / d.tokens_per_s if d and d.tokens_per_s else "",
-                _ms(r.server_cpu / r.streams) if r.streams else "",
+                _ms(r.server_cpu / done) if done else "",
                 _ms(r.server_cpu) / events * 1000 if events else "",
             ]
         )
@@ -305,10 +324,10 @@ HEADERS = [
 ]
 
 
-def _series(targets: list[Target], paced: bool) -> list[Run]:
+def _series(targets: list[Target], paced: bool, tmp: Path) -> list[Run]:
     pace = PACE_MS if paced else 0
     model = f"fast-{TOKENS}-{pace}"
-    deadline = 30.0 if paced else 15.0  # no new stream after it; open ones cut at twice it
+    deadline = 20.0 if paced else 10.0  # no new stream after it; open ones cut at twice it
     runs = []
     for level in LEVELS:
         if paced and level > 100:
@@ -318,6 +337,12 @@ def _series(targets: list[Target], paced: bool) -> list[Run]:
                 continue
             run = measure(t, model, TOKENS, level, _requests(level, paced), deadline)
             runs.append(run)
+            if run.cut and t.server is not t.upstream:
+                # LiteLLM goes on serving streams whose clients were cut (minutes of backlog at
+                # 1,000): start afresh rather than bill the next run for it.
+                log(f"restarting {t.server.name} after {run.cut} cut streams")
+                t.server.restart(tmp)
+                measure(t, f"fast-{TOKENS}-0", TOKENS, 2, 6, 60)
             log(
                 f"{'paced' if paced else 'unpaced'} {t.label} x{level}: {run.streams} ok, {run.errors} err, "
                 f"{run.streams_per_s:.1f} streams/s, p50 TTFT {_ms(run.pct(0.5)):.2f} ms"
@@ -414,8 +439,8 @@ def run() -> str:
                 measure(t, models[0], TOKENS, 2, 6, 60)
             open_runs.append(measure(t, models[2], OPEN_TOKENS, 1000, 1000, 30))
             log(f"open {t.label}: peak open {open_runs[-1].peak_open}")
-        unpaced = _series(targets, False)
-        paced = _series(targets, True)
+        unpaced = _series(targets, False, tmp)
+        paced = _series(targets, True, tmp)
         hwm = {s.name: s.memory("VmHWM") for s in servers}
     finally:
         for s in reversed(servers):
