@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import anthropic
+import openai
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -14,6 +15,7 @@ from starlette.routing import Route
 
 from llmbridge.gateway import create_app
 from llmbridge.gateway.config import parse
+from tests.conftest import CORPUS
 from tests.gateway_util import serving
 
 CHAT_STREAM = (
@@ -77,3 +79,33 @@ def test_extensions_must_be_a_boolean():
     with pytest.raises(ConfigError, match=r"upstreams\.chat\.extensions"):
         parse({"upstreams": {"chat": {"format": "openai-chat", "base_url": "http://x", "extensions": "yes"}},
                "models": []})
+
+
+@pytest.fixture(scope="module")
+def anthropic_upstream():
+    body = (CORPUS / "anthropic-messages" / "claude-text-simple.sse").read_bytes()
+
+    async def messages(request: Request) -> Response:
+        return Response(body, media_type="text/event-stream")
+
+    with serving(Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])) as server:
+        yield server
+
+
+@pytest.mark.parametrize("include_usage", [None, False, True])
+def test_chat_usage_chunk_only_when_the_client_asks(anthropic_upstream, include_usage):
+    config = parse({
+        "upstreams": {"claude": {"format": "anthropic-messages", "base_url": anthropic_upstream.url}},
+        "models": [{"name": "m", "upstream": "claude", "upstream_model": "claude-x"}],
+    })
+    extra = {} if include_usage is None else {"stream_options": {"include_usage": include_usage}}
+    with serving(create_app(config)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0)
+        chunks = list(client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, **extra))
+    usage_chunks = [c for c in chunks if not c.choices]
+    assert all(c.choices for c in chunks[:-1])  # every chunk but a final usage chunk has a choice
+    if include_usage:
+        assert len(usage_chunks) == 1 and chunks[-1].usage.prompt_tokens > 0
+    else:
+        assert usage_chunks == [] and all(c.usage is None for c in chunks)

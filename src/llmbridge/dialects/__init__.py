@@ -21,6 +21,9 @@
     ``encode(event) -> bytes`` for one hub event (may return ``b""`` while it
     buffers); an ``Error`` becomes the dialect's error event followed by its
     terminal event.
+``stream_encoder(request) -> StreamEncoder`` (optional)
+    The encoder for the answer to a client's ``request``, where the request shapes the
+    stream (OpenAI's ``stream_options.include_usage``); without it, ``StreamEncoder()``.
 ``decode_response(body: dict) -> list[hub.Event]``
     A non-streaming response body as a hub stream.
 ``encode_response(response: hub.Response) -> dict``
@@ -52,6 +55,12 @@ _MODULES = {
 
 # Source dialects beyond the six that the translation matrix targets and the gateway serves.
 MORE_NAMES = ("cohere-v2", "bedrock-converse", "gemini-interactions")
+
+
+def stream_encoder(module: ModuleType, request: object) -> object:
+    """A stream encoder of dialect ``module`` for the answer to ``request``."""
+    factory = getattr(module, "stream_encoder", None)
+    return factory(request) if factory is not None else module.StreamEncoder()
 
 
 def get(name: str) -> ModuleType:

@@ -267,7 +267,7 @@ class Gateway:
         keepalive = self.config.gateway.keepalive_seconds if stream and not json_array else None
         return Exchange(
             puller,
-            codec.StreamEncoder,
+            partial(dialects.stream_encoder, codec, hreq),
             relay=bool(relay),
             keepalive=keepalive,
             json_array=json_array,

@@ -34,6 +34,14 @@ __all__ = [
 STREAM_CONTENT_TYPE = "text/event-stream"
 
 
+def stream_encoder(request: hub.Request) -> StreamEncoder:
+    """The encoder for an answer to ``request``: OpenAI sends the usage chunk (``choices: []``)
+    only when the client asked with ``stream_options.include_usage``; clients that index
+    ``choices[0]`` on every chunk rely on that."""
+    options = request.extensions.get(f"{NAME}:stream_options") or {}
+    return StreamEncoder(include_usage=bool(options.get("include_usage")))
+
+
 def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
     """``base_url`` is the API root that ends in ``/v1`` (``https://api.openai.com/v1``)."""
     headers = {
