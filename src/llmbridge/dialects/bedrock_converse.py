@@ -286,7 +286,7 @@ class StreamDecoder(CarriedDecoding):
         return block
 
     def _block_start(self, data: dict[str, Any], ext: dict[str, Any]) -> None:
-        start = data.get("start") if type(data.get("start")) is dict else {}
+        start = br.obj_at(data, "start")
         tool = start.get("toolUse")
         if type(tool) is dict:
             self._open(data.get("contentBlockIndex"), "tool_call", ext, id=tool.get("toolUseId"), name=tool.get("name"))
@@ -297,7 +297,7 @@ class StreamDecoder(CarriedDecoding):
 
     def _delta(self, data: dict[str, Any], ext: dict[str, Any]) -> None:
         wire = data.get("contentBlockIndex")
-        delta = data.get("delta") if type(data.get("delta")) is dict else {}
+        delta = br.obj_at(data, "delta")
         block = self._blocks.get(wire)
         if block is None:
             kind = "thinking" if "reasoningContent" in delta else "tool_call" if "toolUse" in delta else "text"
@@ -560,7 +560,7 @@ def _parts_from_wire(content: Any, where: str) -> list[hub.Part]:
             parts.append(hub.TextPart(block["text"]))
         elif type(block.get("image")) is dict:
             image = block["image"]
-            source = image.get("source") if type(image.get("source")) is dict else {}
+            source = br.obj_at(image, "source")
             media = _IMAGE_FORMATS.get(image.get("format", ""), f"image/{image.get('format', 'png')}")
             parts.append(
                 hub.ImagePart(
@@ -583,7 +583,7 @@ def _parts_from_wire(content: Any, where: str) -> list[hub.Part]:
             parts.append(hub.ToolResultPart(result.get("toolUseId") or "", inner, result.get("status") == "error"))
         elif type(block.get("reasoningContent")) is dict:
             reasoning = block["reasoningContent"]
-            text = reasoning.get("reasoningText") if type(reasoning.get("reasoningText")) is dict else {}
+            text = br.obj_at(reasoning, "reasoningText")
             fidelity = {
                 k: v
                 for k, v in (
@@ -616,7 +616,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         if others or not results:
             out.append(hub.Message(m["role"], others))
     tools = []
-    tool_config = body.get("toolConfig") if type(body.get("toolConfig")) is dict else {}
+    tool_config = br.obj_at(body, "toolConfig")
     for n, t in enumerate(tool_config.get("tools") or ()):
         spec = t.get("toolSpec") if type(t) is dict else None
         if type(spec) is not dict or not spec.get("name"):
@@ -632,7 +632,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
             choice = hub.ToolChoice("tool", (wire_choice["tool"] or {}).get("name"))
         elif "auto" in wire_choice:
             choice = hub.ToolChoice("auto")
-    config = body.get("inferenceConfig") if type(body.get("inferenceConfig")) is dict else {}
+    config = br.obj_at(body, "inferenceConfig")
     extra = dict(body.get("additionalModelRequestFields") or {})
     thinking = extra.pop("thinking", None) if type(extra.get("thinking")) is dict else None
     top_k = extra.pop("top_k", None)
@@ -756,8 +756,8 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
 
 def decode_response(body: dict) -> list[hub.Event]:
     body = body if type(body) is dict else {}
-    output = body.get("output") if type(body.get("output")) is dict else {}
-    message = output.get("message") if type(output.get("message")) is dict else {}
+    output = br.obj_at(body, "output")
+    message = br.obj_at(output, "message")
     events: list[hub.Event] = [hub.ResponseStart()]
     try:
         parts = _parts_from_wire(message.get("content") or [], "output.message.content")
@@ -821,7 +821,7 @@ def decode_error(status: int, body: bytes) -> hub.Error:
     data = br.error_json(body)
     if type(data) is not dict:
         return br.plain_error(status, body)
-    ext = data.get(EXT) if type(data.get(EXT)) is dict else {}
+    ext = br.obj_at(data, EXT)
     message = data.get("message") or data.get("Message") or f"HTTP {status}"
     kind = ext.get("type") if ext.get("type") in hub.ERROR_TYPES else hub.error_type_for_status(status)
     return hub.Error(str(message), kind, code=ext.get("exception"), status=status, body=data)

@@ -56,7 +56,7 @@ def _is_plan(fidelity: dict[str, Any] | None) -> bool:
 def usage_from_wire(raw: Any) -> hub.Usage:
     if type(raw) is not dict:
         return hub.Usage()
-    tokens = raw.get("tokens") if type(raw.get("tokens")) is dict else {}
+    tokens = br.obj_at(raw, "tokens")
     extra = {k: v for k, v in raw.items() if k not in ("tokens", "cached_tokens")}
     return hub.Usage(
         input_tokens=tokens.get("input_tokens"),
@@ -115,12 +115,12 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
             self._emit_carried(ext)
         if kind != "tool-plan-delta" and self._plan is not None:
             self._close_plan(None)
-        delta = data.get("delta") if type(data.get("delta")) is dict else {}
-        message = delta.get("message") if type(delta.get("message")) is dict else {}
+        delta = br.obj_at(data, "delta")
+        message = br.obj_at(delta, "message")
         index = data.get("index")
         if kind == "content-delta":
             hub_index = self._content.get(index)
-            content = message.get("content") if type(message.get("content")) is dict else {}
+            content = br.obj_at(message, "content")
             text = content.get("text", content.get("thinking"))
             if hub_index is None:
                 self.violation("block-open", f"content-delta for content {index}, which is not open")
@@ -128,8 +128,8 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
                 self.emit(hub.Delta(hub_index, text))
         elif kind == "tool-call-delta":
             hub_index = self._tools.get(index)
-            call = message.get("tool_calls") if type(message.get("tool_calls")) is dict else {}
-            function = call.get("function") if type(call.get("function")) is dict else {}
+            call = br.obj_at(message, "tool_calls")
+            function = br.obj_at(call, "function")
             arguments = function.get("arguments")
             if hub_index is None:
                 self.violation("block-open", f"tool-call-delta for tool call {index}, which is not open")
@@ -193,7 +193,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
 
     def _tool_start(self, index: Any, call: Any, ext: dict[str, Any]) -> None:
         call = call if type(call) is dict else {}
-        function = call.get("function") if type(call.get("function")) is dict else {}
+        function = br.obj_at(call, "function")
         if index in self._tools:
             self.violation("block-unique", f"tool call {index} started twice")
         call_id = call.get("id") or f"call_{self.event_number}"
@@ -423,7 +423,7 @@ def _content_parts(content: Any, where: str) -> list[hub.Part]:
         elif kind == "thinking":
             parts.append(hub.ThinkingPart(item.get("thinking") or ""))
         elif kind == "image_url":
-            image = item.get("image_url") if type(item.get("image_url")) is dict else {}
+            image = br.obj_at(item, "image_url")
             url = image.get("url") or ""
             if url.startswith("data:") and ";base64," in url:
                 media, data = url[5:].split(";base64,", 1)
@@ -612,7 +612,7 @@ def decode_response(body: dict) -> list[hub.Event]:
     """A non-streaming ``/v2/chat`` body as a hub stream."""
     if type(body) is not dict:
         body = {}
-    message = body.get("message") if type(body.get("message")) is dict else {}
+    message = br.obj_at(body, "message")
     events: list[hub.Event] = [hub.ResponseStart(id=body.get("id"))]
     index = 0
     if message.get("tool_plan"):
@@ -707,7 +707,7 @@ def decode_error(status: int, body: bytes) -> hub.Error:
     data = br.error_json(body)
     if type(data) is not dict:
         return br.plain_error(status, body)
-    ext = data.get(EXT) if type(data.get(EXT)) is dict else {}
+    ext = br.obj_at(data, EXT)
     message = data.get("message") or data.get("error") or f"HTTP {status}"
     kind = ext.get("type") if ext.get("type") in hub.ERROR_TYPES else hub.error_type_for_status(status)
     if status == 422:

@@ -247,7 +247,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
             if arguments:
                 self.emit(hub.Delta(hub_index, arguments))
         elif kind == "thought_summary":
-            content = delta.get("content") if type(delta.get("content")) is dict else {}
+            content = br.obj_at(delta, "content")
             if type(content.get("text")) is str and content["text"]:
                 self.emit(hub.Delta(hub_index, content["text"]))
         elif kind == "thought_signature":
@@ -558,7 +558,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
             )
         else:
             tools.append(hub.Tool(t.get("type") or "", extensions={NAME: t}))
-    config = body.get("generation_config") if type(body.get("generation_config")) is dict else {}
+    config = br.obj_at(body, "generation_config")
     choice = None
     wire_choice = config.get("tool_choice")
     if type(wire_choice) is str:
