@@ -105,6 +105,20 @@ def apply_rest(event: Any, rest: Any) -> Any:
         return event
 
 
+def apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
+    """``usage`` with what an encoder carried in ``rest`` put back: fields, ``no_<field>`` marks
+    (where the wire had to write a number) and other namespaces' extensions."""
+    if type(rest) is not dict:
+        return usage
+    usage = apply_rest(usage, rest)
+    for field in usage.__struct_fields__:
+        if rest.get(f"no_{field}"):
+            setattr(usage, field, None)
+    if type(rest.get("extensions")) is dict:
+        usage.extensions = hub.merge_dicts(usage.extensions, rest["extensions"])
+    return usage
+
+
 def apply_start(start: hub.ResponseStart, rest: Any) -> hub.ResponseStart:
     out = apply_rest(start, rest)
     if out is not start and rest.get("no_id"):

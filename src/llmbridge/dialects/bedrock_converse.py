@@ -134,21 +134,14 @@ def usage_to_wire(usage: hub.Usage | None) -> tuple[dict[str, Any], Any, dict[st
 
 
 def _apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
-    if type(rest) is not dict:
-        return usage
-    usage = br.apply_rest(usage, rest)
-    for field in ("input_tokens", "output_tokens", "total_tokens"):
-        if rest.get(f"no_{field}"):
-            setattr(usage, field, None)
-    if rest.get("no_metrics") and usage.extensions and NAME in usage.extensions:
+    usage = br.apply_usage(usage, rest)
+    if type(rest) is dict and rest.get("no_metrics") and usage.extensions and NAME in usage.extensions:
         own = {k: v for k, v in usage.extensions[NAME].items() if k != "metrics"}
         usage.extensions = (
             {**usage.extensions, NAME: own}
             if own
             else ({k: v for k, v in usage.extensions.items() if k != NAME} or None)
         )
-    if type(rest.get("extensions")) is dict:
-        usage.extensions = hub.merge_dicts(usage.extensions, rest["extensions"])
     return usage
 
 

@@ -235,7 +235,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
             self._content.clear()
             self._tools.clear()
         if "usage" in delta:
-            self.emit(br.apply_rest(usage_from_wire(delta["usage"]), ext.get("usage")))
+            self.emit(br.apply_usage(usage_from_wire(delta["usage"]), ext.get("usage")))
         if error is not None:
             self.fail(error)
             return

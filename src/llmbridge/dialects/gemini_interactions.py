@@ -104,17 +104,6 @@ def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | No
     return wire, rest or None
 
 
-def _apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
-    if type(rest) is not dict:
-        return usage
-    usage = br.apply_rest(usage, rest)
-    if rest.get("no_output_tokens"):
-        usage.output_tokens = None
-    if type(rest.get("extensions")) is dict:
-        usage.extensions = hub.merge_dicts(usage.extensions, rest["extensions"])
-    return usage
-
-
 def _arguments_text(arguments: Any) -> str:
     if arguments is None or arguments == {}:
         return ""
@@ -272,7 +261,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
         if extra and not ext.get("no_interaction"):
             self.emit(hub.Extension(NAME, {"interaction": extra}))
         if "usage" in interaction and not ext.get("no_usage"):
-            self.emit(_apply_usage(usage_from_wire(interaction["usage"]), ext.get("usage")))
+            self.emit(br.apply_usage(usage_from_wire(interaction["usage"]), ext.get("usage")))
         carried = br.event_from_json(ext.get("finish"))
         status = interaction.get("status")
         if type(carried) is hub.Finish:
