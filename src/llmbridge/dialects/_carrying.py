@@ -29,6 +29,7 @@ class CarryingEncoder:
         self._finish: hub.Finish | None = None
         self._started = False
         self._done = False
+        self._calls = False  # a tool call went on the wire (so its decoder reads a plain end as tool_use)
 
     def encode(self, event: hub.Event) -> bytes:
         if self._done:
@@ -96,6 +97,15 @@ class CarryingEncoder:
             self._pending.append(br.event_to_json(hub.BlockStop(index)))
         self._carried.clear()
         return out
+
+    def _finish_word(self, to_wire: dict[str, str], to_hub: dict[str, str], default: str) -> tuple[str, Any]:
+        """The wire's word for the finish, and what to carry as ``finish``: the exact Finish when
+        the word would not decode back to it, ``{"event": "none"}`` when there was none."""
+        if self._finish is None:
+            return default, {"event": "none"}
+        word = to_wire.get(self._finish.reason, default)
+        exact = br.exact_finish(self._finish, word, to_hub.get(word), self._calls)
+        return word, None if exact else br.event_to_json(self._finish)
 
     def _carry_totals(self) -> None:
         """Before an error event: usage and finish have no wire event of their own left, so carry them."""

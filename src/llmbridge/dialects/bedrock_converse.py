@@ -401,7 +401,6 @@ class StreamEncoder(CarryingEncoder):
     def __init__(self) -> None:
         super().__init__()  # _blocks: hub index -> _Out
         self._wire = 0
-        self._calls = False
         self._lazy: list[_Out] = []  # text and reasoning blocks not on the wire yet, in start order
 
     def _open_lazy(self, upto: _Out | None = None) -> bytes:
@@ -509,13 +508,8 @@ class StreamEncoder(CarryingEncoder):
 
     def _end(self) -> bytes:
         out = self._close_all()
-        if self._finish is not None:
-            word = HUB_TO_STOP.get(self._finish.reason, "end_turn")
-            exact = br.exact_finish(self._finish, word, STOP_TO_HUB.get(word), self._calls)
-            body = self._ext({"stopReason": word}, finish=None if exact else br.event_to_json(self._finish))
-            out += _event("messageStop", body)
-        else:
-            out += _event("messageStop", self._ext({"stopReason": "end_turn"}, finish={"event": "none"}))
+        word, carried = self._finish_word(HUB_TO_STOP, STOP_TO_HUB, "end_turn")
+        out += _event("messageStop", self._ext({"stopReason": word}, finish=carried))
         usage, metrics, rest = usage_to_wire(self._usage)
         if self._usage is None:
             rest = {"none": True}

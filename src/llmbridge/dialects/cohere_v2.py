@@ -286,6 +286,7 @@ class StreamEncoder(CarryingEncoder):
         if e.kind == "tool_call":
             wire = self._tools
             self._tools += 1
+            self._calls = True
             self._blocks[e.index] = ("tool", wire)
             info = br.block_info(e, {"id", "name"}, self._index())
             if e.id is None:
@@ -365,11 +366,8 @@ class StreamEncoder(CarryingEncoder):
         out = self._close_all()
         delta: dict[str, Any] = {}
         more: dict[str, Any] = {}
-        if self._finish is not None:
-            word = FINISH_TO_WIRE.get(self._finish.reason, "COMPLETE")
-            delta["finish_reason"] = word
-            if not br.exact_finish(self._finish, word, FINISH_TO_HUB.get(word), self._tools > 0):
-                more["finish"] = br.event_to_json(self._finish)
+        if self._finish is not None:  # (Cohere can end without a reason)
+            delta["finish_reason"], more["finish"] = self._finish_word(FINISH_TO_WIRE, FINISH_TO_HUB, "COMPLETE")
         if self._usage is not None:
             delta["usage"], more["usage"] = usage_to_wire(self._usage)
         self._done = True

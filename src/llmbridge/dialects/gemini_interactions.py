@@ -316,7 +316,6 @@ class StreamEncoder(CarryingEncoder):
         super().__init__()  # _blocks: hub index -> (kind, wire index)
         self._wire = 0
         self._interaction: dict[str, Any] = {}
-        self._seen_blocks: list[tuple[str, int]] = []
         self._start_event: hub.ResponseStart | None = None
 
     def _start_wire(self, event: hub.ResponseStart) -> bytes:
@@ -367,8 +366,8 @@ class StreamEncoder(CarryingEncoder):
         wire = self._wire
         self._wire += 1
         self._blocks[e.index] = (e.kind, wire)
-        self._seen_blocks.append((e.kind, wire))
         if e.kind == "tool_call":
+            self._calls = True
             step = {"id": e.id or f"call_{wire}", "type": "function_call", "name": e.name or "", "arguments": {}}
             info = br.block_info(e, {"id", "name"}, wire)
         else:
@@ -411,14 +410,7 @@ class StreamEncoder(CarryingEncoder):
         out = self._close_all()
         start = self._start_event or hub.ResponseStart()
         more: dict[str, Any] = {}
-        if self._finish is not None:
-            status = HUB_TO_STATUS.get(self._finish.reason, "completed")
-            calls = any(kind == "tool_call" for kind, _ in self._seen_blocks)
-            if not br.exact_finish(self._finish, status, STATUS_TO_HUB.get(status), calls):
-                more["finish"] = br.event_to_json(self._finish)
-        else:
-            status = "completed"
-            more["finish"] = {"event": "none"}
+        status, more["finish"] = self._finish_word(HUB_TO_STATUS, STATUS_TO_HUB, "completed")
         interaction: dict[str, Any] = {"id": start.id or "", "status": status}
         if self._usage is not None:
             interaction["usage"], more["usage"] = usage_to_wire(self._usage)
