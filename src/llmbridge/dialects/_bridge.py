@@ -213,6 +213,12 @@ def error_json(body: bytes) -> Any:
         return None
 
 
+def error_type(ext: dict[str, Any], status: int) -> str:
+    """The hub error type an encoder carried in ``ext``, else the one for the HTTP status."""
+    kind = ext.get("type")
+    return kind if kind in hub.ERROR_TYPES else hub.error_type_for_status(status)
+
+
 def plain_error(status: int, body: bytes, data: Any = None) -> hub.Error:
     """An error response not in the vendor's JSON shape: its text, typed by the status."""
     text = body.decode("utf-8", "replace").strip() or f"HTTP {status}"

@@ -707,7 +707,5 @@ def decode_error(status: int, body: bytes) -> hub.Error:
         return br.plain_error(status, body)
     ext = br.obj_at(data, EXT)
     message = data.get("message") or data.get("error") or f"HTTP {status}"
-    kind = ext.get("type") if ext.get("type") in hub.ERROR_TYPES else hub.error_type_for_status(status)
-    if status == 422:
-        kind = "invalid_request"
+    kind = "invalid_request" if status == 422 else br.error_type(ext, status)
     return hub.Error(str(message), kind, code=ext.get("code"), status=status, body=data)
