@@ -110,12 +110,13 @@ def apply_usage(usage: hub.Usage, rest: Any) -> hub.Usage:
     (where the wire had to write a number) and other namespaces' extensions."""
     if type(rest) is not dict:
         return usage
+    own = usage.extensions  # the wire's own usage extras: merged with the carried ones, not replaced
     usage = apply_rest(usage, rest)
     for field in usage.__struct_fields__:
         if rest.get(f"no_{field}"):
             setattr(usage, field, None)
-    if type(rest.get("extensions")) is dict:
-        usage.extensions = hub.merge_dicts(usage.extensions, rest["extensions"])
+    carried = rest.get("extensions")
+    usage.extensions = hub.merge_dicts(own, carried) if type(carried) is dict else own
     return usage
 
 
