@@ -76,6 +76,9 @@ class StreamEncoder:
             return b""
         if kind is hub.Delta:
             block = self._blocks.get(event.index)
+            if block is self._live and block is not None and block.started and event.text:
+                # the hot path: more text for the block on the wire (what _route(_delta()) gives)
+                return block.prefix + json_encode(event.text) + _END
             if block is None:
                 if event.index in self._other_blocks:
                     self._others.append(event_to_json(event))

@@ -28,9 +28,61 @@ from ._common import (
 # Top-level chunk keys with a meaning of their own, or noise that changes on every chunk.
 _CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "error", BRIDGE, "obfuscation"})
 _NOT_EXTRA = _CHUNK_KEYS | {"sla_metrics"}  # sla_metrics changes on every chunk: kept from the first only
+_PLAIN_CHUNK_KEYS = _NOT_EXTRA - {BRIDGE}
 _DELTA_SKIP = frozenset({"role", "token_id", "channel"})  # per-token decoding metadata
 _DELTA_PLAIN = _DELTA_SKIP | {"content", "reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls"}
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+# The hot chunk shape, decoded straight into structs (about half the cost of dicts): one more
+# fragment for an open block, with every other field one that the general path skips (null,
+# per-token metadata, or stream-level values already reported).  Any other key or type fails
+# the decode and the chunk takes the general path, so these types are also the shape check.
+class _HotFunction(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    arguments: str
+
+
+class _HotCall(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    index: int
+    function: _HotFunction
+
+
+class _HotDelta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_HotCall] | None = None
+    role: Any = None  # the _DELTA_SKIP keys
+    token_id: Any = None
+    channel: Any = None
+
+
+class _HotChoice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    delta: _HotDelta
+    index: int = 0
+    text: Any = None  # Together's legacy copy of the content: _choice skips it
+    finish_reason: None = None
+    logprobs: None = None
+    native_finish_reason: None = None
+    seed: None = None
+    token_ids: None = None
+
+
+class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    choices: list[_HotChoice]
+    id: msgspec.Raw = msgspec.Raw()  # stream-level: read from the first chunk only
+    object: msgspec.Raw = msgspec.Raw()
+    created: msgspec.Raw = msgspec.Raw()
+    model: msgspec.Raw = msgspec.Raw()
+    obfuscation: msgspec.Raw = msgspec.Raw()
+    usage: None = None
+    service_tier: str | None = None  # extras: reported when they change, so compared with _seen
+    system_fingerprint: str | None = None
+    provider: str | None = None
+
+
+_hot_decode = msgspec.json.Decoder(_HotChunk).decode
+_HOT_MISSES = 4  # consecutive chunks of another shape after which a stream stops trying
 
 
 class _Choice:
@@ -92,6 +144,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._last_usage: dict | None = None
         self._response_id = ""
         self._calls = 0
+        self._hot_misses = _HOT_MISSES  # off until the stream has started (see _hot)
 
     # ------------------------------------------------------------------ SSE events
 
@@ -110,6 +163,15 @@ class StreamDecoder(SSEStreamDecoder):
 
     def on_event(self, event: sse.Event) -> None:
         data = event.data
+        if self._hot_misses < _HOT_MISSES and event.event != "error":
+            try:
+                hot = _hot_decode(data)
+            except msgspec.DecodeError:  # (ValidationError included) another shape: the general path
+                self._hot_misses += 1
+            else:
+                self._hot_misses = 0
+                if self._hot(hot):
+                    return
         if data[:1] != "{":
             stripped = data.strip()
             if stripped == "[DONE]":
@@ -138,30 +200,19 @@ class StreamDecoder(SSEStreamDecoder):
                 self.violation("choices", "choices is not a list")
             else:
                 for choice in choices:
-                    # the hot path: one more piece of text for the open text block of a choice
-                    delta = choice.get("delta") if type(choice) is dict else None
-                    if (
-                        type(delta) is dict
-                        and (len(delta) == 1 or (len(delta) == 2 and "role" in delta))  # OpenRouter repeats role
-                        and type(content := delta.get("content")) is str
-                        and (ch := self._choices.get(choice.get("index", 0))) is not None
-                        and ch.plain
-                        and choice.get("finish_reason") is None
-                        and choice.get("logprobs") is None
-                        and len(choice)
-                        == 1
-                        + ("index" in choice)
-                        + ("finish_reason" in choice)
-                        + ("logprobs" in choice)
-                        + (choice.get("native_finish_reason", 0) is None)  # OpenRouter, null until the end
-                    ):
-                        if content:
-                            self._out.append(hub.Delta(ch.seq, content))  # type: ignore[arg-type]
-                        continue
                     self._choice(choice)
         elif choices is None and "usage" not in chunk:
             self.violation("missing-field", "chunk without choices")
         seen = self._seen
+        extra = chunk.keys() - _PLAIN_CHUNK_KEYS
+        for key in extra:  # (a set: only to find out whether the ordered pass below has work)
+            if key == BRIDGE or key == "x_groq" or (chunk[key] is not None and seen.get(key, _MISSING) != chunk[key]):
+                break
+        else:  # the usual chunk: nothing new beyond the standard fields
+            usage = chunk.get("usage")
+            if usage:
+                self._usage(usage)
+            return
         for key, value in chunk.items():  # fields beyond the standard ones: reported once per new value
             if key not in _NOT_EXTRA and value is not None and seen.get(key, _MISSING) != value:
                 seen[key] = value
@@ -175,6 +226,50 @@ class StreamDecoder(SSEStreamDecoder):
             self._usage(usage)
         elif (xg := chunk.get("x_groq")) and isinstance(xg, dict) and isinstance(xg.get("usage"), dict):
             self._usage(xg["usage"])
+
+    def _hot(self, chunk: _HotChunk) -> bool:
+        """The hot path: text for the open text block, reasoning (or text inside ``<think>`` tags)
+        for the open thinking block, or argument JSON for an open tool call.
+
+        True when handled; False (before any change) leaves the chunk to the general path, which
+        gives the same events.
+        """
+        seen = self._seen
+        if (
+            len(chunk.choices) != 1
+            or (chunk.service_tier is not None and seen.get("service_tier") != chunk.service_tier)
+            or (chunk.system_fingerprint is not None and seen.get("system_fingerprint") != chunk.system_fingerprint)
+            or (chunk.provider is not None and seen.get("provider") != chunk.provider)
+        ):
+            return False
+        choice = chunk.choices[0]
+        ch = self._choices.get(choice.index)
+        if ch is None or ch.finished or ch.buf:
+            return False
+        delta = choice.delta
+        content = delta.content
+        reasoning = delta.reasoning_content or delta.reasoning
+        calls = delta.tool_calls
+        if reasoning:
+            if content or calls or ch.seq_kind != "thinking" or ch.seq_refusal:
+                return False
+            ch.reasoned = True
+            self._out.append(hub.Delta(ch.seq, reasoning))  # type: ignore[arg-type]
+            return True
+        if calls:
+            if content or len(calls) != 1 or (block := ch.tools.get(calls[0].index)) is None:
+                return False
+            if args := calls[0].function.arguments:
+                self._out.append(hub.Delta(block, args))
+            return True
+        if not content:
+            return True  # nothing to add ("" or null content, role only)
+        inside_think = ch.think == "think" and ch.seq_kind == "thinking" and not ch.seq_refusal and "<" not in content
+        if ch.plain or inside_think:
+            # (inside <think>: no "<" means no </think> and no partial tag for the parser to hold)
+            self._out.append(hub.Delta(ch.seq, content))  # type: ignore[arg-type]
+            return True
+        return False
 
     # ------------------------------------------------------------------ stream level
 
@@ -190,6 +285,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _start(self, chunk: dict) -> None:
         self.started = True
+        self._hot_misses = 0
         for key, value in chunk.items():
             if key not in _CHUNK_KEYS and value is not None:
                 self._pending_ext[key] = value
