@@ -28,7 +28,6 @@ from ._common import (
 # Top-level chunk keys with a meaning of their own, or noise that changes on every chunk.
 _CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "error", BRIDGE, "obfuscation"})
 _NOT_EXTRA = _CHUNK_KEYS | {"sla_metrics"}  # sla_metrics changes on every chunk: kept from the first only
-_PLAIN_CHUNK_KEYS = _NOT_EXTRA - {BRIDGE}
 _DELTA_SKIP = frozenset({"role", "token_id", "channel"})  # per-token decoding metadata
 _DELTA_PLAIN = _DELTA_SKIP | {"content", "reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls"}
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -51,6 +50,7 @@ class _HotDelta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
+    refusal: str | None = None
     tool_calls: list[_HotCall] | None = None
     role: Any = None  # the _DELTA_SKIP keys
     token_id: Any = None
@@ -61,7 +61,7 @@ class _HotChoice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     delta: _HotDelta
     index: int = 0
     text: Any = None  # Together's legacy copy of the content: _choice skips it
-    finish_reason: None = None
+    finish_reason: str | None = None  # (not null: the general path; typed so the end decodes without raising)
     logprobs: None = None
     native_finish_reason: None = None
     seed: None = None
@@ -75,14 +75,16 @@ class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     created: msgspec.Raw = msgspec.Raw()
     model: msgspec.Raw = msgspec.Raw()
     obfuscation: msgspec.Raw = msgspec.Raw()
-    usage: None = None
+    sla_metrics: msgspec.Raw = msgspec.Raw()  # reported from the first chunk only (_NOT_EXTRA)
+    usage: dict | None = None  # (not null: the general path)
     service_tier: str | None = None  # extras: reported when they change, so compared with _seen
     system_fingerprint: str | None = None
     provider: str | None = None
 
 
 _hot_decode = msgspec.json.Decoder(_HotChunk).decode
-_HOT_MISSES = 4  # consecutive chunks of another shape after which a stream stops trying
+_Delta = hub.Delta
+_HOT_BACKOFF = 8  # after chunks of other shapes, try the hot decode on at most every 8th event
 
 
 class _Choice:
@@ -144,34 +146,26 @@ class StreamDecoder(SSEStreamDecoder):
         self._last_usage: dict | None = None
         self._response_id = ""
         self._calls = 0
-        self._hot_misses = _HOT_MISSES  # off until the stream has started (see _hot)
+        self._hot_skip = 1 << 62  # events left to on_event before the next hot try: none until _start
+        self._hot_backoff = 1
 
     # ------------------------------------------------------------------ SSE events
 
     def feed(self, data: bytes) -> list[hub.Event]:
         # the base class's loop, without one call per event (this is the hot path)
-        on_event = self.on_event
+        on_event, hot = self.on_event, self._hot
         for event in self._sse.feed(data):
             self.event_number += 1
             if self.ended:
                 if event.data.strip() not in ("[DONE]", ""):
                     self.violation("after-terminal", f"event {event.event!r} after the terminal event")
-            else:
+            elif not hot(event):
                 on_event(event)
         out, self._out = self._out, []
         return out
 
     def on_event(self, event: sse.Event) -> None:
         data = event.data
-        if self._hot_misses < _HOT_MISSES and event.event != "error":
-            try:
-                hot = _hot_decode(data)
-            except msgspec.DecodeError:  # (ValidationError included) another shape: the general path
-                self._hot_misses += 1
-            else:
-                self._hot_misses = 0
-                if self._hot(hot):
-                    return
         if data[:1] != "{":
             stripped = data.strip()
             if stripped == "[DONE]":
@@ -204,15 +198,6 @@ class StreamDecoder(SSEStreamDecoder):
         elif choices is None and "usage" not in chunk:
             self.violation("missing-field", "chunk without choices")
         seen = self._seen
-        extra = chunk.keys() - _PLAIN_CHUNK_KEYS
-        for key in extra:  # (a set: only to find out whether the ordered pass below has work)
-            if key == BRIDGE or key == "x_groq" or (chunk[key] is not None and seen.get(key, _MISSING) != chunk[key]):
-                break
-        else:  # the usual chunk: nothing new beyond the standard fields
-            usage = chunk.get("usage")
-            if usage:
-                self._usage(usage)
-            return
         for key, value in chunk.items():  # fields beyond the standard ones: reported once per new value
             if key not in _NOT_EXTRA and value is not None and seen.get(key, _MISSING) != value:
                 seen[key] = value
@@ -227,16 +212,29 @@ class StreamDecoder(SSEStreamDecoder):
         elif (xg := chunk.get("x_groq")) and isinstance(xg, dict) and isinstance(xg.get("usage"), dict):
             self._usage(xg["usage"])
 
-    def _hot(self, chunk: _HotChunk) -> bool:
+    def _hot(self, event: sse.Event) -> bool:
         """The hot path: text for the open text block, reasoning (or text inside ``<think>`` tags)
         for the open thinking block, or argument JSON for an open tool call.
 
-        True when handled; False (before any change) leaves the chunk to the general path, which
-        gives the same events.
+        True when handled; False (before any change) leaves the event to on_event, which gives
+        the same hub events.
         """
+        if self._hot_skip:
+            self._hot_skip -= 1
+            return False
+        if event.event == "error":
+            return False
+        try:
+            chunk = _hot_decode(event.data)
+        except msgspec.DecodeError:  # (ValidationError included) another shape: back off, since
+            self._hot_skip = self._hot_backoff  # a failed decode costs more than a successful one
+            self._hot_backoff = min(2 * self._hot_backoff, _HOT_BACKOFF)
+            return False
+        self._hot_backoff = 1
         seen = self._seen
         if (
             len(chunk.choices) != 1
+            or chunk.usage is not None
             or (chunk.service_tier is not None and seen.get("service_tier") != chunk.service_tier)
             or (chunk.system_fingerprint is not None and seen.get("system_fingerprint") != chunk.system_fingerprint)
             or (chunk.provider is not None and seen.get("provider") != chunk.provider)
@@ -244,30 +242,36 @@ class StreamDecoder(SSEStreamDecoder):
             return False
         choice = chunk.choices[0]
         ch = self._choices.get(choice.index)
-        if ch is None or ch.finished or ch.buf:
+        if ch is None or ch.finished or ch.buf or choice.finish_reason is not None:
             return False
         delta = choice.delta
         content = delta.content
         reasoning = delta.reasoning_content or delta.reasoning
         calls = delta.tool_calls
+        if delta.refusal:
+            if content or reasoning or calls or ch.seq_kind != "text" or not ch.seq_refusal:
+                return False
+            ch.refused = True
+            self._out.append(_Delta(ch.seq, delta.refusal))  # type: ignore[arg-type]
+            return True
         if reasoning:
             if content or calls or ch.seq_kind != "thinking" or ch.seq_refusal:
                 return False
             ch.reasoned = True
-            self._out.append(hub.Delta(ch.seq, reasoning))  # type: ignore[arg-type]
+            self._out.append(_Delta(ch.seq, reasoning))  # type: ignore[arg-type]
             return True
         if calls:
             if content or len(calls) != 1 or (block := ch.tools.get(calls[0].index)) is None:
                 return False
             if args := calls[0].function.arguments:
-                self._out.append(hub.Delta(block, args))
+                self._out.append(_Delta(block, args))
             return True
         if not content:
             return True  # nothing to add ("" or null content, role only)
         inside_think = ch.think == "think" and ch.seq_kind == "thinking" and not ch.seq_refusal and "<" not in content
         if ch.plain or inside_think:
             # (inside <think>: no "<" means no </think> and no partial tag for the parser to hold)
-            self._out.append(hub.Delta(ch.seq, content))  # type: ignore[arg-type]
+            self._out.append(_Delta(ch.seq, content))  # type: ignore[arg-type]
             return True
         return False
 
@@ -285,7 +289,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _start(self, chunk: dict) -> None:
         self.started = True
-        self._hot_misses = 0
+        self._hot_skip = 0
         for key, value in chunk.items():
             if key not in _CHUNK_KEYS and value is not None:
                 self._pending_ext[key] = value
