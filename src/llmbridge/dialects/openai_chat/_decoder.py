@@ -52,15 +52,15 @@ class _HotDelta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     reasoning: str | None = None
     refusal: str | None = None
     tool_calls: list[_HotCall] | None = None
-    role: Any = None  # the _DELTA_SKIP keys
-    token_id: Any = None
-    channel: Any = None
+    role: msgspec.Raw = msgspec.Raw()  # the _DELTA_SKIP keys (Raw: not decoded, never read)
+    token_id: msgspec.Raw = msgspec.Raw()
+    channel: msgspec.Raw = msgspec.Raw()
 
 
 class _HotChoice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     delta: _HotDelta
     index: int = 0
-    text: Any = None  # Together's legacy copy of the content: _choice skips it
+    text: msgspec.Raw = msgspec.Raw()  # Together's legacy copy of the content: _choice skips it
     finish_reason: str | None = None  # (not null: the general path; typed so the end decodes without raising)
     logprobs: None = None
     native_finish_reason: None = None
