@@ -242,38 +242,62 @@ class StreamDecoder(SSEStreamDecoder):
             return False
         choice = chunk.choices[0]
         ch = self._choices.get(choice.index)
-        if ch is None or ch.finished or ch.buf or choice.finish_reason is not None:
+        if ch is None or ch.finished or choice.finish_reason is not None:
             return False
         delta = choice.delta
         content = delta.content
         reasoning = delta.reasoning_content or delta.reasoning
+        refusal = delta.refusal
         calls = delta.tool_calls
-        if delta.refusal:
-            if content or reasoning or calls or ch.seq_kind != "text" or not ch.seq_refusal:
+        # One kind of fragment per chunk (more take the general path); each branch does what
+        # _delta does for it, with the common case written out.
+        if content:
+            if reasoning or refusal or calls:
                 return False
-            ch.refused = True
-            self._out.append(_Delta(ch.seq, delta.refusal))  # type: ignore[arg-type]
+            if ch.plain:
+                self._out.append(_Delta(ch.seq, content))  # type: ignore[arg-type]
+            elif (
+                ch.think == "think"
+                and not ch.buf
+                and ch.seq_kind == "thinking"
+                and not ch.seq_refusal
+                and "<" not in content
+            ):
+                # inside <think>: no "<" means no </think> and no partial tag for the parser to hold
+                self._out.append(_Delta(ch.seq, content))  # type: ignore[arg-type]
+            else:
+                self._content(ch, content)  # the first text of the choice, or the <think> parser's work
             return True
         if reasoning:
-            if content or calls or ch.seq_kind != "thinking" or ch.seq_refusal:
+            if refusal or calls:
                 return False
+            if ch.buf:
+                self._flush_think(ch)
             ch.reasoned = True
-            self._out.append(_Delta(ch.seq, reasoning))  # type: ignore[arg-type]
+            if ch.seq_kind == "thinking" and not ch.seq_refusal:
+                self._out.append(_Delta(ch.seq, reasoning))  # type: ignore[arg-type]
+            else:
+                self._seq(ch, "thinking", reasoning)
+            return True
+        if refusal:
+            if calls:
+                return False
+            if ch.buf:
+                self._flush_think(ch)
+            ch.refused = True
+            self._seq(ch, "text", refusal, refusal=True)
             return True
         if calls:
-            if content or len(calls) != 1 or (block := ch.tools.get(calls[0].index)) is None:
-                return False
+            if len(calls) != 1 or (block := ch.tools.get(calls[0].index)) is None:
+                return False  # a call starts (or several at once): the general path
+            if ch.buf:
+                self._flush_think(ch)
             if args := calls[0].function.arguments:
                 self._out.append(_Delta(block, args))
             return True
-        if not content:
-            return True  # nothing to add ("" or null content, role only)
-        inside_think = ch.think == "think" and ch.seq_kind == "thinking" and not ch.seq_refusal and "<" not in content
-        if ch.plain or inside_think:
-            # (inside <think>: no "<" means no </think> and no partial tag for the parser to hold)
-            self._out.append(_Delta(ch.seq, content))  # type: ignore[arg-type]
-            return True
-        return False
+        # Nothing to add; but text the <think> parser holds is flushed by a role-only delta and not
+        # by an empty one, which the struct does not tell apart.
+        return not ch.buf
 
     # ------------------------------------------------------------------ stream level
 

@@ -1,0 +1,152 @@
+"""The openai-chat decoder's hot path gives exactly what its general path gives.
+
+The hot path (``StreamDecoder._hot``) handles the usual chunk -- one more fragment for an open
+block -- without the general ``on_event``.  These tests decode the same bytes with it and with
+it switched off, and compare every hub event and violation: over the corpus, and over
+generated streams that mix the shapes the hot path takes with the ones it must leave alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmbridge.dialects.openai_chat._decoder import StreamDecoder
+
+from .conftest import corpus_files
+
+
+class _GeneralOnly(StreamDecoder):
+    def _hot(self, event):  # type: ignore[no-untyped-def]
+        return False
+
+
+def _decode(cls: type[StreamDecoder], body: bytes, size: int | None) -> tuple[list, list]:
+    decoder = cls()
+    events = []
+    pieces = [body] if size is None else [body[i : i + size] for i in range(0, len(body), size)]
+    for piece in pieces:
+        events += decoder.feed(piece)
+    events += decoder.close()
+    return events, decoder.violations
+
+
+def _same(body: bytes, size: int | None = None) -> None:
+    assert _decode(StreamDecoder, body, size) == _decode(_GeneralOnly, body, size)
+
+
+@pytest.mark.parametrize("path", corpus_files("openai-chat"), ids=lambda p: p.stem)
+def test_corpus_hot_path_is_the_general_path(path):
+    body = path.read_bytes()
+    _same(body)
+    _same(body, 61)
+
+
+def test_the_hot_path_takes_the_usual_chunks():
+    """(else the comparisons above would pass with a hot path that never runs)"""
+    taken = []
+
+    class Counting(StreamDecoder):
+        def _hot(self, event):  # type: ignore[no-untyped-def]
+            handled = super()._hot(event)
+            taken.append(handled)
+            return handled
+
+    for path in corpus_files("openai-chat"):
+        _decode(Counting, path.read_bytes(), None)
+    assert sum(taken) > 0.8 * len(taken)
+
+
+_TEXT = st.sampled_from(["Hi", "", " there", "<think>", "</think>", "a<", "/think>", "<th", "ink>", "x\n", "<"])
+
+
+def _chunk(choice: dict, **top: object) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [choice],
+        **top,
+    }
+
+
+_CHOICE = st.one_of(
+    st.builds(lambda t: {"index": 0, "delta": {"content": t}, "finish_reason": None}, _TEXT),
+    st.builds(lambda t: {"index": 0, "delta": {"content": t}, "logprobs": None, "text": t, "seed": None}, _TEXT),
+    st.builds(lambda t: {"index": 0, "delta": {"reasoning_content": t, "content": None}}, _TEXT),
+    st.builds(lambda t: {"index": 0, "delta": {"reasoning": t, "channel": "analysis"}}, _TEXT),
+    st.builds(lambda t: {"index": 0, "delta": {"refusal": t}}, _TEXT),
+    st.builds(lambda t: {"index": 0, "delta": {"content": t, "reasoning_content": t}}, _TEXT),
+    st.builds(
+        lambda k, n: {"index": 0, "delta": {"tool_calls": [{"index": k, "id": f"c{n}", "function": {"name": "f"}}]}},
+        st.integers(0, 1),
+        st.integers(0, 3),
+    ),
+    st.builds(
+        lambda k, a: {"index": 0, "delta": {"tool_calls": [{"index": k, "function": {"arguments": a}}]}},
+        st.integers(0, 2),
+        st.sampled_from(['{"a":', "1}", ""]),
+    ),
+    st.just({"index": 0, "delta": {"role": "assistant"}}),
+    st.just({"index": 0, "delta": {}}),
+    st.just({"index": 1, "delta": {"content": "second choice"}}),
+    st.just({"index": 0, "delta": {"content": "x"}, "logprobs": {"content": [{"token": "x"}]}}),
+    st.just({"index": 0, "delta": {}, "finish_reason": "stop"}),
+)
+
+_CHUNK = st.one_of(
+    st.builds(_chunk, _CHOICE),
+    st.builds(lambda c, fp: _chunk(c, system_fingerprint=fp), _CHOICE, st.sampled_from(["fp_1", "fp_2", None])),
+    st.builds(lambda c, p: _chunk(c, provider=p), _CHOICE, st.sampled_from(["A", "B"])),
+    st.builds(lambda c: _chunk(c, usage={"prompt_tokens": 1, "completion_tokens": 2}), _CHOICE),
+    st.just({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
+)
+
+
+def _body(chunks: list[dict], done: bool = True) -> bytes:
+    lines = [f"data: {json.dumps(c)}\n\n" for c in chunks] + (["data: [DONE]\n\n"] if done else [])
+    return "".join(lines).encode()
+
+
+def _content(text: str) -> dict:
+    return _chunk({"index": 0, "delta": {"content": text}})
+
+
+_ROLE_ONLY = _chunk({"index": 0, "delta": {"role": "assistant"}})
+_EMPTY = _chunk({"index": 0, "delta": {}})
+_CALL = _chunk({"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}})
+_ARGS = {"index": 0, "function": {"arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [_ROLE_ONLY, _content("<th"), _ROLE_ONLY, _content("x")],  # held tag text: a role-only delta flushes it
+        [_ROLE_ONLY, _content("<th"), _EMPTY, _content("ink>a</th"), _EMPTY, _content("ink>b")],
+        [_ROLE_ONLY, _content("<think>"), _content("a"), _content("b<"), _content("/think>c"), _content("d")],
+        [_ROLE_ONLY, _content("<think>a"), _chunk({"index": 0, "delta": {"reasoning_content": "r"}})],
+        [_ROLE_ONLY, _content("<th"), _chunk({"index": 0, "delta": {"reasoning_content": "r"}})],
+        [_ROLE_ONLY, _content("<th"), _chunk({"index": 0, "delta": {"refusal": "no"}})],
+        [
+            _ROLE_ONLY,
+            _content("<think>a"),
+            _CALL,
+            _content("b</th"),
+            _chunk({"index": 0, "delta": {"tool_calls": [_ARGS]}}),
+        ],
+        [_ROLE_ONLY, _content("a"), _chunk({"index": 0, "delta": {"content": "b"}}, system_fingerprint="fp_2")],
+        [_ROLE_ONLY, _content("a"), _chunk({"index": 0, "delta": {"refusal": "no"}}), _content("b")],
+    ],
+)
+def test_edge_streams_hot_path_is_the_general_path(chunks):
+    _same(_body(chunks))
+
+
+@settings(max_examples=150)
+@given(st.lists(_CHUNK, max_size=14), st.booleans(), st.sampled_from([None, 5]))
+def test_generated_streams_hot_path_is_the_general_path(chunks, done, size):
+    _same(_body(chunks, done), size)
