@@ -167,7 +167,10 @@ class Decoder:
 
 
 def encode(data: str, event: str | None = None, id: str | None = None, retry: int | None = None) -> bytes:
-    """One event as bytes; multi-line data becomes several ``data:`` lines."""
+    """One event as bytes; multi-line data becomes several ``data:`` lines.
+
+    Raises ``UnicodeEncodeError`` for text UTF-8 cannot hold (lone surrogates).
+    """
     parts = []
     if event:
         parts.append(f"event: {event}\n")
