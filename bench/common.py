@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("LLMBRIDGE_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = ROOT / "tests" / "corpus"
 
 
 def corpus_bodies(dialect: str | None = None) -> list[tuple[str, bytes]]:

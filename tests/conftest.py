@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("LLMBRIDGE_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = ROOT / "tests" / "corpus"  # the real-stream captures travel with the repository
 
 settings.register_profile(
     "default", derandomize=True, max_examples=25, deadline=None,
@@ -21,6 +21,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 def corpus_files(dialect: str | None = None, suffix: str = ".sse") -> list[Path]:
     """Corpus bodies, for one dialect folder or all; fails loudly when the corpus is missing."""
     if not CORPUS.is_dir():
-        raise RuntimeError(f"corpus not found at {CORPUS}; set LLMBRIDGE_CORPUS")
+        raise RuntimeError(f"corpus not found at {CORPUS}")
     folders = [CORPUS / dialect] if dialect else sorted(p for p in CORPUS.iterdir() if p.is_dir())
     return sorted(f for folder in folders for f in folder.iterdir() if f.name.endswith(suffix))

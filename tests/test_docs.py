@@ -1,7 +1,7 @@
 """The docs' Python examples run, and examples/quickstart.py runs against a real gateway.
 
 Convention: every ```python block in README.md and docs/**/*.md runs, in a subprocess with
-cwd = the repo root (docs refer to the corpus as ``../shared/corpus/...``; ``CORPUS`` is
+cwd = the repo root (docs refer to the corpus as ``tests/corpus/...``; ``CORPUS`` is
 predefined, top-level ``await`` works), unless the line before its fence is
 ``<!-- no-run: why -->`` (fragments, blocks that need a vendor key ...).  A block that talks
 to ``http://127.0.0.1:8000`` runs against a gateway on the embedded local model instead.
@@ -86,7 +86,7 @@ def test_the_docs_have_runnable_examples():
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: b.name)
 def test_docs_example_runs(block: Block, request):
-    source = block.source.replace("../shared/corpus", CORPUS.as_posix())  # LLMBRIDGE_CORPUS may move it
+    source = block.source
     if block.needs_gateway:
         gw = request.getfixturevalue("gateway")
         source = source.replace(DEFAULT_GATEWAY, gw.url)
