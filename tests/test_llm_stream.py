@@ -1,4 +1,4 @@
-"""The llm-stream dialect: seed 000's example, grammar violations, round trips, envelope, response forms."""
+"""The llm-stream dialect: the LLM-Stream draft's example, grammar violations, round trips, envelope, response forms."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def rules(violations: list[hub.Violation]) -> list[str]:
     return [v.rule for v in violations]
 
 
-# --------------------------------------------------------------------------- seed 000 §5.5
+# --------------------------------------------------------------------------- LLM-Stream draft §5.5
 
 
 def test_seed_example_decodes_clean():

@@ -44,7 +44,7 @@ def test_sdk_reads_translation(source, path, target):
     got = reader(target).read(encode(target, events))
     cut_off = [name for name, args in want.tool_calls if args is None]  # arguments cut short by max_tokens
     if want.error or (cut_off and target == "mmsp"):
-        # seed 001: arguments that do not parse raise ToolCallArgumentParseError in place of the .done
+        # MMSP's stream grammar: arguments that do not parse raise ToolCallArgumentParseError in place of the .done
         assert got.error, f"source ended in error ({want.error or cut_off}) but the {target} reader saw a clean end"
     else:
         assert got.error is None, got.error

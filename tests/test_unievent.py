@@ -1,4 +1,4 @@
-"""The UniEvent view: seed 001's grammar derived from hub events."""
+"""The UniEvent view: MMSP's stream grammar derived from hub events."""
 
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def test_the_live_group_streams_as_it_arrives_and_the_others_wait(case):
                 order.pop(0)
 
 
-# --------------------------------------------------------------------------- seed 001
+# --------------------------------------------------------------------------- MMSP's stream grammar
 
 
 SEED_EXAMPLE = [
@@ -227,7 +227,7 @@ SEED_EXAMPLE = [
 
 
 def seed_hub_events(fidelity: dict) -> list[hub.Event]:
-    """The Claude turn of seed 001 as hub events (as the Anthropic decoder gives them)."""
+    """The Claude turn of MMSP's stream grammar as hub events (as the Anthropic decoder gives them)."""
     return [
         hub.ResponseStart(),
         hub.BlockStart(0, "thinking"),

@@ -51,7 +51,7 @@ class UpstreamError(LLMBridgeError):
 
 
 class ToolCallArgumentParseError(LLMBridgeError):
-    """Tool-call arguments that do not parse to a JSON object (seed 001)."""
+    """Tool-call arguments that do not parse to a JSON object (MMSP's stream grammar)."""
 
     def __init__(self, message: str, name: str | None = None, tool_call_id: str | None = None,
                  arguments: str = "", partial: Any = None):
@@ -78,7 +78,7 @@ class ConversationBusyError(LLMBridgeError):
 
 
 class ToolNotDeclaredError(LLMBridgeError):
-    """The model called a tool that was not declared in the request (seed 000 §8.2); never executed."""
+    """The model called a tool that was not declared in the request (LLM-Stream draft §8.2); never executed."""
 
     def __init__(self, name: str, tool_call_id: str | None = None):
         self.name = name

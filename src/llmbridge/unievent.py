@@ -1,4 +1,4 @@
-"""The UniEvent view: MMSP's stream grammar (seed 001) derived from hub events.
+"""The UniEvent view: MMSP's stream grammar ("Streaming events", see docs/references.md) derived from hub events.
 
 A UniEvent stream is ``delta_event* stop_event``.  Every delta event holds exactly one
 content item; the items form groups ``K.delta+ K.done`` that never interleave; each
@@ -1061,7 +1061,7 @@ def view_events(events: Iterable[hub.Event], clock: Callable[[], int] | None = N
 
 
 def grammar_violations(events: list[UniEvent | dict]) -> list[str]:
-    """Every way ``events`` breaks seed 001's grammar (an empty list when it conforms)."""
+    """Every way ``events`` breaks MMSP's stream grammar (an empty list when it conforms)."""
     problems: list[str] = []
     open_kind: str | None = None
     open_fidelity: Any = None

@@ -1,4 +1,4 @@
-"""Reads an llm-stream body as an independent client of the standard would (seed 000):
+"""Reads an llm-stream body as an independent client of the standard would (the LLM-Stream draft):
 SSE events, one JSON envelope each, ``v``/``seq``/``type``; text from ``content.delta``,
 calls from ``tool.call``, usage from ``usage``, the turn's ``stop_reason`` from the last
 ``content.stop``, an ``error`` event raised, no ``stream.end`` an error.  It shares no code

@@ -1,7 +1,7 @@
 """Reads an mmsp body the way an MMSP client does: ``data:`` lines parsed as UniEvents,
 the grammar enforced, the message assembled from the ``.done`` items and the stop event.
 
-A stream that ends in an error event (seed 001: "a stream ends with stop or with an
+A stream that ends in an error event (MMSP's stream grammar: "a stream ends with stop or with an
 exception") has no stop event; what came before the error, and what our encoder carried
 beside it under ``llmbridge`` (blocks still waiting, usage, finish reasons), is read back
 with our own mmsp decoder.

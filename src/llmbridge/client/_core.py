@@ -23,7 +23,7 @@ MAX_BACKOFF = 4.0  # seconds; a longer Retry-After is not waited for
 
 
 class Completion(UniMessage):
-    """The assembled assistant message: ``.done`` items, usage and finish reason (seed 001).
+    """The assembled assistant message: ``.done`` items, usage and finish reason (MMSP's stream grammar).
 
     ``text``, ``thinking`` and ``tool_calls`` (``ToolCall`` items whose ``arguments`` are the
     parsed object) come from :class:`~llmbridge.unievent.Message`; :attr:`usage` and

@@ -4,7 +4,7 @@
 docstring as the description, and a JSON schema of its parameters built from the type
 hints (``str``, ``int``, ``float``, ``bool``, ``list[X]``, ``dict``, ``Optional[X]``,
 ``Literal[...]``, enums).  ``side_effects=True`` marks a tool that runs only when the
-caller's ``confirm(call)`` callback says yes (seed 000 §8.2).
+caller's ``confirm(call)`` callback says yes (LLM-Stream draft §8.2).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""LLM-Stream 1.0 (seed 000): the standard request envelope, SSE stream and response forms.
+"""LLM-Stream 1.0 (the LLM-Stream draft): the standard request envelope, SSE stream and response forms.
 
 What the draft leaves open is decided in ``docs/llm-stream.md`` ("Implementation notes").
 In short: hub data the draft has no field for travels in ``llmbridge:``-namespaced fields,

@@ -1,6 +1,6 @@
 """MMSP's wire: ``POST /v1/stream`` ``{model, messages, config}`` -> ``data: <UniEvent JSON>`` lines.
 
-A stream is the UniEvents of seed 001, one per SSE event, then ``data: [DONE]``.  An
+A stream is the UniEvents of MMSP's stream grammar, one per SSE event, then ``data: [DONE]``.  An
 error after the stream started is ``data: {"error": {"type", "message", ...}}`` then
 ``data: [DONE]``.  Bytes travel as base64.  What MMSP has no field for travels under the
 JSON key ``"llmbridge"`` (on the event, the item, the message or the config) or in an
@@ -568,7 +568,7 @@ _FRAGMENT = {
 class StreamEncoder:
     """Hub events -> ``data: <UniEvent>`` lines, through :class:`UniEventView`.
 
-    A failure ends the MMSP stream with an error event, as seed 001 says, and that event
+    A failure ends the MMSP stream with an error event, as MMSP's stream grammar says, and that event
     carries under ``llmbridge`` whatever had not gone out, so our decoder loses nothing: the
     blocks still waiting, the usage and finish reasons so far, and, after tool arguments that
     do not parse, every hub event that followed (the error waits for the end of the stream).

@@ -1,7 +1,7 @@
-"""Content negotiation (seed 000 §7): which dialect reads the request, which one answers.
+"""Content negotiation (LLM-Stream draft §7): which dialect reads the request, which one answers.
 
 * ``Content-Type: application/llm-request+json`` on any endpoint: the body is a standard
-  (``llm-stream``) request, and the answer is the standard stream, since the seed signals
+  (``llm-stream``) request, and the answer is the standard stream, since the LLM-Stream draft's media type signals
   conformance by that request type plus a ``stream.start`` first event.
 * ``Accept: text/event-stream; profile="llm-stream-1.0"`` on any endpoint: answer with the
   standard stream, whatever dialect the request body is in.

@@ -21,7 +21,7 @@ CONTENT_KEYS = frozenset(
     }
 )
 
-# OpenAI finish_reason -> hub reason.  "error" is OpenRouter's word (and seed 004's).
+# OpenAI finish_reason -> hub reason.  "error" is OpenRouter's word (and the gateway spec's).
 FINISH_FROM_WIRE = {
     "stop": "end_turn",
     "length": "max_tokens",
