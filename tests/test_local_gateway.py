@@ -9,7 +9,10 @@ import openai
 import pytest
 
 from llmbridge.gateway import create_app
+from tests.conftest import require_local_model
 from tests.gateway_util import serving
+
+require_local_model()
 
 WEATHER_SCHEMA = {
     "type": "object",

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+from typing import TYPE_CHECKING
 
-import llama_cpp
+if TYPE_CHECKING:
+    import llama_cpp
 
 
 class Pieces:
     """Token id -> the bytes it stands for (cached; a piece may be part of a UTF-8 character)."""
 
     def __init__(self, llm: llama_cpp.Llama) -> None:
+        import llama_cpp  # here, not at import: TextStream needs no engine (and the extra is optional)
+
+        self._to_piece = llama_cpp.llama_token_to_piece
         self._vocab = llm._model.vocab
         self._buffer = ctypes.create_string_buffer(64)
         self._cache: dict[int, bytes] = {}
@@ -23,10 +28,10 @@ class Pieces:
         return piece
 
     def _render(self, token: int) -> bytes:
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._buffer, len(self._buffer), 0, False)
+        n = self._to_piece(self._vocab, token, self._buffer, len(self._buffer), 0, False)
         if n < 0:  # the buffer is too small; -n is the size needed
             self._buffer = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._buffer, len(self._buffer), 0, False)
+            n = self._to_piece(self._vocab, token, self._buffer, len(self._buffer), 0, False)
         return self._buffer.raw[:n]
 
 
@@ -39,7 +44,12 @@ class TextStream:
     """
 
     def __init__(self, stops: list[str] | tuple[str, ...] = ()) -> None:
-        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        # "replace": bytes that can never be UTF-8 (the model may emit any token) become U+FFFD
+        # where they stand.  Bytes that are merely *incomplete* are another matter: the decoder
+        # keeps them until the next piece completes the character, and at the end they are
+        # dropped (see flush), never shown as U+FFFD.
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._decode = self._decoder.decode
         self._stops = [s for s in stops if s]
         self._held = ""
         self.stop: str | None = None
@@ -68,7 +78,14 @@ class TextStream:
         return text[: len(text) - hold]
 
     def flush(self) -> str:
-        """What is left at the end of generation (held text, an incomplete character as U+FFFD)."""
-        text = self._held + self._decode(b"", final=True)
+        """What is left at the end of generation: the held text.
+
+        A character the model left incomplete (generation stopped by ``max_tokens`` or the
+        end-of-generation token between two bytes of one UTF-8 character) is dropped: it has
+        no text form, and a U+FFFD standing for "half a character" would reach the client as if
+        the model had written it.  Resets the stream's decoder.
+        """
+        text = self._held
         self._held = ""
+        self._decoder.reset()
         return text
