@@ -132,9 +132,15 @@ async def test_greedy_stream_is_deterministic_and_matches_llama_cpp(upstream):
     direct = engine.llm.create_completion(
         engine.tokenize(prompt), max_tokens=16, temperature=0.0, repeat_penalty=DEFAULT_REPEAT_PENALTY
     )
-    assert direct["choices"][0]["text"] == text
+    direct_text, direct_tokens = direct["choices"][0]["text"], direct["usage"]["completion_tokens"]
     assert first.usage.input_tokens == direct["usage"]["prompt_tokens"]
-    assert first.usage.output_tokens == direct["usage"]["completion_tokens"]
+    assert direct_text.startswith(text)
+    if direct_tokens > 16:
+        # llama-cpp-python generates past max_tokens to finish a character cut in half; we stop
+        # at max_tokens and drop the half character: at most that one character differs.
+        assert first.usage.output_tokens == 16 and len(direct_text) - len(text) == 1
+    else:
+        assert first.usage.output_tokens == direct_tokens and direct_text == text
 
 
 async def test_openai_style_penalties_replace_the_default_repeat_penalty(upstream):
