@@ -9,7 +9,7 @@ import pytest
 from llmbridge.gateway import config as cfg
 from llmbridge.gateway import negotiation
 from llmbridge.gateway.record import confined, safe_name
-from llmbridge.gateway.streaming import JSONArrayFraming, event_boundary
+from llmbridge.gateway.streaming import EventBoundaries, JSONArrayFraming
 from llmbridge.replay import parse_model
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gateway.toml"
@@ -144,11 +144,32 @@ def test_safe_names_stay_inside_the_directory(tmp_path):
         assert len(path.name) <= 150
 
 
-def test_event_boundary():
-    assert event_boundary(bytearray(b"data: a\n\ndata: b")) == 9
-    assert event_boundary(bytearray(b"data: a\r\n\r\ndata: b\r\n")) == 11
-    assert event_boundary(bytearray(b"data: a\n")) == 0
-    assert event_boundary(bytearray(b"data: a\r\rdata: b\n\n")) == 18
+def test_event_boundaries_in_one_read():
+    def last_end(data: bytes) -> int:
+        return EventBoundaries(1 << 20).feed(data)
+
+    assert last_end(b"data: a\n\ndata: b") == 9
+    assert last_end(b"data: a\r\n\r\ndata: b\r\n") == 11
+    assert last_end(b"data: a\n") == -1
+    assert last_end(b"data: a\r\rdata: b\n\n") == 18
+
+
+def test_event_boundaries_split_at_every_position_and_the_cap():
+    body = b"data: one\r\n\r\ndata: two\n\ndata: three\r\r"
+    ends = {13, 24, len(body)}
+    for cut in range(len(body) + 1):
+        scan = EventBoundaries(1 << 20)
+        first, second = scan.feed(body[:cut]), scan.feed(body[cut:])
+        found = ([first] if first >= 0 else []) + ([cut + second] if second >= 0 else [])
+        assert max(found) == len(body), cut
+        assert all(f in ends for f in found), cut
+        assert scan.pending == 0
+    scan = EventBoundaries(10)
+    scan.feed(b"data: 12345")
+    assert scan.over and scan.pending == 11
+    scan = EventBoundaries(10)
+    scan.feed(b"data: 1\n\ndata: ")
+    assert not scan.over and scan.pending == 6
 
 
 def test_json_array_framing_any_split():

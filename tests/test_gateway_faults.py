@@ -126,7 +126,10 @@ def request_for(dialect: str, model: str, stream: bool = True) -> tuple[str, dic
     """(path, body, headers) of a minimal request in ``dialect``."""
     user = [{"role": "user", "content": "hi"}]
     if dialect == "openai-chat":
-        return "/v1/chat/completions", {"model": model, "messages": user, "stream": stream}, {}
+        body = {"model": model, "messages": user, "stream": stream}
+        if stream:  # the upstream's usage chunk (choices: []) is relayed as it is only to a client that asks
+            body["stream_options"] = {"include_usage": True}
+        return "/v1/chat/completions", body, {}
     if dialect == "openai-responses":
         return "/v1/responses", {"model": model, "input": "hi", "stream": stream}, {}
     if dialect == "anthropic-messages":
@@ -385,6 +388,28 @@ def test_relay_is_byte_exact(gw, dialect):
     body = (CORPUS / dialect / f"{TEXT[dialect]}.sse").read_bytes()
     r = post(gw, dialect, TEXT[dialect])
     assert r.content == body
+
+
+def test_relayed_chat_usage_chunk_keeps_one_choice_for_a_client_that_did_not_ask(gw):
+    # The gateway spec: "Without [include_usage], the chunk keeps one choice with an empty delta."
+    model = TEXT["openai-chat"]
+    body = (CORPUS / "openai-chat" / f"{model}.sse").read_bytes()
+    assert b'"choices":[]' in body
+    r = HTTP.post(
+        gw.url + "/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        timeout=10,
+    )
+    assert b'"choices":[]' not in r.content
+    chunks = [json.loads(line[6:]) for line in r.content.split(b"\n") if line.startswith(b"data: {")]
+    assert all(len(c["choices"]) == 1 for c in chunks)
+    assert chunks[-1]["usage"] and chunks[-1]["choices"] == [{"index": 0, "delta": {}, "finish_reason": None}]
+    assert r.content.endswith(b"data: [DONE]\n\n")
+    # Every other byte as the upstream sent it.
+    original = [line for line in body.split(b"\n") if b'"choices":[]' not in line]
+    assert [line for line in r.content.split(b"\n") if b'"usage"' not in line] == [
+        line for line in original if b'"usage"' not in line
+    ]
 
 
 def test_relay_keeps_comment_lines(gw):

@@ -122,16 +122,18 @@ class BrokenEncoder:
 
 
 def test_a_codec_bug_mid_stream_still_ends_with_error_and_terminal_event():
-    from llmbridge.gateway.streaming import Exchange, Puller, event_batches
+    from llmbridge.gateway.streaming import EventSource, Exchange
 
     async def events():
-        for event in (hub.ResponseStart(), hub.BlockStart(0, "text"), hub.Delta(0, "x"), hub.ResponseEnd()):
-            yield event
+        yield hub.ResponseStart()
+        yield hub.BlockStart(0, "text")
+        await asyncio.sleep(0.01)  # the stream has started (prime returned) before the bug hits
+        yield hub.Delta(0, "x")
+        yield hub.ResponseEnd()
 
     async def run() -> bytes:
         loop = asyncio.get_running_loop()
-        puller = Puller(event_batches(events()), config.Timeouts(), "fake", loop.time())
-        exchange = Exchange(puller, BrokenEncoder)
+        exchange = Exchange(EventSource(events(), "fake", config.Timeouts(), loop.time()), BrokenEncoder)
         assert await exchange.prime() is None
         return b"".join([chunk async for chunk in exchange.body()])
 

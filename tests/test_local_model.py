@@ -21,9 +21,9 @@ from tests.conftest import require_local_model
 
 require_local_model()
 
-from llmbridge.local import LocalUpstream
-from llmbridge.local.chat import ChatTemplate
-from llmbridge.local.upstream import DEFAULT_REPEAT_PENALTY
+from llmbridge.local import LocalUpstream  # noqa: E402  (after the skip: needs the local extra)
+from llmbridge.local.chat import ChatTemplate  # noqa: E402
+from llmbridge.local.upstream import DEFAULT_REPEAT_PENALTY  # noqa: E402
 
 WEATHER = hub.Tool(
     "get_weather",

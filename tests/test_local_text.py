@@ -7,6 +7,8 @@ right there.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from llmbridge.local.text import TextStream
@@ -16,7 +18,7 @@ JAPANESE = "こんにちは、世界".encode()  # 3 bytes a character
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     edges = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 def run(pieces: list[bytes], stops: tuple[str, ...] = ()) -> tuple[str, TextStream]:
@@ -60,7 +62,7 @@ def test_generation_cut_inside_a_character_drops_it(end):
 @pytest.mark.parametrize("stops", [("。",), ("zz",), ("世界", "ちは")])
 def test_held_text_and_a_cut_character_with_stop_sequences(stops):
     # The tail holds a possible stop prefix and half a character: the prefix is text, the half is not.
-    pieces = [*split("ab z".encode(), [2]), "世".encode()[:2]]
+    pieces = [*split(b"ab z", [2]), "世".encode()[:2]]
     text, stream = run(pieces, stops)
     assert "\ufffd" not in text
     if stream.stop is None:

@@ -25,8 +25,9 @@ from ..dialects.base import json_decode
 from . import negotiation, replies
 from .config import Config, default_config
 from .record import Recorder
-from .streaming import Exchange, Puller, StreamResponse, event_batches, http_batches
-from .upstream import HTTPUpstream, Upstream, UpstreamFailed, as_hub_error, build, retryable, timeouts_of
+from .relay import relay_filter
+from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
+from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, retryable, timeouts_of
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -248,29 +249,32 @@ class Gateway:
         stream: bool,
         json_array: bool,
     ) -> Exchange:
+        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
         started = asyncio.get_running_loop().time()
-        record = None
+        timeouts = timeouts_of(upstream)
+        recorder = None
+        relay = False
+        source: HTTPSource | EventSource
         if isinstance(upstream, HTTPUpstream):
-            raw = await upstream.open(hreq)
-            recorder = None
+            response = await upstream.open(hreq)
             if self.record_dir is not None:
                 self._recorded += 1
                 recorder = Recorder.start(self.record_dir, self._recorded, upstream.config, hreq)
             record = recorder.write if recorder else None
-            batches = http_batches(raw, upstream.dialect.StreamDecoder(), record)
+            source = HTTPSource(response, upstream.dialect.StreamDecoder(), upstream.name, timeouts, started, record)
             # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
             relay = stream and not json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
         else:
-            batches = event_batches(_guarded(upstream, hreq))
-            relay = recorder = None
-        puller = Puller(batches, timeouts_of(upstream), upstream.name, started)
-        keepalive = self.config.gateway.keepalive_seconds if stream and not json_array else None
+            source = EventSource(upstream.stream(hreq), upstream.name, timeouts, started)
+        keepalive = self.config.gateway.keepalive_seconds if stream else None
         return Exchange(
-            puller,
+            source,
             partial(dialects.stream_encoder, codec, hreq),
-            relay=bool(relay),
+            dialect=out_dialect,
+            relay=relay,
+            relay_filter=relay_filter(out_dialect, hreq) if relay else None,
             keepalive=keepalive,
-            json_array=json_array,
+            framing=JSONArrayFraming() if json_array else None,
             request_id=request_id,
             on_end=partial(_finished, upstream.name, hreq.model, out_dialect, recorder),
         )
@@ -338,17 +342,6 @@ def _finished(upstream: str, model: str | None, dialect: str, recorder: Recorder
             exchange.finish.reason if exchange.finish else None,
             f", error={exchange.error.type}: {exchange.error.message}" if exchange.error else "",
         )
-
-
-async def _guarded(upstream: Upstream, hreq: hub.Request):
-    """An in-process upstream's events; its exceptions become hub errors."""
-    try:
-        async for event in upstream.stream(hreq):
-            yield event
-    except (errors.UpstreamError, OSError, RuntimeError) as exc:
-        error = as_hub_error(exc, upstream.name)
-        yield error
-        yield hub.ResponseEnd()
 
 
 class RequestIdMiddleware:

@@ -1,11 +1,26 @@
-"""Moving one upstream answer to the client: translate or relay, keep alive, time out, cancel.
+"""Moving one upstream answer to one client: translate or relay, keep alive, time out, cancel.
 
-An upstream answer is pulled as *batches* ``(raw_bytes, hub_events)``: one per network chunk
-from an HTTP upstream (the chunk and what the dialect decoder made of it), one per event from
-an in-process upstream.  A final batch with ``raw is None`` holds what the decoder's
-``close()`` returned, or an error the gateway made up (timeout, broken connection).
+The shape of the data path, and why (docs/gateway.md, "Data path", has the profile):
 
-:class:`Exchange` runs in two phases.  :meth:`Exchange.prime` pulls until the answer really
+- **One reader per upstream answer, no task per read.**  An HTTP upstream's bytes arrive in
+  the connection protocol's callback and land in an :class:`~._http.Inbox`; an in-process
+  upstream's events are put there by one long-lived task.  The one task serving the client
+  awaits the inbox, and when it wakes it takes *everything* that arrived meanwhile.
+- **Whatever is ready leaves in one write.**  What one wake-up took is decoded, translated
+  (or relayed) and sent as one ASGI message, so when events arrive together they leave
+  together and the cost per event falls as load rises.
+- **Deadlines and keep-alives are timers**, re-armed lazily: data only moves a timestamp, and
+  the timer, when it fires, either finds it moved (and sleeps again) or raises an alarm in the
+  inbox.  No ``asyncio.wait``/``wait_for`` per read.
+- **The relay watches, it does not keep.**  A same-dialect stream goes out byte for byte; the
+  decoder still reads it to note usage, finish and errors, but the exchange keeps only what
+  it needs to end the stream properly if the upstream breaks off (the start, the blocks still
+  open, the usage so far): memory per stream does not grow with its length.
+- **Every buffer has a cap.**  An upstream event (the bytes between two blank lines) larger
+  than ``max_event_bytes`` ends the answer with an error; the scan for event boundaries looks
+  at each byte once.
+
+:class:`Exchange` runs in two phases.  :meth:`Exchange.prime` reads until the answer really
 starts (its first event other than ``ResponseStart``/``Usage``, or a keep-alive interval
 without one); an error before that is still an HTTP status for the client, and the caller
 may try the next upstream.  After it, :meth:`Exchange.body` yields client bytes and every
@@ -19,119 +34,44 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .. import hub, sse
+from ._http import Inbox, Response
 from .config import Timeouts
 
 log = logging.getLogger("llmbridge.gateway")
-Batch = tuple["bytes | None", list]
-KEEPALIVE = object()  # pull() result: the keep-alive interval passed without upstream data
-KEEPALIVE_BYTES = b": keep-alive\n\n"
+
 _NON_COMMITTING = (hub.ResponseStart, hub.Usage)
+DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024  # a few base64 images in one event; see docs/gateway.md
+
+# Keep-alive bytes per client dialect: what every client of that dialect skips.  An SSE
+# comment is the idiom (the LLM-Stream draft and the gateway spec name it), but Google's
+# google-genai SDK reads every non-empty line that does not start with "data: " as JSON and
+# dies on a comment; it skips empty lines, as does every SSE parser (an empty event is
+# never dispatched) and every JSON parser between array elements.  So Gemini gets a bare
+# line break.  docs/gateway.md, "Keep-alives", lists the clients each choice was tested with.
+KEEPALIVE_COMMENT = b": keep-alive\n\n"
+KEEPALIVE_BYTES = {
+    "openai-chat": KEEPALIVE_COMMENT,
+    "openai-responses": KEEPALIVE_COMMENT,
+    "anthropic-messages": KEEPALIVE_COMMENT,
+    "llm-stream": KEEPALIVE_COMMENT,
+    "mmsp": KEEPALIVE_COMMENT,
+    "gemini": b"\n",
+}
+
+# The wire terminal a relayed stream must end with after an upstream error event, where the
+# error event itself is not terminal (the gateway spec: a chat error chunk, then [DONE]).
+_RELAY_DONE = {"openai-chat": b"data: [DONE]\n\n", "mmsp": b"data: [DONE]\n\n"}
 
 
-async def http_batches(raw: Any, decoder: Any, record: Callable[[bytes], None] | None = None) -> AsyncIterator[Batch]:
-    """Byte chunks of an HTTP upstream and their hub events; closes the response at the end."""
-    try:
-        async for chunk in raw.chunks():
-            if record is not None:
-                record(chunk)
-            yield chunk, decoder.feed(chunk)
-        yield None, decoder.close()
-    finally:
-        await raw.aclose()
+class Framing(Protocol):
+    """Re-frames the client dialect's SSE bytes (e.g. as a JSON array, or binary frames)."""
 
+    def feed(self, data: bytes) -> bytes: ...
 
-async def event_batches(events: AsyncIterator[hub.Event]) -> AsyncIterator[Batch]:
-    """An in-process upstream's events, one batch each; a missing ResponseEnd is a truncation."""
-    ended = False
-    try:
-        async for event in events:
-            ended = type(event) is hub.ResponseEnd
-            yield b"", [event]
-        if not ended:
-            yield None, [hub.Error("upstream ended before its terminal event", "incomplete_stream"), hub.ResponseEnd()]
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
-class Puller:
-    """Pulls batches under the upstream's first-byte, idle and total deadlines.
-
-    ``pull(wait)`` returns the next batch, ``None`` at the end, or :data:`KEEPALIVE` when
-    ``wait`` seconds pass first (the pending read carries on).  A missed deadline or a broken
-    upstream becomes a final ``(None, [Error, ResponseEnd])`` batch.
-    """
-
-    def __init__(self, batches: AsyncIterator[Batch], timeouts: Timeouts, upstream: str, started: float):
-        self._it = batches
-        self._pending: asyncio.Future | None = None
-        self._timeouts = timeouts
-        self.upstream = upstream
-        self._total_at = started + timeouts.total if timeouts.total else math.inf
-        self._next_at = started + timeouts.first_byte if timeouts.first_byte else math.inf
-        self._first = True
-        self.done = False
-
-    async def pull(self, wait: float | None = None) -> Any:
-        if self.done:
-            return None
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(anext(self._it))
-        loop = asyncio.get_running_loop()
-        deadline = min(self._next_at, self._total_at)
-        limit = deadline - loop.time()
-        timeout = limit if wait is None else min(limit, wait)
-        if timeout != math.inf:
-            done, _ = await asyncio.wait((self._pending,), timeout=max(timeout, 0))
-            if not done:
-                if loop.time() < deadline:
-                    return KEEPALIVE
-                return await self._fail(self._timeout_error(deadline))
-        task, self._pending = self._pending, None
-        try:
-            batch = await task
-        except StopAsyncIteration:
-            self.done = True
-            return None
-        except Exception as exc:
-            from .upstream import as_hub_error
-
-            return await self._fail(as_hub_error(exc, self.upstream))
-        self._first = False
-        if self._timeouts.idle:
-            self._next_at = loop.time() + self._timeouts.idle
-        return batch
-
-    def _timeout_error(self, deadline: float) -> hub.Error:
-        t = self._timeouts
-        if deadline == self._total_at:
-            what = f"took longer than {t.total:g} s in total"
-        elif self._first:
-            what = f"sent no data within {t.first_byte:g} s"
-        else:
-            what = f"sent nothing for {t.idle:g} s"
-        return hub.Error(f"upstream {self.upstream!r} {what}", "timeout", "upstream_timeout", 504)
-
-    async def _fail(self, error: hub.Error) -> Batch:
-        await self.aclose()
-        return None, [error, hub.ResponseEnd()]
-
-    async def aclose(self) -> None:
-        """Stop the upstream at once (cancels a pending read, closes the HTTP response)."""
-        self.done = True
-        pending, self._pending = self._pending, None
-        if pending is not None and not pending.done():
-            pending.cancel()
-            with contextlib.suppress(BaseException):  # cancelled on purpose
-                await pending
-        aclose = getattr(self._it, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):  # closing a broken upstream
-                await aclose()
+    def close(self) -> bytes: ...
 
 
 class JSONArrayFraming:
@@ -156,47 +96,303 @@ class JSONArrayFraming:
         return tail + (b"[]" if self._sep == b"[" else b"]")
 
 
-def event_boundary(buf: bytearray) -> int:
-    """Length of the prefix of ``buf`` that ends with a complete SSE event (0 if none)."""
-    end = 0
-    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n"):
-        i = buf.rfind(sep)
-        if i >= 0 and i + len(sep) > end:
-            end = i + len(sep)
-    return end
+class EventBoundaries:
+    """Where complete SSE events end, found looking at each byte once; and the cap on one event.
+
+    An event ends with a blank line: two line ends in a row, each one of CRLF, LF or CR.
+    :meth:`feed` returns the offset just past the last event end in the new bytes (or -1), and
+    keeps the last three bytes so that a blank line split across reads is still found.
+    ``pending`` is the size of the event still open; it is what the cap bounds.
+    """
+
+    _ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.pending = 0
+        self._tail = b""
+
+    def feed(self, data: bytes) -> int:
+        window = self._tail + data
+        shift = len(self._tail)
+        end = -1
+        for sep in self._ENDS:
+            at = window.rfind(sep)
+            if at >= 0 and at + len(sep) > end:
+                end = at + len(sep)
+        self._tail = window[-3:]
+        if end >= 0:
+            end -= shift  # may be <= 0: the blank line began in bytes already seen
+            self.pending = len(data) - max(end, 0)
+            return max(end, 0)
+        self.pending += len(data)
+        return -1
+
+    @property
+    def over(self) -> bool:
+        return self.pending > self.cap
+
+
+class _LazyTimer:
+    """Calls ``fire()`` when ``due()`` (a loop time, ``inf`` for never) has passed.
+
+    Moving the due time later costs nothing: the timer wakes at the time it was armed for,
+    finds the new due time, and sleeps again.  So per-event work is one timestamp, never a
+    ``call_at``/``cancel`` pair.
+    """
+
+    __slots__ = ("_due", "_fire", "_handle", "_loop")
+
+    def __init__(self, due: Callable[[], float], fire: Callable[[], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._due, self._fire = due, fire
+        self._handle: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        due = self._due()
+        if due != math.inf:
+            self._handle = self._loop.call_at(due, self._check)
+
+    def _check(self) -> None:
+        self._handle = None
+        if self._loop.time() >= self._due():
+            self._fire()
+        else:
+            self._arm()
+
+    def rearm(self) -> None:
+        """Arm again after a fire (or after the due time moved earlier)."""
+        self.cancel()
+        self._arm()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+class Deadlines:
+    """The first-byte, idle and total deadlines of one upstream answer, as one lazy timer.
+
+    ``missed`` is the hub error once a deadline passed (and the inbox has a ``"deadline"``
+    alarm); the first byte is the first body data (or event) after the response head.
+    """
+
+    def __init__(self, inbox: Inbox, timeouts: Timeouts, upstream: str, started: float) -> None:
+        self._inbox = inbox
+        self._timeouts = timeouts
+        self._upstream = upstream
+        self._started = started
+        self._first_at = started + timeouts.first_byte if timeouts.first_byte else math.inf
+        self._total_at = started + timeouts.total if timeouts.total else math.inf
+        self._idle = timeouts.idle or math.inf
+        self.missed: hub.Error | None = None
+        # Set by the consumer, not derived from timestamps: uvloop's clock moves in whole
+        # milliseconds, so "data came after the start" cannot be read off the times.
+        self.got_data = False
+        self._timer = _LazyTimer(self._due, self._fire)
+
+    def _due(self) -> float:
+        if self.missed is not None:
+            return math.inf
+        nearest = self._inbox.last_put + self._idle if self.got_data else self._first_at
+        return min(nearest, self._total_at)
+
+    def _fire(self) -> None:
+        t = self._timeouts
+        now = asyncio.get_running_loop().time()
+        if now >= self._total_at:
+            what = f"took longer than {t.total:g} s in total"
+        elif not self.got_data:
+            what = f"sent no data within {t.first_byte:g} s"
+        else:
+            what = f"sent nothing for {t.idle:g} s"
+        self.missed = hub.Error(f"upstream {self._upstream!r} {what}", "timeout", "upstream_timeout", 504)
+        self._inbox.alarm("deadline")
+
+    def data_arrived(self) -> None:
+        """Call once, at the first data: the idle deadline replaces the (later) first-byte one."""
+        self.got_data = True
+        self._timer.rearm()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+class Source:
+    """One upstream answer as it arrives: an :class:`Inbox` plus how to read and close it.
+
+    ``decoder`` is set for HTTP upstreams (raw bytes are decoded by the exchange, which may
+    also relay them); in-process upstreams put hub events in the inbox themselves.
+    """
+
+    inbox: Inbox
+    decoder: Any = None
+    record: Callable[[bytes], None] | None = None
+
+    def __init__(self, name: str, timeouts: Timeouts, started: float) -> None:
+        self.name = name
+        self.timeouts = timeouts
+        self.started = started
+
+    def start_deadlines(self) -> Deadlines:
+        return Deadlines(self.inbox, self.timeouts, self.name, self.started)
+
+    async def aclose(self) -> None:  # pragma: no cover - every source overrides it
+        raise NotImplementedError
+
+
+class HTTPSource(Source):
+    """An HTTP upstream's response body (its dialect's ``StreamDecoder`` reads it)."""
+
+    def __init__(
+        self,
+        response: Response,
+        decoder: Any,
+        name: str,
+        timeouts: Timeouts,
+        started: float,
+        record: Callable[[bytes], None] | None = None,
+    ) -> None:
+        super().__init__(name, timeouts, started)
+        self.response = response
+        self.inbox = response.inbox
+        self.decoder = decoder
+        self.record = record
+
+    async def aclose(self) -> None:
+        self.response.close()
+
+
+class EventSource(Source):
+    """An in-process upstream's hub events, moved into the inbox by one long-lived task.
+
+    The upstream's failures become hub errors; a stream that stops without ``ResponseEnd``
+    is a truncation.  The task never ends with an exception (nothing is left unretrieved).
+    """
+
+    def __init__(self, events: AsyncIterator[hub.Event], name: str, timeouts: Timeouts, started: float) -> None:
+        super().__init__(name, timeouts, started)
+        self.inbox = Inbox()
+        self._events = events
+        self._task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def _pump(self) -> None:
+        from .upstream import as_hub_error
+
+        inbox = self.inbox
+        ended = False
+        try:
+            async for event in self._events:
+                ended = type(event) is hub.ResponseEnd
+                inbox.put(event)
+                if ended:
+                    break
+            if not ended:
+                inbox.put(hub.Error("upstream ended before its terminal event", "incomplete_stream"))
+                inbox.put(hub.ResponseEnd())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the upstream's failure is the client's error event, not a crash
+            error = as_hub_error(exc, self.name)
+            if not isinstance(exc, OSError | RuntimeError) and error.type == "api_error":
+                log.error("upstream %s failed: %s", self.name, type(exc).__name__)
+            inbox.put(error)
+            inbox.put(hub.ResponseEnd())
+        finally:
+            inbox.finish()
+            aclose = getattr(self._events, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    async def aclose(self) -> None:
+        task = self._task
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(BaseException):  # cancelled on purpose; its errors are in the inbox
+            await task
+
+
+class _RelayState:
+    """What a relay keeps to end a stream properly if the upstream breaks off: bounded."""
+
+    __slots__ = ("open_blocks", "start")
+
+    def __init__(self) -> None:
+        self.start: hub.ResponseStart | None = None
+        self.open_blocks: dict[tuple[int, int], hub.BlockStart] = {}  # (choice, index) -> start
+
+    def note(self, event: hub.Event) -> None:
+        kind = type(event)
+        if kind is hub.BlockStart:
+            self.open_blocks[(event.choice, event.index)] = event  # type: ignore[union-attr]
+        elif kind is hub.BlockStop:
+            for key in [k for k in self.open_blocks if k[1] == event.index]:  # type: ignore[union-attr]
+                del self.open_blocks[key]
+        elif kind is hub.ResponseStart and self.start is None:
+            self.start = event  # type: ignore[assignment]
+
+    def replay(self) -> list[hub.Event]:
+        """Events that bring a fresh encoder to where the relayed stream stands."""
+        return ([self.start] if self.start is not None else []) + list(self.open_blocks.values())
 
 
 class Exchange:
     """One upstream answer on its way to one client.
 
     ``encoder_factory`` makes the client dialect's ``StreamEncoder``; with ``relay`` the
-    upstream bytes go out untouched (same dialect) while the decoder still watches them.
+    upstream bytes go out untouched (same dialect) while its decoder watches them.
+    ``relay_filter`` may rewrite whole relayed events (the chat usage chunk for a client that
+    did not ask for ``include_usage``).  ``on_end`` is called once, with the exchange, when it is
+    over.  Attributes after the end: ``usage``, ``finish``, ``error`` (the error the client
+    got), ``events`` (hub events seen), ``started``/``first_byte_at`` (loop times).
     """
 
     def __init__(
         self,
-        puller: Puller,
+        source: Source,
         encoder_factory: Callable[[], Any],
         *,
+        dialect: str = "",
         relay: bool = False,
+        relay_filter: Callable[[bytes], bytes] | None = None,
         keepalive: float | None = None,
-        json_array: bool = False,
+        framing: Framing | None = None,
         request_id: str | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         on_end: Callable[[Exchange], None] | None = None,
     ):
-        self.puller = puller
+        self.source = source
+        self.inbox = source.inbox
+        self._loop = asyncio.get_running_loop()
+        self.started = source.started
+        self.first_byte_at: float | None = None
         self._encoder_factory = encoder_factory
         self._encoder = None if relay else encoder_factory()
         self.relay = relay
+        self._relay_filter = relay_filter
+        self._relay_state = _RelayState() if relay else None
+        self._relay_done = _RELAY_DONE.get(dialect) if relay else None
+        self._saw_done = False
+        self.dialect = dialect
         self.keepalive = keepalive
-        self._framing = JSONArrayFraming() if json_array else None
+        self._keepalive_bytes = KEEPALIVE_BYTES.get(dialect, KEEPALIVE_COMMENT)
+        self._framing = framing
         self.request_id = request_id
         self._on_end = on_end
-        self._held: list[Batch] = []
-        self._seen: list[hub.Event] = []  # relay: decoded events, to bring an encoder up to date on truncation
-        self._buf = bytearray()  # relay: bytes of an event not complete yet
-        self.ended = False
-        self.error: hub.Error | None = None  # the error the client got, if any
+        self._boundaries = EventBoundaries(max_event_bytes) if source.decoder is not None else None
+        self._pending = bytearray()  # relay: the bytes of an event not complete yet
+        self._held: list[bytes] = []  # client bytes made while priming
+        self._held_events: list[hub.Event] = []  # and the hub events seen (for collect)
+        self._deadlines = source.start_deadlines()
+        self._keepalive_timer: _LazyTimer | None = None
+        self._got_data = False
+        self._last_write = self._loop.time()
+        self.upstream_done = False  # the inbox reached its end (or was abandoned)
+        self.ended = False  # the client's stream reached its terminal event
+        self.error: hub.Error | None = None
         self.usage: hub.Usage | None = None
         self.finish: hub.Finish | None = None
         self.events = 0
@@ -205,33 +401,56 @@ class Exchange:
     # -- phase 1
 
     async def prime(self) -> hub.Error | None:
-        """Pull until the answer starts; an error before that is returned (nothing was sent)."""
-        while True:
-            batch = await self.puller.pull(self.keepalive)
-            if batch is KEEPALIVE:
-                self._held.append((b"", []))  # the answer is slow: start it, keep-alives follow
-                return None
-            if batch is None:
-                return hub.Error("upstream ended without an answer", "incomplete_stream", status=502)
-            self._held.append(batch)
-            for event in batch[1]:
-                if type(event) is hub.Error:
-                    return event
-                if not isinstance(event, _NON_COMMITTING):
+        """Read until the answer starts; an error before that is returned (nothing was sent).
+
+        Returns ``None`` once the answer has started (or is slow: a keep-alive interval
+        passed), with the client bytes made so far held for :meth:`body`.
+        """
+        inbox = self.inbox
+        patience = None
+        if self.keepalive is not None:
+            patience = _LazyTimer(lambda: self._last_write + self.keepalive, lambda: inbox.alarm("keepalive"))
+        try:
+            while True:
+                await inbox.wait()
+                if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
+                    inbox.alarms.discard("keepalive")
                     return None
+                try:
+                    events, out = self._step()
+                except Exception:  # a codec bug before the answer started: a 500 in the client's dialect
+                    log.exception("stream failed before it started")
+                    return hub.Error("internal gateway error", "api_error", status=500)
+                self._held_events += events
+                if out:
+                    self._held.append(out)
+                for event in events:
+                    kind = type(event)
+                    if kind is hub.Error:
+                        return event
+                    if not isinstance(event, _NON_COMMITTING):
+                        return None
+                if self.upstream_done:
+                    return hub.Error("upstream ended without an answer", "incomplete_stream", status=502)
+        finally:
+            if patience is not None:
+                patience.cancel()
 
     # -- phase 2, streaming
 
     async def body(self) -> AsyncIterator[bytes]:
+        """The client's bytes, one item per wake-up; ends with the dialect's terminal event."""
         try:
             async for out in self._body():
+                if self.first_byte_at is None:
+                    self.first_byte_at = self._loop.time()
                 yield out
         except Exception:  # a codec bug mid-stream: still end with the dialect's error + terminal event
             log.exception("stream failed")
             if not self.ended:
                 error = hub.Error("internal gateway error while streaming", "api_error", status=500)
                 try:
-                    out = self._process((None, [error, hub.ResponseEnd()]))
+                    out = self._encode_end(error)
                 except Exception:
                     log.exception("cannot encode the error either")
                     out = b""
@@ -241,43 +460,119 @@ class Exchange:
             await self.aclose()
 
     async def _body(self) -> AsyncIterator[bytes]:
-        for batch in self._held:
-            out = self._process(batch)
+        held, self._held = b"".join(self._held), []
+        if held:
+            yield held
+        inbox = self.inbox
+        loop = self._loop
+        self._last_write = loop.time()
+        if self.keepalive is not None:
+            # Keep-alives go out when the *client* has had no bytes for an interval: a silent
+            # upstream, or one whose events the encoder is still buffering.
+            self._keepalive_timer = _LazyTimer(
+                lambda: self._last_write + self.keepalive, lambda: inbox.alarm("keepalive")
+            )
+        while not self.upstream_done and not self.ended:
+            await inbox.wait()
+            _, out = self._step()
+            if "keepalive" in inbox.alarms:
+                inbox.alarms.discard("keepalive")
+                if not out:
+                    out = self._keepalive_bytes
+                self._keepalive_timer.rearm()  # type: ignore[union-attr]
             if out:
+                self._last_write = loop.time()
                 yield out
-        self._held = []
-        # Keep-alives go out when the *client* has had no bytes for a keep-alive interval:
-        # a silent upstream, or one whose events the encoder is still buffering.
-        keepalive = self.keepalive if not self._framing else None
-        clock = asyncio.get_running_loop().time
-        last = clock()
-        while not self.puller.done:
-            wait = None if keepalive is None else max(0.0, last + keepalive - clock())
-            batch = await self.puller.pull(wait)
-            if batch is KEEPALIVE:
-                yield KEEPALIVE_BYTES
-                last = clock()
-                continue
-            if batch is None:
-                break
-            out = self._process(batch)
-            if out:
-                yield out
-                last = clock()
-            elif keepalive is not None and clock() - last >= keepalive:
-                yield KEEPALIVE_BYTES
-                last = clock()
-        out = self._finish()
-        if out:
-            yield out
+        tail = self._finish()
+        if tail:
+            yield tail
 
-    def _process(self, batch: Batch) -> bytes:
-        raw, events = batch
-        if self.relay:
-            return self._relay(raw, events)
+    def _step(self) -> tuple[list[hub.Event], bytes]:
+        """Take everything the inbox holds; the hub events seen and the client bytes made."""
+        inbox = self.inbox
+        items = inbox.take()
+        source = self.source
+        if items and not self._got_data:
+            self._got_data = True
+            self._deadlines.data_arrived()
+        if source.decoder is None:  # in-process: the items are hub events
+            events: list[hub.Event] = items
+            out = self._encode(events) if items else b""
+        else:
+            data = items[0] if len(items) == 1 else b"".join(items)
+            events, out = self._bytes(data) if data else ([], b"")
+        if "deadline" in inbox.alarms and not self.ended:
+            inbox.alarms.discard("deadline")
+            error = self._deadlines.missed or hub.Error("upstream timed out", "timeout", status=504)
+            self._abandon()
+            events.append(error)
+            return events, out + self._encode_end(error)
+        if inbox.eof and not inbox.items and not self.upstream_done:
+            self.upstream_done = True
+            if source.decoder is not None and not self.ended:
+                if inbox.error is not None:
+                    from .upstream import as_hub_error
+
+                    error = as_hub_error(inbox.error, source.name)
+                    events.append(error)
+                    out += self._encode_end(error)
+                else:
+                    tail_events = source.decoder.close()
+                    events.extend(tail_events)
+                    out += self._relay_end(tail_events) if self.relay else self._encode(tail_events)
+        return events, out
+
+    def _bytes(self, data: bytes) -> tuple[list[hub.Event], bytes]:
+        """Raw upstream bytes: decoded (and relayed, or translated)."""
+        source = self.source
+        if source.record is not None:
+            source.record(data)
+        boundaries = self._boundaries
+        assert boundaries is not None
+        cut = boundaries.feed(data)
+        if boundaries.over:
+            # One event larger than the cap: end the answer here, and read no more of it.
+            error = hub.Error(
+                f"upstream {source.name!r} sent an event larger than {boundaries.cap} bytes",
+                "api_error",
+                "upstream_event_too_large",
+                502,
+            )
+            self._abandon()
+            self._pending.clear()
+            return [error], self._encode_end(error)
+        events = source.decoder.feed(data)
+        if not self.relay:
+            return events, self._encode(events)
+        for event in events:
+            self._watch(event)
+        # Relay whole events only, so that an upstream breaking off mid-event can still be
+        # followed by a well-formed error event.
+        pending = self._pending
+        if cut < 0:
+            pending += data
+            return events, b""
+        if pending:
+            out = bytes(pending) + data[:cut]
+            pending.clear()
+        else:
+            out = data[:cut] if cut < len(data) else data
+        if cut < len(data):
+            pending += data[cut:]
+        return events, self._relayed(out)
+
+    def _relayed(self, out: bytes) -> bytes:
+        if self._relay_done is not None and b"[DONE]" in out:
+            self._saw_done = True
+        if self._relay_filter is not None:
+            out = self._relay_filter(out)
+        return out
+
+    def _encode(self, events: list[hub.Event]) -> bytes:
+        """Translate hub events (the client's bytes, re-framed if asked)."""
         if self.ended:
             return b""
-        encode = self._encoder.encode
+        encode = self._encoder.encode  # type: ignore[union-attr]
         parts = []
         for event in events:
             self._observe(event)
@@ -285,75 +580,89 @@ class Exchange:
             if self.ended:
                 break
         out = b"".join(parts)
-        return self._framing.feed(out) if self._framing and out else out
+        return self._framing.feed(out) if self._framing is not None and out else out
 
     def _observe(self, event: hub.Event) -> None:
         self.events += 1
         kind = type(event)
         if kind is hub.ResponseStart:
             if self.request_id and not self.relay:
-                event.request_id = self.request_id
+                event.request_id = self.request_id  # type: ignore[union-attr]
         elif kind is hub.ResponseEnd:
             self.ended = True
             if self.request_id and not self.relay:
-                event.request_id = self.request_id
+                event.request_id = self.request_id  # type: ignore[union-attr]
         elif kind is hub.Usage:
-            self.usage = hub.merge_usage(self.usage, event)
+            self.usage = hub.merge_usage(self.usage, event)  # type: ignore[arg-type]
         elif kind is hub.Finish:
-            self.finish = event
+            self.finish = event  # type: ignore[assignment]
         elif kind is hub.Error:
-            self.error = event
+            self.error = event  # type: ignore[assignment]
 
-    def _relay(self, raw: bytes | None, events: list) -> bytes:
-        if raw is not None:
-            if not self.ended:
-                for event in events:
-                    self._observe(event)
-                self._seen.extend(events)
-            return self._relay_bytes(raw)
-        if not self.ended and any(type(e) is hub.Error for e in events):
-            # The upstream broke off (truncated, stalled, connection lost): drop the partial
-            # event and append the dialect's own error + terminal event, from an encoder
-            # brought up to date with what was relayed (its output for that already went out).
-            self._buf.clear()
-            encoder = self._encoder_factory()
-            for event in self._seen:
-                encoder.encode(event)
-            parts = []
-            for event in events:
-                self._observe(event)
-                parts.append(encoder.encode(event))
-                if self.ended:
-                    break
-            return b"".join(parts)
-        # A clean end; the last event may lack its blank line: relay it, terminated.
-        if not self.ended:
-            for event in events:
-                self._observe(event)
-        tail = bytes(self._buf)
-        self._buf.clear()
-        if tail.strip() and not tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
-            tail += b"\n\n"
-        return tail
+    def _watch(self, event: hub.Event) -> None:
+        """Relay: note what the upstream reported; keep only what ending the stream needs."""
+        if self.ended:
+            return
+        self._observe(event)
+        self._relay_state.note(event)  # type: ignore[union-attr]
 
-    def _relay_bytes(self, raw: bytes) -> bytes:
-        buf = self._buf
-        buf += raw
-        cut = event_boundary(buf)
-        if not cut:
-            return b""
-        out = bytes(buf[:cut])
-        del buf[:cut]
+    def _relay_end(self, tail_events: list[hub.Event]) -> bytes:
+        """The upstream ended (cleanly or not) while relaying: what the client still needs."""
+        for event in tail_events:
+            if type(event) is hub.Error and not self.ended:
+                # Broke off (truncated): drop the partial event, end with our own error event.
+                self._pending.clear()
+                return self._encode_end(event)
+            self._watch(event)
+        tail = bytes(self._pending)
+        self._pending.clear()
+        if tail.strip() and not tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n")):
+            tail += b"\n\n"  # a last event without its blank line: relay it, terminated
+        out = self._relayed(tail) if tail else b""
+        if self._relay_done is not None and not self._saw_done:
+            out += self._relay_done  # e.g. an upstream chat error chunk not followed by [DONE]
         return out
+
+    def _encode_end(self, error: hub.Error) -> bytes:
+        """``error`` and the terminal event, in the client's dialect (nothing if it ended)."""
+        if self.ended:
+            return b""
+        if not self.relay:
+            return self._encode([error, hub.ResponseEnd()])
+        # Relayed so far: a fresh encoder brought to where the stream stands writes the end.
+        encoder = self._encoder_factory()
+        for event in self._relay_state.replay():  # type: ignore[union-attr]
+            encoder.encode(event)
+        self._observe(error)
+        out = encoder.encode(error)
+        end = hub.ResponseEnd()
+        self._observe(end)
+        out += encoder.encode(end)
+        if self._relay_done is not None and not out.rstrip().endswith(b"[DONE]"):
+            out += self._relay_done
+        self._saw_done = True
+        return out
+
+    def _abandon(self) -> None:
+        """Read no more from the upstream (a deadline passed, an event was too large)."""
+        self.upstream_done = True
+        self._deadlines.cancel()
+        self.inbox.take()
+        with contextlib.suppress(Exception):
+            resp = getattr(self.source, "response", None)
+            if resp is not None:
+                resp.close()
 
     def _finish(self) -> bytes:
         """The upstream is done; make sure the client sees a terminal event."""
         out = b""
         if not self.ended:
             error = hub.Error("upstream ended before its terminal event", "incomplete_stream", status=502)
-            out = self._process((None, [error, hub.ResponseEnd()]))
-        elif self.relay and self._buf:
-            out = self._relay(None, [])
+            out = self._encode_end(error)
+        elif self._relay_done is not None and not self._saw_done:
+            # Relayed to an upstream error chunk; its own [DONE], if it ever comes, is not awaited.
+            out = self._relay_done
+            self._saw_done = True
         if self._framing is not None:
             out += self._framing.close()
         return out
@@ -363,34 +672,52 @@ class Exchange:
     async def collect(self) -> hub.Response:
         """The whole answer assembled (for a client that did not ask for a stream)."""
         assembler = hub.Assembler()
+        self._encoder = _NullEncoder()
+        self.relay = False
         try:
-            batches = list(self._held)
-            self._held = []
-            while True:
-                for _, events in batches:
-                    for event in events:
+            inbox = self.inbox
+            held_events, self._held_events = self._held_events, []
+            for event in held_events:
+                assembler.feed(event)
+            while not self.ended:
+                if self.upstream_done:
+                    error = hub.Error("upstream ended before its terminal event", "incomplete_stream", status=502)
+                    for event in (error, hub.ResponseEnd()):
                         self._observe(event)
                         assembler.feed(event)
-                        if self.ended:
-                            return assembler.response
-                batch = await self.puller.pull()
-                if batch is None:
                     break
-                batches = [batch]
-            error = hub.Error("upstream ended before its terminal event", "incomplete_stream", status=502)
-            assembler.feed(error)
-            assembler.feed(hub.ResponseEnd())
+                await inbox.wait()
+                inbox.alarms.discard("keepalive")
+                events, _ = self._step()
+                for event in events:
+                    assembler.feed(event)
+                    if type(event) is hub.ResponseEnd:
+                        break
             return assembler.response
         finally:
             await self.aclose()
 
     async def aclose(self) -> None:
+        """Stop everything at once: timers, the upstream (its connection is not reused)."""
         if self.closed:
             return
         self.closed = True
-        await self.puller.aclose()
+        self._deadlines.cancel()
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+        await self.source.aclose()
         if self._on_end is not None:
-            self._on_end(self)
+            try:
+                self._on_end(self)
+            except Exception:
+                log.exception("on_end callback failed")
+
+
+class _NullEncoder:
+    """The encoder of a non-streaming answer: events are only observed and assembled."""
+
+    def encode(self, event: hub.Event) -> bytes:
+        return b""
 
 
 class StreamResponse:

@@ -1,8 +1,9 @@
 """Upstreams: where the gateway sends a request.
 
 Every upstream satisfies :class:`Upstream` (``name`` and an async ``stream(request)`` of hub
-events).  :class:`HTTPUpstream` speaks a dialect over HTTP and also offers the raw byte
-path (:meth:`HTTPUpstream.open`) the gateway uses to relay a same-dialect stream untouched.
+events).  :class:`HTTPUpstream` speaks a dialect over HTTP; the gateway uses its raw
+response (:meth:`HTTPUpstream.open`), whose body bytes arrive in an inbox, so that one task
+can relay or translate them (gateway/streaming.py).
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-import httpx
-
 from .. import dialects, errors, hub
 from ..dialects.base import json_encode, strip_extensions
+from . import _http
 from .config import LOCAL, Timeouts, UpstreamConfig
 
 logger = logging.getLogger("llmbridge.gateway")
@@ -52,12 +52,12 @@ def as_hub_error(exc: BaseException, upstream: str) -> hub.Error:
     if isinstance(exc, errors.UpstreamError):
         status = exc.status or hub.ERROR_STATUS.get(exc.type, 502)
         return hub.Error(str(exc), exc.type, status=status, body=exc.body)
-    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+    if isinstance(exc, TimeoutError):
         return hub.Error(f"upstream {upstream!r} timed out", "timeout", status=504)
-    if isinstance(exc, httpx.ConnectError):
-        return hub.Error(f"cannot connect to upstream {upstream!r}: {exc}", "api_error", "connect_error", 502)
-    if isinstance(exc, httpx.HTTPError):
-        return hub.Error(f"upstream {upstream!r} failed: {type(exc).__name__}: {exc}", "api_error", status=502)
+    if isinstance(exc, _http.ConnectError):
+        return hub.Error(f"upstream {upstream!r}: {exc}", "api_error", "connect_error", 502)
+    if isinstance(exc, _http.UpstreamHTTPError):
+        return hub.Error(f"upstream {upstream!r}: {exc}", "api_error", status=502)
     return hub.Error(f"upstream {upstream!r} failed: {type(exc).__name__}", "api_error", status=502)
 
 
@@ -67,60 +67,46 @@ def retryable(error: hub.Error) -> bool:
     return status == 429 or status >= 500
 
 
-class RawStream:
-    """An upstream HTTP response whose status was OK: its body as byte chunks."""
-
-    def __init__(self, response: httpx.Response):
-        self.response = response
-        self.status = response.status_code
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        return self.response.aiter_bytes()
-
-    async def aclose(self) -> None:
-        await self.response.aclose()
-
-
 class HTTPUpstream:
-    """A dialect spoken over HTTP, through one pooled ``httpx.AsyncClient`` (HTTP/1.1)."""
+    """A dialect spoken over HTTP, through one pooled :class:`_http.HTTPClient` (HTTP/1.1)."""
 
-    def __init__(self, config: UpstreamConfig, client: httpx.AsyncClient | None = None):
+    def __init__(self, config: UpstreamConfig, client: _http.HTTPClient | None = None):
         self.name = config.name
         self.format = config.format
         self.config = config
         self.dialect = dialects.get(config.format)
         self.timeouts = config.timeouts
-        t = config.timeouts
-        # Reads are bounded by the gateway's own first-byte/idle/total clocks, not by httpx.
-        self._timeout = httpx.Timeout(connect=t.connect, read=None, write=t.connect, pool=t.connect)
-        self.client = client or httpx.AsyncClient(
-            timeout=self._timeout, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        )
+        self.client = client or _http.HTTPClient()
 
-    async def open(self, request: hub.Request) -> RawStream:
-        """Send ``request``; the OK response's byte stream, or :class:`UpstreamFailed`."""
+    async def open(self, request: hub.Request) -> _http.Response:
+        """Send ``request``; the OK response (head read, body to come), or :class:`UpstreamFailed`.
+
+        Reads are bounded by the gateway's own first-byte/idle/total clocks (streaming.py);
+        here only connecting and the response head are timed.
+        """
         url, headers = self.dialect.endpoint(request, base_url=self.config.base_url, api_key=self.config.api_key)
-        all_headers = httpx.Headers({"content-type": "application/json"})
-        all_headers.update(headers)  # replaces case-insensitively: the dialect's own content-type wins
-        all_headers.update(self.config.headers)
+        all_headers = {"content-type": "application/json"}
+        all_headers.update({k.lower(): v for k, v in headers.items()})  # the dialect's own content-type wins
+        all_headers.update({k.lower(): v for k, v in self.config.headers.items()})
         body = json_encode(self.request_body(request))
-        http_request = self.client.build_request("POST", url, content=body, headers=all_headers, timeout=self._timeout)
+        t = self.timeouts
         try:
-            async with asyncio.timeout(self.timeouts.first_byte):
-                response = await self.client.send(http_request, stream=True)
+            response = await self.client.request(
+                "POST", url, all_headers, body, connect_timeout=t.connect, head_timeout=t.first_byte
+            )
         except Exception as exc:
-            raise UpstreamFailed(as_hub_error(exc, self.name)) from exc
-        if response.status_code >= 400:
+            raise UpstreamFailed(as_hub_error(exc, self.name)) from None
+        if response.status >= 400:
             try:
-                async with asyncio.timeout(self.timeouts.first_byte):
-                    data = await _read_limited(response)
+                async with asyncio.timeout(t.first_byte):
+                    data = await response.read(_MAX_ERROR_BODY)
             except Exception:
                 data = b""
             finally:
-                await response.aclose()
+                response.close()
             passed = {k: v for k in PASSED_HEADERS if (v := response.headers.get(k)) is not None}
-            raise UpstreamFailed(self.decode_error(response.status_code, data), passed)
-        return RawStream(response)
+            raise UpstreamFailed(self.decode_error(response.status, data), passed)
+        return response
 
     def request_body(self, request: hub.Request) -> dict:
         """The upstream request body; without our extension key unless the upstream takes it."""
@@ -143,29 +129,26 @@ class HTTPUpstream:
         return error
 
     async def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
-        raw = await self.open(request)
+        response = await self.open(request)
         decoder = self.dialect.StreamDecoder()
+        inbox = response.inbox
         try:
-            async for chunk in raw.chunks():
-                for event in decoder.feed(chunk):
-                    yield event
+            while True:
+                await inbox.wait()
+                for chunk in inbox.take():
+                    for event in decoder.feed(chunk):
+                        yield event
+                if inbox.eof:
+                    if inbox.error is not None:
+                        raise inbox.error
+                    break
             for event in decoder.close():
                 yield event
         finally:
-            await raw.aclose()
+            response.close()
 
     async def aclose(self) -> None:
         await self.client.aclose()
-
-
-async def _read_limited(response: httpx.Response) -> bytes:
-    parts, size = [], 0
-    async for chunk in response.aiter_bytes():
-        parts.append(chunk)
-        size += len(chunk)
-        if size > _MAX_ERROR_BODY:
-            break
-    return b"".join(parts)
 
 
 def local_available() -> bool:

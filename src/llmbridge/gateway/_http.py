@@ -1,0 +1,476 @@
+"""The gateway's upstream HTTP/1.1 client: asyncio protocols on httptools, pooled per origin.
+
+Why not httpx: reading a streamed body through httpx costs a chain of coroutines per read
+(httpx -> httpcore -> anyio -> the socket), and a read cannot be interrupted by a timer
+without cancelling the task doing it, so the old data path ran a Task plus an
+``asyncio.wait`` per upstream chunk.  Measured in ``bench/http_client_bench.py`` (one run,
+the same streamed bodies): see bench/README.md, "Upstream HTTP client".
+
+Here the event loop calls :meth:`_Connection.data_received`; httptools parses in C and hands
+body bytes to the response's :class:`Inbox`, which wakes the one task that consumes the
+answer.  Everything that arrived since that task last looked is taken in one go, so bytes
+that arrive together are processed and written to the client together.  Deadlines and
+keep-alives are timers that *raise a flag in the inbox* (:meth:`Inbox.alarm`) instead of
+cancelling a read, so the consumer never needs a second task.
+
+Scope, on purpose: HTTP/1.1 over TCP or TLS (the vendor APIs all speak it), bodies with
+``content-length``, chunked or close-delimited framing, ``gzip``/``deflate`` bodies (we ask for
+``identity``; a server may ignore that), keep-alive reuse with one retry when a pooled
+connection turns out to be closed before any response byte.  No proxies and no HTTP/2 to
+upstreams; an operator who needs a proxy puts the gateway's upstream ``base_url`` on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+
+__all__ = ["ConnectError", "HTTPClient", "Inbox", "ProtocolError", "Response", "UpstreamHTTPError"]
+
+# Flow control: above this many bytes waiting in an inbox, stop reading the upstream socket
+# until the consumer (which waits on a slow client) takes them.  It bounds memory per stream
+# to this plus one socket read; it says nothing about event sizes (those are capped later).
+HIGH_WATER = 256 * 1024
+LOW_WATER = 64 * 1024
+
+
+class UpstreamHTTPError(Exception):
+    """Talking HTTP to an upstream failed (the message says how, never with credentials)."""
+
+
+class ConnectError(UpstreamHTTPError):
+    """No connection could be made (refused, DNS, TLS handshake)."""
+
+
+class ProtocolError(UpstreamHTTPError):
+    """The upstream broke HTTP/1.1 (unparseable bytes, connection lost mid-response)."""
+
+
+class Inbox:
+    """Items an upstream delivered that the consumer has not taken yet, and why it should wake.
+
+    One producer (a protocol callback or one long-lived task) calls :meth:`put` /
+    :meth:`finish`; timers call :meth:`alarm`; one consumer awaits :meth:`wait` and then reads
+    :attr:`items` (via :meth:`take`), :attr:`eof`, :attr:`error` and :attr:`alarms`.
+    """
+
+    __slots__ = ("_loop", "_pause", "_paused", "_resume", "_waiter", "alarms", "eof", "error", "items", "last_put", "size")
+
+    def __init__(self, pause: Callable[[], None] | None = None, resume: Callable[[], None] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.items: list[Any] = []
+        self.size = 0  # bytes waiting (bytes items only)
+        self.eof = False
+        self.error: BaseException | None = None  # why the input ended early, if it did
+        self.alarms: set[str] = set()  # raised by timers: "deadline", "keepalive"
+        self.last_put = self._loop.time()
+        self._waiter: asyncio.Future[None] | None = None
+        self._pause, self._resume = pause, resume
+        self._paused = False
+
+    # -- producer side
+
+    def put(self, item: Any, size: int = 0) -> None:
+        """Add one item (``size`` bytes of it count towards flow control); wakes the consumer."""
+        self.items.append(item)
+        self.last_put = self._loop.time()
+        if size:
+            self.size += size
+            if self.size > HIGH_WATER and self._pause is not None and not self._paused:
+                self._paused = True
+                self._pause()
+        self._wake()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """No more items: a clean end, or ``error``.  The first call wins."""
+        if not self.eof:
+            self.eof = True
+            self.error = error
+            self._wake()
+
+    def alarm(self, name: str) -> None:
+        """A timer wants the consumer's attention (a missed deadline, a keep-alive due)."""
+        self.alarms.add(name)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- consumer side
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.items) or self.eof or bool(self.alarms)
+
+    async def wait(self) -> None:
+        """Return once there are items, the end, or an alarm (at once if there already are)."""
+        if self.items or self.eof or self.alarms:
+            return
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def take(self) -> list[Any]:
+        """All items delivered so far (emptying the inbox; resumes a paused producer)."""
+        items, self.items = self.items, []
+        if self.size:
+            self.size = 0
+            if self._paused and self._resume is not None:
+                self._paused = False
+                self._resume()
+        return items
+
+
+@dataclass(frozen=True)
+class _Origin:
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+
+class Response:
+    """An upstream HTTP response: status and headers at once, the body through :attr:`inbox`."""
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+        self.status = 0
+        self.headers: dict[str, str] = {}  # lower-cased names; repeated headers joined with ", "
+        self.inbox = Inbox(connection.pause_reading, connection.resume_reading)
+        self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.complete = False
+        self.got_bytes = False
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body, at most ``limit`` bytes (the rest is dropped); closes the response."""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                await self.inbox.wait()
+                for chunk in self.inbox.take():
+                    if size < limit:
+                        parts.append(chunk[: limit - size])
+                    size += len(chunk)
+                if self.inbox.eof:
+                    if self.inbox.error is not None:
+                        raise self.inbox.error
+                    return b"".join(parts)
+                if size >= limit:
+                    return b"".join(parts)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Done with the response: its connection goes back to the pool if it is reusable."""
+        self._connection.release(self)
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection to an origin; serves one response at a time."""
+
+    def __init__(self, pool: HTTPClient, origin: _Origin) -> None:
+        self._pool = pool
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.response: Response | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._header_name = b""
+        self._decompress: Any = None
+        self.closed = False
+        self.reused = False
+        self._keep_alive = True
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        response = self.response
+        if response is None:  # bytes nobody asked for: the connection is not reusable
+            self.abort()
+            return
+        response.got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(ProtocolError("upstream tried to switch protocols"))
+        except httptools.HttpParserError as exc:
+            self._fail(ProtocolError(f"upstream sent malformed HTTP ({exc})"))
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._pool.forget(self)
+        response = self.response
+        if response is None or response.complete:
+            return
+        if response.head.done() and not self._parser.should_keep_alive() and self._close_delimited():
+            # A body framed by the connection's end: its end is the body's end.
+            self.on_message_complete()
+            return
+        what = "closed the connection" if exc is None else f"connection lost ({type(exc).__name__})"
+        self._fail(ProtocolError(f"upstream {what} before the response was complete"))
+
+    # -- httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name:
+            self._header_name = name.lower()
+        else:  # a continuation of the previous value (httptools may split one header)
+            name = self._header_name
+        key = self._header_name.decode("latin-1")
+        assert self.response is not None
+        headers = self.response.headers
+        text = value.decode("latin-1")
+        if key in headers and name:
+            headers[key] += ", " + text
+        else:
+            headers[key] = headers.get(key, "") + text
+
+    def on_headers_complete(self) -> None:
+        response = self.response
+        assert response is not None
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim response (100 Continue): the real head follows
+            response.headers = {}
+            return
+        response.status = status
+        self._keep_alive = self._parser.should_keep_alive()
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            self._decompress = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._decompress = zlib.decompressobj()
+        if not response.head.done():
+            response.head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        response = self.response
+        assert response is not None
+        if self._decompress is not None:
+            try:
+                body = self._decompress.decompress(body)
+            except zlib.error as exc:
+                self._fail(ProtocolError(f"upstream sent a corrupt compressed body ({exc})"))
+                return
+            if not body:
+                return
+        response.inbox.put(body, len(body))
+
+    def on_message_complete(self) -> None:
+        response = self.response
+        if response is None or response.complete:
+            return
+        response.complete = True
+        if self._decompress is not None:
+            tail = self._decompress.flush()
+            if tail:
+                response.inbox.put(tail, len(tail))
+        response.inbox.finish()
+
+    # -- for the pool and the response
+
+    def _close_delimited(self) -> bool:
+        headers = self.response.headers if self.response else {}
+        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "")
+
+    def _fail(self, error: Exception) -> None:
+        response = self.response
+        if response is not None:
+            if not response.head.done():
+                response.head.set_exception(error)
+                response.head.exception()  # retrieved: the opener reports it, not the loop's GC hook
+            response.inbox.finish(error)
+        self.abort()
+
+    def send(self, head: bytes, body: bytes) -> Response:
+        assert self.transport is not None
+        self.response = Response(self)
+        self._decompress = None
+        self.transport.write(head + body if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            self.transport.write(body)
+        return self.response
+
+    def release(self, response: Response) -> None:
+        if response is not self.response:
+            return
+        self.response = None
+        if response.complete and self._keep_alive and not self.closed and self.transport is not None:
+            self.resume_reading()
+            self._parser = httptools.HttpResponseParser(self)
+            self._pool.put_back(self)
+        else:
+            self.abort()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.closed:
+            with contextlib.suppress(RuntimeError):  # already reading
+                self.transport.resume_reading()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class HTTPClient:
+    """A pool of keep-alive HTTP/1.1 connections, per origin (scheme, host, port)."""
+
+    def __init__(self, *, max_idle_per_origin: int = 64, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._idle: dict[_Origin, list[_Connection]] = {}
+        self._all: set[_Connection] = set()
+        self._max_idle = max_idle_per_origin
+        self._ssl = ssl_context
+        self.closed = False
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            try:
+                import certifi  # httpx's CA bundle, already installed with it
+
+                self._ssl = ssl.create_default_context(cafile=certifi.where())
+            except ImportError:  # pragma: no cover - the system store then
+                self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    async def _connect(self, origin: _Origin, timeout: float | None) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self, origin),
+                    origin.host,
+                    origin.port,
+                    ssl=self._ssl_context() if origin.tls else None,
+                    server_hostname=origin.host if origin.tls else None,
+                )
+        except TimeoutError:
+            raise ConnectError(f"connecting to {origin.host}:{origin.port} timed out") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectError(f"cannot connect to {origin.host}:{origin.port}: {exc.strerror or exc}") from None
+        self._all.add(connection)
+        return connection
+
+    def _checkout(self, origin: _Origin) -> _Connection | None:
+        idle = self._idle.get(origin)
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and connection.transport is not None and not connection.transport.is_closing():
+                connection.reused = True
+                return connection
+        return None
+
+    def put_back(self, connection: _Connection) -> None:
+        if self.closed:
+            connection.abort()
+            return
+        idle = self._idle.setdefault(connection.origin, [])
+        if len(idle) >= self._max_idle:
+            connection.abort()
+        else:
+            idle.append(connection)
+
+    def forget(self, connection: _Connection) -> None:
+        self._all.discard(connection)
+        idle = self._idle.get(connection.origin)
+        if idle and connection in idle:
+            idle.remove(connection)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        connect_timeout: float | None = None,
+        head_timeout: float | None = None,
+    ) -> Response:
+        """Send a request; the response once its status and headers are in (body to follow).
+
+        Raises :class:`ConnectError`, :class:`ProtocolError`, or ``TimeoutError`` when no
+        response head arrives within ``head_timeout`` seconds.  The caller must
+        :meth:`Response.close` the response (its connection is pooled again or closed).
+        """
+        if self.closed:
+            raise UpstreamHTTPError("the HTTP client is closed")
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise UpstreamHTTPError(f"not an http(s) URL: {parts.scheme}://{parts.hostname or ''}")
+        origin = _Origin(scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        if ":" in parts.hostname and not parts.hostname.startswith("["):  # an IPv6 literal
+            host = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port else "")
+        head = _request_head(method, target, host, headers, len(body))
+        for attempt in (0, 1):
+            connection = self._checkout(origin) if attempt == 0 else None
+            if connection is None:
+                connection = await self._connect(origin, connect_timeout)
+            response = connection.send(head, body)
+            try:
+                async with asyncio.timeout(head_timeout):
+                    await response.head
+            except ProtocolError:
+                response.close()
+                # A pooled connection the server had already closed: nothing was answered,
+                # so the request never ran; send it once more on a fresh connection.
+                if connection.reused and not response.got_bytes and attempt == 0:
+                    continue
+                raise
+            except BaseException:
+                connection.abort()
+                response.close()
+                raise
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        self.closed = True
+        for connection in list(self._all):
+            connection.abort()
+        self._all.clear()
+        self._idle.clear()
+
+
+def _request_head(method: str, target: str, host: str, headers: dict[str, str], length: int) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", f"host: {host}", f"content-length: {length}"]
+    names = {"host", "content-length", "transfer-encoding", "connection"}
+    given = {k.lower() for k in headers}
+    if "accept-encoding" not in given:
+        lines.append("accept-encoding: identity")
+    if "user-agent" not in given:
+        lines.append("user-agent: llmbridge")
+    for name, value in headers.items():
+        if name.lower() in names:
+            continue
+        if any(c in name or c in value for c in "\r\n\0"):
+            # Header injection: never send a line break from config or a client into a request.
+            raise UpstreamHTTPError(f"header {name!r} holds a line break")
+        lines.append(f"{name}: {value}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
