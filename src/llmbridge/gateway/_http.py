@@ -62,7 +62,9 @@ class Inbox:
     :attr:`items` (via :meth:`take`), :attr:`eof`, :attr:`error` and :attr:`alarms`.
     """
 
-    __slots__ = ("_loop", "_pause", "_paused", "_resume", "_waiter", "alarms", "eof", "error", "items", "last_put", "size")
+    __slots__ = (
+        "_loop", "_pause", "_paused", "_resume", "_waiter", "alarms", "eof", "error", "items", "last_put", "size",
+    )
 
     def __init__(self, pause: Callable[[], None] | None = None, resume: Callable[[], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()

@@ -276,6 +276,7 @@ class Gateway:
             keepalive=keepalive,
             framing=JSONArrayFraming() if json_array else None,
             request_id=request_id,
+            max_event_bytes=self.config.gateway.max_event_bytes,
             on_end=partial(_finished, upstream.name, hreq.model, out_dialect, recorder),
         )
 

@@ -70,6 +70,9 @@ class GatewayConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     api_keys: tuple[str, ...] = ()
     record_dir: str | None = None
+    # One upstream event (the bytes between two blank lines) larger than this ends the answer
+    # with an error: big enough for base64 images, small enough to bound a stream's memory.
+    max_event_bytes: int = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def parse(raw: dict[str, Any], env: Any = None) -> Config:
 
 
 def _gateway(t: dict, env: Any) -> GatewayConfig:
-    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir"})
+    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir", "max_event_bytes"})
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
     if keepalive is None or keepalive <= 0:
         raise ConfigError("gateway.keepalive_seconds", "must be a positive number")
@@ -141,7 +144,10 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     record_dir = t.get("record_dir")
     if record_dir is not None and not isinstance(record_dir, str):
         raise ConfigError("gateway.record_dir", "must be a string (a directory path)")
-    return GatewayConfig(keepalive, max_body, keys, record_dir or None)
+    max_event = t.get("max_event_bytes", 32 * 1024 * 1024)
+    if type(max_event) is not int or max_event <= 0:
+        raise ConfigError("gateway.max_event_bytes", "must be a positive integer")
+    return GatewayConfig(keepalive, max_body, keys, record_dir or None, max_event_bytes=max_event)
 
 
 def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:

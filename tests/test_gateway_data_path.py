@@ -1,0 +1,307 @@
+"""The gateway's data path against hostile upstreams and hasty clients (issue 11's hardening).
+
+A raw upstream (asyncio, no framework) sends exactly the bytes a test scripts: huge events,
+endless lines, error chunks without ``[DONE]``.  The gateway in front of it is a real uvicorn
+server on loopback, read with plain httpx and with the official openai SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import tracemalloc
+from collections.abc import Callable, Iterator
+
+import httpx
+import openai
+import pytest
+
+from llmbridge import hub
+from llmbridge.dialects import openai_chat
+from llmbridge.gateway import config, create_app
+from llmbridge.gateway._http import Inbox
+from llmbridge.gateway.streaming import EventBoundaries, Exchange, Source
+from tests.gateway_util import serving
+
+HI = [{"role": "user", "content": "hi"}]
+HTTP = httpx.Client(timeout=60)
+CAP = 1 << 20  # the gateway's max_event_bytes in these tests
+
+
+def chunk(payload: dict | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    return f"data: {data}\n\n".encode()
+
+
+def chat_chunk(delta: dict, finish: str | None = None) -> bytes:
+    return chunk(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+# Scripts: model name -> the body pieces the upstream sends (then it closes the body).
+def big_event() -> Iterator[bytes]:
+    yield chat_chunk({"role": "assistant", "content": ""})
+    text = "x" * (CAP // 2)
+    event = chat_chunk({"content": text})
+    for i in range(0, len(event), 4096):  # one event in many small reads
+        yield event[i : i + 4096]
+    yield chat_chunk({}, "stop")
+    yield b"data: [DONE]\n\n"
+
+
+def endless_line() -> Iterator[bytes]:
+    yield chat_chunk({"role": "assistant", "content": "hi"})
+    yield b"data: {"
+    for _ in range(4 * CAP // 65536):  # 4x the cap without a line end (the gateway must stop it)
+        yield b"a" * 65536
+
+
+def error_without_done() -> Iterator[bytes]:
+    yield chat_chunk({"role": "assistant", "content": "partial "})
+    yield chunk({"error": {"message": "upstream overloaded", "type": "server_error", "code": 503}})
+
+
+def usage_then_done() -> Iterator[bytes]:
+    yield chat_chunk({"role": "assistant", "content": "hello"})
+    yield chat_chunk({}, "stop")
+    yield b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+    yield b'"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}\n\n'
+    yield b"data: [DONE]\n\n"
+
+
+SCRIPTS: dict[str, Callable[[], Iterator[bytes]]] = {
+    "big-event": big_event,
+    "endless-line": endless_line,
+    "error-without-done": error_without_done,
+    "usage-then-done": usage_then_done,
+}
+
+
+class RawUpstream:
+    """An HTTP/1.1 server on 127.0.0.1 that streams a script as chunked SSE, in its own thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.port = 0
+        self.closed_early = 0  # bodies the client stopped reading before the end
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+            )
+            model = json.loads(await reader.readexactly(length))["model"]
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+                b"connection: close\r\n\r\n"
+            )
+            for piece in SCRIPTS[model]():
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self.closed_early += 1
+        finally:
+            writer.close()
+
+    def start(self) -> RawUpstream:
+        self.thread.start()
+        self.ready.wait(5)
+        return self
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def gw():
+    upstream = RawUpstream().start()
+    raw = {
+        "gateway": {"max_event_bytes": CAP},
+        "upstreams": {"raw": {"format": "openai-chat", "base_url": f"http://127.0.0.1:{upstream.port}/v1"}},
+        "models": [{"name": name, "upstream": "raw"} for name in SCRIPTS],
+    }
+    try:
+        with serving(create_app(config.parse(raw))) as server:
+            yield server
+    finally:
+        upstream.stop()
+
+
+def chat(gw, model: str, **extra) -> httpx.Response:
+    body = {"model": model, "messages": HI, "stream": True, **extra}
+    return HTTP.post(gw.url + "/v1/chat/completions", json=body)
+
+
+def messages(gw, model: str) -> httpx.Response:
+    body = {"model": model, "messages": HI, "stream": True, "max_tokens": 16}
+    return HTTP.post(gw.url + "/v1/messages", json=body)
+
+
+def data_lines(body: bytes) -> list[bytes]:
+    return [line[6:] for line in body.split(b"\n") if line.startswith(b"data: ")]
+
+
+# --------------------------------------------------------------------------- linear scans, capped events
+
+
+def test_boundary_scan_looks_at_each_byte_once():
+    # The old relay re-scanned its whole pending buffer on every read (quadratic: a 40 MiB
+    # event took 30 s of CPU).  The scanner keeps three bytes of context, never the event.
+    scan = EventBoundaries(1 << 30)
+    for _ in range(2000):
+        assert scan.feed(b"a" * 4096) == -1
+        assert len(scan._tail) <= 3
+    assert scan.pending == 2000 * 4096
+
+
+@pytest.mark.parametrize("relay", [True, False], ids=["relay", "translate"])
+def test_a_large_event_in_small_reads_arrives_whole(gw, relay):
+    r = chat(gw, "big-event", stream_options={"include_usage": True}) if relay else messages(gw, "big-event")
+    assert r.status_code == 200
+    if relay:
+        chunks = [json.loads(d) for d in data_lines(r.content) if d.startswith(b"{")]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert r.content.endswith(b"data: [DONE]\n\n")
+    else:
+        events = [json.loads(d) for d in data_lines(r.content)]
+        text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+        assert events[-1]["type"] == "message_stop"
+    assert text == "x" * (CAP // 2)
+
+
+@pytest.mark.parametrize("relay", [True, False], ids=["relay", "translate"])
+def test_an_endless_line_ends_with_an_error_event_and_the_terminal_event(gw, relay):
+    r = chat(gw, "endless-line") if relay else messages(gw, "endless-line")
+    assert r.status_code == 200
+    assert len(r.content) < CAP  # the oversized event never reached the client
+    if relay:
+        lines = data_lines(r.content)
+        assert lines[-1] == b"[DONE]"
+        error = json.loads(lines[-2])
+        assert "larger than" in error["error"]["message"]
+        assert error["choices"][0]["finish_reason"] == "error" if error.get("choices") else True
+    else:
+        events = [json.loads(d) for d in data_lines(r.content)]
+        assert events[-1]["type"] == "error" and "larger than" in events[-1]["error"]["message"]
+
+
+class Pushed(Source):
+    """A source whose raw bytes the test puts in its inbox (as the HTTP protocol would)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.inbox = Inbox()
+        self.decoder = openai_chat.StreamDecoder()
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_relay_memory_does_not_grow_with_the_stream():
+    # Relay state is the start, the open blocks and the usage: measured over 20,000 and then
+    # 120,000 more relayed events, the traced memory stays where it was.
+    async def run() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=None, idle=None, total=None), loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, dialect="openai-chat", relay=True)
+        token = chat_chunk({"content": "tok "})
+        sent = 0
+
+        def push(n: int) -> None:
+            nonlocal sent
+            for _ in range(n):
+                source.inbox.put(token, len(token))
+            sent += n
+
+        source.inbox.put(chat_chunk({"role": "assistant", "content": ""}), 10)
+        body = exchange.body()
+        push(20_000)
+        await anext(body)
+        tracemalloc.start()
+        push(10_000)
+        await anext(body)  # the same amount in flight at both measurements (the last write)
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(12):
+            push(10_000)
+            await anext(body)
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        await body.aclose()
+        return before, after
+
+    before, after = asyncio.run(run())
+    assert after - before < 256 * 1024, (before, after)  # the old relay kept ~110 B per event: +13 MB
+
+
+# --------------------------------------------------------------------------- errors and the chat terminal
+
+
+def test_relayed_chat_error_chunk_is_followed_by_done(gw):
+    # The gateway spec: a chat error mid-stream is an error chunk, and the stream still ends with [DONE].
+    r = chat(gw, "error-without-done")
+    lines = data_lines(r.content)
+    assert lines[-1] == b"[DONE]" and lines.count(b"[DONE]") == 1
+    assert json.loads(lines[-2])["error"]["message"] == "upstream overloaded"
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
+    with pytest.raises(openai.APIError, match="upstream overloaded"):
+        for _ in client.chat.completions.create(model="error-without-done", messages=HI, stream=True):
+            pass
+
+
+def test_usage_reaches_a_chat_client_that_did_not_ask_with_one_empty_choice(gw):
+    r = chat(gw, "usage-then-done")
+    chunks = [json.loads(d) for d in data_lines(r.content) if d.startswith(b"{")]
+    assert all(len(c["choices"]) == 1 for c in chunks)
+    assert chunks[-1]["usage"]["total_tokens"] == 4 and chunks[-1]["choices"][0]["delta"] == {}
+    asked = chat(gw, "usage-then-done", stream_options={"include_usage": True})
+    assert json.loads(data_lines(asked.content)[-2])["choices"] == []
+
+
+# --------------------------------------------------------------------------- the log after hasty clients
+
+
+def test_clients_that_close_at_done_leave_no_traceback_in_the_log(gw, caplog):
+    caplog.set_level(logging.DEBUG)
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
+    for _ in range(30):
+        stream = client.chat.completions.create(model="usage-then-done", messages=HI, stream=True)
+        for c in stream:
+            if not c.choices or c.choices[0].finish_reason:
+                break
+        stream.close()  # at once, as LangChain's use of the SDK does
+    for _ in range(10):
+        with HTTP.stream("POST", gw.url + "/v1/chat/completions", json={"model": "big-event", "messages": HI,
+                                                                         "stream": True}) as r:
+            next(r.iter_bytes())  # and some that leave mid-stream
+    text = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    assert "Traceback" not in text and "never retrieved" not in text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], text
+
+
+def test_hub_error_status_of_a_capped_event_is_a_gateway_error():
+    scan = EventBoundaries(8)
+    scan.feed(b"data: 123456789")
+    assert scan.over
+    assert hub.ERROR_STATUS.get("api_error", 500) >= 500
