@@ -101,10 +101,11 @@ def test_google_genai_sdk(gw, source, model):
     client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=gw.url, httpx_client=HTTP))
     text = "".join(chunk.text or "" for chunk in client.models.generate_content_stream(model=model, contents="hi"))
     assert text == source_text(source)
-    body = raw_body(gw, f"/v1beta/models/{model}:streamGenerateContent?alt=sse", {"contents": [{"parts": [{"text": "hi"}]}]})
+    contents = {"contents": [{"parts": [{"text": "hi"}]}]}
+    body = raw_body(gw, f"/v1beta/models/{model}:streamGenerateContent?alt=sse", contents)
     assert body.count(KEEPALIVE_BYTES["gemini"]) >= 2 and b": keep-alive" not in body
     # The JSON-array form (no alt=sse) stays valid JSON with keep-alives between its elements.
-    array = raw_body(gw, f"/v1beta/models/{model}:streamGenerateContent", {"contents": [{"parts": [{"text": "hi"}]}]})
+    array = raw_body(gw, f"/v1beta/models/{model}:streamGenerateContent", contents)
     chunks = httpx.Response(200, content=array).json()
     parts = [p for c in chunks for cand in c.get("candidates", []) for p in cand.get("content", {}).get("parts", [])]
     assert "".join(p.get("text", "") for p in parts) == source_text(source)
