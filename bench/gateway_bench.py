@@ -34,6 +34,9 @@ HERE = Path(__file__).resolve().parent
 TOKENS = int(os.environ.get("GATEWAY_BENCH_TOKENS", "200"))
 LEVELS = [int(x) for x in os.environ.get("GATEWAY_BENCH_LEVELS", "1,10,100,1000").split(",")]
 PEERS = os.environ.get("GATEWAY_BENCH_PEERS", "1") != "0"
+OPEN = os.environ.get("GATEWAY_BENCH_OPEN", "1") != "0"  # 0 = skip the 1,000 open streams run
+PACED_1000 = os.environ.get("GATEWAY_BENCH_PACED_1000", "1") != "0"
+WORKERS = int(os.environ.get("GATEWAY_BENCH_WORKERS", "1"))  # llmbridge serve --workers N
 PACE_MS = 10  # per token in the paced runs
 OPEN_TOKENS, OPEN_PACE_MS = 10, 500  # 1,000 open streams of 5 s each, for memory per open stream
 UPSTREAM_EVENTS = TOKENS + 4  # role chunk, tokens, finish chunk, usage chunk, [DONE]
@@ -330,8 +333,8 @@ def _series(targets: list[Target], paced: bool, tmp: Path) -> list[Run]:
     deadline = 20.0 if paced else 10.0  # no new stream after it; open ones cut at twice it
     runs = []
     for level in LEVELS:
-        if paced and level > 100:
-            continue  # 1,000 paced streams: the open-streams run below
+        if paced and level > 100 and not PACED_1000:
+            continue  # 1,000 paced streams: GATEWAY_BENCH_PACED_1000=1 (100,000 events/s: the upstream saturates)
         for t in targets:
             if t.server.proc.poll() is not None:
                 continue
@@ -431,7 +434,7 @@ def run() -> str:
         # Memory first, on servers that have served only the warm-up; llmbridge restarts for each
         # endpoint (a second of start-up); LiteLLM (20-60 s to start) serves chat, then messages.
         open_runs = []
-        for t in targets:
+        for t in targets if OPEN else []:
             if t.server.proc.poll() is not None:
                 continue
             if t.server is gateway and open_runs and open_runs[-1].target.startswith("llmbridge"):

@@ -305,3 +305,16 @@ def test_hub_error_status_of_a_capped_event_is_a_gateway_error():
     scan.feed(b"data: 123456789")
     assert scan.over
     assert hub.ERROR_STATUS.get("api_error", 500) >= 500
+
+
+@pytest.mark.parametrize("model", ["usage-then-done", "big-event"])
+def test_the_relay_still_notes_usage_and_finish(gw, caplog, model):
+    # The watcher decodes only stretches that can hold usage, a finish or an error: they must
+    # still be noted (the log line, the usage ledger and the recorder read them).
+    caplog.set_level(logging.INFO, logger="llmbridge.gateway")
+    r = chat(gw, model)
+    assert r.status_code == 200
+    lines = [rec.getMessage() for rec in caplog.records if "(relayed)" in rec.getMessage()]
+    assert lines and "finish=end_turn" in lines[-1], lines
+    if model == "usage-then-done":
+        assert "tokens in=3 out=1" in lines[-1]

@@ -66,6 +66,24 @@ KEEPALIVE_BYTES = {
 _RELAY_DONE = {"openai-chat": b"data: [DONE]\n\n", "mmsp": b"data: [DONE]\n\n"}
 
 
+# What a relay's watcher must decode once the answer has started, per dialect: a stretch of
+# whole events holding none of these bytes is relayed without being decoded.  They are a
+# superset test: text that happens to contain one only costs a decode.  Finish reasons,
+# usage, errors and the terminal event are all the watcher notes after the start; block
+# starts and stops are kept for Anthropic and Responses, whose error tails close open blocks.
+# Dialects not listed are decoded in full (Gemini sends usage in every chunk anyway).
+RELAY_MARKERS: dict[str, tuple[bytes, ...]] = {
+    "openai-chat": (
+        b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usage": {', b"error", b"[DONE]", b"event:",
+    ),
+    "anthropic-messages": (b"message_", b"content_block_start", b"content_block_stop", b"error"),
+    "openai-responses": (
+        b"response.created", b"response.in_progress", b"response.completed", b"response.incomplete",
+        b"response.failed", b"output_item.", b"content_part.", b".done", b"error",
+    ),
+}
+
+
 class Framing(Protocol):
     """Re-frames the client dialect's SSE bytes (e.g. as a JSON array, or binary frames)."""
 
@@ -375,6 +393,7 @@ class Exchange:
         self._relay_filter = relay_filter
         self._relay_state = _RelayState() if relay else None
         self._relay_done = _RELAY_DONE.get(dialect) if relay else None
+        self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
         self._saw_done = False
         self.dialect = dialect
         self.keepalive = keepalive
@@ -463,6 +482,8 @@ class Exchange:
         held, self._held = b"".join(self._held), []
         if held:
             yield held
+        if self.relay:
+            self._skim = RELAY_MARKERS.get(self.dialect)
         inbox = self.inbox
         loop = self._loop
         self._last_write = loop.time()
@@ -517,7 +538,9 @@ class Exchange:
                     events.append(error)
                     out += self._encode_end(error)
                 else:
-                    tail_events = source.decoder.close()
+                    decoder = source.decoder
+                    tail = bytes(self._pending) if self.relay else b""
+                    tail_events = (decoder.feed(tail) if tail else []) + decoder.close()
                     events.extend(tail_events)
                     out += self._relay_end(tail_events) if self.relay else self._encode(tail_events)
         return events, out
@@ -541,17 +564,15 @@ class Exchange:
             self._abandon()
             self._pending.clear()
             return [error], self._encode_end(error)
-        events = source.decoder.feed(data)
         if not self.relay:
+            events = source.decoder.feed(data)
             return events, self._encode(events)
-        for event in events:
-            self._watch(event)
         # Relay whole events only, so that an upstream breaking off mid-event can still be
         # followed by a well-formed error event.
         pending = self._pending
         if cut < 0:
             pending += data
-            return events, b""
+            return [], b""
         if pending:
             out = bytes(pending) + data[:cut]
             pending.clear()
@@ -559,6 +580,16 @@ class Exchange:
             out = data[:cut] if cut < len(data) else data
         if cut < len(data):
             pending += data[cut:]
+        # The watcher reads whole events only (the decoder never holds a partial one), and once
+        # the answer has started only the stretches that hold something it notes: a stretch of
+        # plain text deltas is relayed without being decoded.
+        markers = self._skim
+        if markers is None or any(m in out for m in markers):
+            events = source.decoder.feed(out)
+            for event in events:
+                self._watch(event)
+        else:
+            events = []
         return events, self._relayed(out)
 
     def _relayed(self, out: bytes) -> bytes:
