@@ -1,4 +1,4 @@
-"""Issue 4: the gateway against the direct path and LiteLLM's proxy, in one run, one load generator.
+"""The gateway against the direct path and LiteLLM's proxy, in one run, one load generator.
 
 Processes (each its own, so /proc tells each one's CPU and memory apart):
 
@@ -11,7 +11,7 @@ Processes (each its own, so /proc tells each one's CPU and memory apart):
 Targets: direct (client -> upstream), llmbridge and LiteLLM at ``/v1/chat/completions`` (same
 dialect: llmbridge relays the bytes) and at ``/v1/messages`` (translated to Anthropic).
 Unpaced and paced runs at 1, 10, 100 and 1,000 concurrent streams, then 1,000 open slow
-streams for memory. Nothing is asserted: targets are printed as met or not.
+streams for memory. Nothing is asserted: issue 11's targets are printed as met or not.
 ``python -m bench gateway``; env: GATEWAY_BENCH_TOKENS (200), GATEWAY_BENCH_LEVELS (1,10,100,1000),
 GATEWAY_BENCH_PEERS (0 = skip LiteLLM).
 """
@@ -384,6 +384,7 @@ def run() -> str:
                 str(_gateway_config(tmp, up_url, models, key)),
                 "--port",
                 str(gw_port),
+                *(["--workers", str(WORKERS)] if WORKERS > 1 else []),
             ],
             f"http://127.0.0.1:{gw_port}/healthz",
             tmp,
@@ -515,45 +516,56 @@ def _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, load_after
         "RSS idle / peak (VmHWM) MB: "
         + ", ".join(f"{name} {idle.get(name, 0) / 1e6:.0f} / {hwm.get(name, 0) / 1e6:.0f}" for name in hwm),
     ]
-    out += ["", "targets (issue 4)", *_targets(by)]
+    out += ["", "targets (issue 11)", *_targets(by)]
     return "\n".join(out)
 
 
 def _targets(by: dict) -> list[str]:
+    """Issue 11's targets (and moonshots), from this run's figures: met or not, never asserted."""
     lines = []
+
+    def verdict(value: float, target: float, moonshot: float, lower_is_better: bool = True) -> str:
+        ok = (lambda v, t: v <= t) if lower_is_better else (lambda v, t: v >= t)
+        return "moonshot met" if ok(value, moonshot) else "met" if ok(value, target) else "NOT met"
+
     for title, runs in by.items():
-
-        def get(label, conc, runs=runs):
-            return runs.get((label, conc))
-
-        d10 = get("direct", 10)
+        paced = title.startswith("paced")
+        for label, target, moonshot in (
+            ("llmbridge chat (relay)", 20.0, 10.0),
+            ("llmbridge messages (transl.)", 40.0, 20.0),
+        ):
+            for conc in LEVELS:
+                r = runs.get((label, conc))
+                if r and r.streams and not paced:
+                    us = r.server_cpu * 1e6 / max(1, r.tokens / r.expected * UPSTREAM_EVENTS)
+                    lines.append(
+                        f"{title}: CPU per event at {conc}, {label}: {us:.1f} µs "
+                        f"(target <= {target:g}, moonshot <= {moonshot:g}: {verdict(us, target, moonshot)})"
+                    )
+        d10 = runs.get(("direct", 10))
         for label in ("llmbridge chat (relay)", "llmbridge messages (transl.)"):
-            r = get(label, 10)
-            if r and d10:
+            r = runs.get((label, 10))
+            if r and d10 and paced:
                 added = _ms(r.pct(0.5) - d10.pct(0.5))
                 lines.append(
-                    f"{title}: p50 added TTFT at 10, {label}: {added:.2f} ms (< 1 ms: "
-                    f"{'met' if added < 1 else 'NOT met'})"
+                    f"{title}: added TTFT p50 at 10, {label}: {added:.2f} ms "
+                    f"(target <= 2, moonshot <= 0.5: {verdict(added, 2.0, 0.5)})"
                 )
+            for conc in (100, 1000):
+                r, d = runs.get((label, conc)), runs.get(("direct", conc))
+                if r and d and d.tokens_per_s and paced:
+                    x = r.tokens_per_s / d.tokens_per_s
+                    lines.append(
+                        f"{title}: tokens/s at {conc} vs direct, {label}: {x:.2f}x "
+                        f"(target >= 0.90, moonshot >= 0.97: {verdict(x, 0.90, 0.97, False)})"
+                    )
         for ours, theirs in (
             ("llmbridge chat (relay)", "litellm chat"),
             ("llmbridge messages (transl.)", "litellm messages (transl.)"),
         ):
-            a, b = get(ours, 100), get(theirs, 100)
+            a, b = runs.get((ours, 100)), runs.get((theirs, 100))
             if a and b and b.streams_per_s:
-                x = a.streams_per_s / b.streams_per_s
-                lines.append(
-                    f"{title}: streams/s at 100, {ours} vs {theirs}: {x:.1f}x (>= 5x: {'met' if x >= 5 else 'NOT met'})"
-                )
-        for label in ("llmbridge chat (relay)", "llmbridge messages (transl.)"):
-            for conc in LEVELS:
-                r, d = get(label, conc), get("direct", conc)
-                if r and d and d.tokens_per_s:
-                    x = r.tokens_per_s / d.tokens_per_s
-                    lines.append(
-                        f"{title}: tokens/s at {conc}, {label} vs direct: {x:.0%} (>= 70%: "
-                        f"{'met' if x >= 0.7 else 'NOT met'})"
-                    )
+                lines.append(f"{title}: streams/s at 100, {ours} vs {theirs}: {a.streams_per_s / b.streams_per_s:.1f}x")
     return lines
 
 
