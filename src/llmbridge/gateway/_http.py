@@ -91,6 +91,16 @@ class Inbox:
                 self._pause()
         self._wake()
 
+    def put_many(self, items: list[Any], size: int) -> None:
+        """Add several byte items at once (one wake-up, one clock read, one flow-control check)."""
+        self.items += items
+        self.last_put = self._loop.time()
+        self.size += size
+        if self.size > HIGH_WATER and self._pause is not None and not self._paused:
+            self._paused = True
+            self._pause()
+        self._wake()
+
     def finish(self, error: BaseException | None = None) -> None:
         """No more items: a clean end, or ``error``.  The first call wins."""
         if not self.eof:
@@ -194,6 +204,8 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._header_name = b""
         self._decompress: Any = None
+        self._parts: list[bytes] = []  # body pieces of the current socket read
+        self._parts_size = 0
         self.closed = False
         self.reused = False
         self._keep_alive = True
@@ -215,6 +227,17 @@ class _Connection(asyncio.Protocol):
             self._fail(ProtocolError("upstream tried to switch protocols"))
         except httptools.HttpParserError as exc:
             self._fail(ProtocolError(f"upstream sent malformed HTTP ({exc})"))
+        self._deliver()
+
+    def _deliver(self) -> None:
+        # httptools calls on_body once per HTTP chunk, and a streaming upstream sends one chunk
+        # per event: the pieces of one socket read go to the inbox together, so the consumer is
+        # woken (and the clock read) once per read, not once per event.
+        parts = self._parts
+        if parts and self.response is not None:
+            self._parts = []
+            self.response.inbox.put_many(parts, self._parts_size)
+            self._parts_size = 0
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
@@ -276,7 +299,8 @@ class _Connection(asyncio.Protocol):
                 return
             if not body:
                 return
-        response.inbox.put(body, len(body))
+        self._parts.append(body)
+        self._parts_size += len(body)
 
     def on_message_complete(self) -> None:
         response = self.response
@@ -286,7 +310,9 @@ class _Connection(asyncio.Protocol):
         if self._decompress is not None:
             tail = self._decompress.flush()
             if tail:
-                response.inbox.put(tail, len(tail))
+                self._parts.append(tail)
+                self._parts_size += len(tail)
+        self._deliver()
         response.inbox.finish()
 
     # -- for the pool and the response
@@ -296,6 +322,7 @@ class _Connection(asyncio.Protocol):
         return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "")
 
     def _fail(self, error: Exception) -> None:
+        self._deliver()  # what arrived whole before the failure still counts
         response = self.response
         if response is not None:
             if not response.head.done():
@@ -308,6 +335,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self.response = Response(self)
         self._decompress = None
+        self._parts, self._parts_size = [], 0
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
             self.transport.write(body)

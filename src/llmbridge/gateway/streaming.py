@@ -151,6 +151,37 @@ class EventBoundaries:
         return self.pending > self.cap
 
 
+def _marked_events(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """(begin, end) of each whole event of ``data[start:]`` holding a marker, in order, merged.
+
+    ``data[start:]`` is whole events.  Each marker is searched for in C (``bytes.find``), and
+    only around a hit are event boundaries looked for, so a stretch without markers costs
+    one pass per marker and nothing per event.
+    """
+    hits = []
+    for marker in markers:
+        at = data.find(marker, start)
+        while at >= 0:
+            hits.append(at)
+            at = data.find(marker, at + len(marker))
+    if not hits:
+        return []
+    hits.sort()
+    spans: list[tuple[int, int]] = []
+    for at in hits:
+        if spans and at < spans[-1][1]:
+            continue  # inside the event already taken
+        begin = max([start] + [b + len(sep) for sep in EventBoundaries._ENDS if (b := data.rfind(sep, start, at)) >= 0])
+        spans.append((begin, _next_event_end(data, at)))
+    return spans
+
+
+def _next_event_end(data: bytes, start: int) -> int:
+    """The offset just past the first blank line at or after ``start`` (``len(data)`` if none)."""
+    ends = [at + len(sep) for sep in EventBoundaries._ENDS if (at := data.find(sep, start)) >= 0]
+    return min(ends) if ends else len(data)
+
+
 class _LazyTimer:
     """Calls ``fire()`` when ``due()`` (a loop time, ``inf`` for never) has passed.
 
@@ -394,6 +425,7 @@ class Exchange:
         self._relay_state = _RelayState() if relay else None
         self._relay_done = _RELAY_DONE.get(dialect) if relay else None
         self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
+        self._relay_markers = RELAY_MARKERS.get(dialect) if relay else None
         self._saw_done = False
         self.dialect = dialect
         self.keepalive = keepalive
@@ -483,7 +515,7 @@ class Exchange:
         if held:
             yield held
         if self.relay:
-            self._skim = RELAY_MARKERS.get(self.dialect)
+            self._skim = self._relay_markers
         inbox = self.inbox
         loop = self._loop
         self._last_write = loop.time()
@@ -583,14 +615,48 @@ class Exchange:
         # The watcher reads whole events only (the decoder never holds a partial one), and once
         # the answer has started only the stretches that hold something it notes: a stretch of
         # plain text deltas is relayed without being decoded.
-        markers = self._skim
-        if markers is None or any(m in out for m in markers):
+        if self._skim is None and self._relay_markers is not None:
+            events = self._watch_until_started(out)
+        elif self._skim is None:
             events = source.decoder.feed(out)
             for event in events:
                 self._watch(event)
         else:
-            events = []
+            events = self._watch_marked(out, 0)
         return events, self._relayed(out)
+
+    def _watch_marked(self, out: bytes, start: int) -> list[hub.Event]:
+        """Decode only the events of ``out[start:]`` that hold one of the dialect's markers."""
+        decoder = self.source.decoder
+        events: list[hub.Event] = []
+        for begin, end in _marked_events(out, start, self._skim or ()):
+            got = decoder.feed(out[begin:end])
+            for event in got:
+                self._watch(event)
+            events += got
+        return events
+
+    def _watch_until_started(self, out: bytes) -> list[hub.Event]:
+        """Before the answer starts: decode one event at a time until it does, skim the rest.
+
+        An unpaced upstream's first read can hold most of its answer; decoding all of it just
+        to find the first content event would undo the skim for exactly the fast streams.
+        """
+        decoder = self.source.decoder
+        events: list[hub.Event] = []
+        start, n = 0, len(out)
+        while start < n:
+            end = _next_event_end(out, start)
+            got = decoder.feed(out[start:end])
+            events += got
+            for event in got:
+                self._watch(event)
+            start = end
+            if any(not isinstance(e, _NON_COMMITTING) for e in got):
+                self._skim = self._relay_markers  # started: the rest is skimmed
+                events += self._watch_marked(out, start)
+                break
+        return events
 
     def _relayed(self, out: bytes) -> bytes:
         if self._relay_done is not None and b"[DONE]" in out:
