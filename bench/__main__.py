@@ -11,6 +11,7 @@ BENCHES = {
     "gateway": "bench.gateway_bench",
     "local": "bench.local_bench",
     "http": "bench.http_client_bench",
+    "profile": "bench.gateway_profile",
 }
 
 
