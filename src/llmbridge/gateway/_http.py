@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 import zlib
 from collections.abc import Callable
@@ -379,12 +380,17 @@ class HTTPClient:
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
-            try:
-                import certifi  # httpx's CA bundle, already installed with it
+            # SSL_CERT_FILE (the usual variable) names a private CA bundle; otherwise certifi's
+            # (httpx's, already installed with it), as httpx and requests use.
+            cafile = os.environ.get("SSL_CERT_FILE")
+            if not cafile:
+                try:
+                    import certifi
 
-                self._ssl = ssl.create_default_context(cafile=certifi.where())
-            except ImportError:  # pragma: no cover - the system store then
-                self._ssl = ssl.create_default_context()
+                    cafile = certifi.where()
+                except ImportError:  # pragma: no cover - the system store then
+                    cafile = None
+            self._ssl = ssl.create_default_context(cafile=cafile)
         return self._ssl
 
     async def _connect(self, origin: _Origin, timeout: float | None) -> _Connection:

@@ -1,0 +1,225 @@
+"""The gateway's upstream HTTP/1.1 client (gateway/_http.py) against real loopback servers.
+
+Each server here is a few lines of asyncio that answer exactly the bytes a test needs: TLS
+with a throwaway CA (trustme), keep-alive reuse, a pooled connection the server closed,
+chunked/content-length/close-delimited bodies, gzip, malformed HTTP, flow control.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import ssl
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trustme
+
+from llmbridge.gateway._http import HIGH_WATER, ConnectError, HTTPClient, ProtocolError, UpstreamHTTPError
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head, await reader.readexactly(length)
+
+
+async def serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> tuple[asyncio.Server, int]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=ssl_context)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def body_of(response) -> bytes:
+    parts = []
+    while True:
+        await response.inbox.wait()
+        parts += response.inbox.take()
+        if response.inbox.eof:
+            if response.inbox.error:
+                raise response.inbox.error
+            response.close()
+            return b"".join(parts)
+
+
+def ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+async def test_keep_alive_reuses_one_connection_and_sends_the_request_as_given():
+    connections, heads = [], []
+
+    async def handler(reader, writer):
+        connections.append(writer)
+        try:
+            while True:
+                head, body = await read_request(reader)
+                heads.append((head, body))
+                writer.write(ok(b"pong:" + body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    for n in range(3):
+        response = await client.request("POST", f"http://127.0.0.1:{port}/v1/x?a=1", {"x-key": "v"}, b"ping%d" % n)
+        assert response.status == 200 and response.headers["content-length"] == "10"
+        assert await body_of(response) == b"pong:ping%d" % n
+    assert len(connections) == 1
+    head = heads[0][0].decode()
+    assert head.startswith("POST /v1/x?a=1 HTTP/1.1\r\n")
+    assert f"host: 127.0.0.1:{port}" in head and "x-key: v" in head and "accept-encoding: identity" in head
+    await client.aclose()  # the server sees the connection end (IncompleteReadError) and stops
+    await asyncio.sleep(0.05)
+    server.close()
+
+
+async def test_a_pooled_connection_the_server_closed_is_retried_once_on_a_fresh_one():
+    served = 0
+
+    async def handler(reader, writer):
+        nonlocal served
+        await read_request(reader)
+        served += 1
+        writer.write(ok(b"x"))  # keep-alive by default, but the server closes right after
+        await writer.drain()
+        writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    assert await body_of(await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")) == b"x"
+    await asyncio.sleep(0.05)  # the close reaches the pooled connection (or not: both paths work)
+    assert await body_of(await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")) == b"x"
+    assert served == 2
+    await client.aclose()
+    server.close()
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length", "close"])
+async def test_body_framings_and_gzip(framing):
+    data = b"data: hello\n\n" * 100
+    packed = gzip.compress(data)
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        head = b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\n"
+        if framing == "chunked":
+            writer.write(head + b"transfer-encoding: chunked\r\n\r\n")
+            for i in range(0, len(packed), 7):
+                piece = packed[i : i + 7]
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            writer.write(b"0\r\n\r\n")
+        elif framing == "length":
+            writer.write(head + b"content-length: %d\r\n\r\n" % len(packed) + packed)
+        else:
+            writer.write(head + b"connection: close\r\n\r\n" + packed)
+        await writer.drain()
+        writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    assert await body_of(await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"{}")) == data
+    await client.aclose()
+    server.close()
+
+
+async def test_tls_with_a_trusted_ca_and_a_clear_error_without_it():
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+
+    async def handler(reader, writer):
+        try:
+            await read_request(reader)
+            writer.write(ok(b"secure"))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        writer.close()
+
+    server, port = await serve(handler, server_ctx)
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    client = HTTPClient(ssl_context=trusted)
+    assert await body_of(await client.request("POST", f"https://127.0.0.1:{port}/", {}, b"")) == b"secure"
+    await client.aclose()
+    stranger = HTTPClient()  # certifi's CAs: the throwaway CA is not among them
+    with pytest.raises(ConnectError, match="certificate verify failed"):
+        await stranger.request("POST", f"https://127.0.0.1:{port}/", {}, b"")
+    await stranger.aclose()
+    server.close()
+
+
+async def test_malformed_http_and_early_close_are_protocol_errors():
+    async def garbage(reader, writer):
+        await read_request(reader)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def cut(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this")
+        await writer.drain()
+        writer.close()
+
+    client = HTTPClient()
+    server, port = await serve(garbage)
+    with pytest.raises(ProtocolError, match="malformed HTTP"):
+        await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")
+    server.close()
+    server, port = await serve(cut)
+    response = await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")
+    with pytest.raises(ProtocolError, match="before the response was complete"):
+        await body_of(response)
+    server.close()
+    await client.aclose()
+
+
+async def test_connect_errors_and_bad_urls_and_header_injection():
+    client = HTTPClient()
+    server, port = await serve(lambda r, w: None)
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(ConnectError, match="cannot connect"):
+        await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")
+    with pytest.raises(UpstreamHTTPError, match="not an http"):
+        await client.request("POST", "ftp://example.invalid/", {}, b"")
+    with pytest.raises(UpstreamHTTPError, match="line break"):
+        await client.request("POST", "http://127.0.0.1:9/", {"x-evil": "a\r\nx-injected: 1"}, b"")
+    await client.aclose()
+
+
+async def test_a_slow_consumer_pauses_the_upstream_socket():
+    # Flow control: the inbox stops reading the socket past HIGH_WATER bytes waiting, so a slow
+    # client cannot make the gateway buffer an upstream's whole answer.
+    sent = asyncio.Event()
+    total = 16 * HIGH_WATER
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % total)
+        try:
+            for _ in range(total // 65536):
+                writer.write(b"a" * 65536)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        sent.set()
+        writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    response = await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")
+    await asyncio.sleep(0.3)  # the server writes as fast as it can; nobody takes from the inbox
+    assert response.inbox.size < HIGH_WATER + 2 * 65536 + 512 * 1024  # + one read + socket buffers
+    assert not sent.is_set()
+    got = len(await body_of(response))
+    assert got == total
+    await client.aclose()
+    server.close()
