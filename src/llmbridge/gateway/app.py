@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import os
 import re
 import uuid
 from functools import partial
@@ -22,7 +23,7 @@ from starlette.routing import Route
 
 from .. import dialects, errors, hub
 from ..dialects.base import json_decode
-from . import negotiation, replies
+from . import extensions, limits, negotiation, replies
 from .config import Config, default_config
 from .record import Recorder
 from .streaming import Exchange, Puller, StreamResponse, event_batches, http_batches
@@ -119,7 +120,8 @@ class Gateway:
         return replies.json_response(shape(name))
 
     async def healthz(self, request: Request) -> Response:
-        return replies.json_response({"status": "ok", "models": len(self.config.models)})
+        # "worker": the serving process, so an operator can see each of `serve --workers N` answer
+        return replies.json_response({"status": "ok", "models": len(self.config.models), "worker": os.getpid()})
 
     async def generate(self, request: Request) -> Response:
         return await self.handle(request, ENDPOINTS[request.url.path])
@@ -179,12 +181,21 @@ class Gateway:
             return replies.error(out_dialect, f"request body exceeds {limit} bytes", "request_too_large")
         try:
             body = json_decode(raw)
+            limits.check_nesting(body, self.config.gateway.max_json_depth)
+        except errors.RequestError as exc:
+            return replies.error(out_dialect, str(exc), exc.type, exc.status)
+        except RecursionError:  # msgspec's own guard, near 1,000 levels
+            limit = self.config.gateway.max_json_depth
+            return replies.error(
+                out_dialect, f"request body nests arrays and objects more than {limit} levels deep", "invalid_request"
+            )
         except msgspec.DecodeError as exc:
             return replies.error(out_dialect, f"request body is not valid JSON: {exc}", "invalid_request")
         if not isinstance(body, dict):
             return replies.error(out_dialect, "request body must be a JSON object", "invalid_request")
         try:
             hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
+            limits.validate_request(hreq, request_dialect)
         except errors.RequestError as exc:
             return replies.error(out_dialect, str(exc), exc.type, exc.status)
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
@@ -202,12 +213,22 @@ class Gateway:
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
-        return await _unless_disconnected(request, self.route(hreq, model.routes, out_dialect, rid, json_array))
+        ours = extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions)
+        work = self.route(hreq, model.routes, out_dialect, rid, json_array, extensions=ours)
+        return await _unless_disconnected(request, work)
 
     async def route(
-        self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str | None, json_array: bool
+        self,
+        hreq: hub.Request,
+        routes: Any,
+        out_dialect: str,
+        request_id: str | None,
+        json_array: bool,
+        *,
+        extensions: bool = True,
     ) -> Response:
-        """Try the model's upstreams in order; fall back only while the client has seen nothing."""
+        """Try the model's upstreams in order; fall back only while the client has seen nothing.
+        ``extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
         codec = dialects.get(out_dialect)
         last: hub.Error | None = None
         headers: dict[str, str] = {}
@@ -216,7 +237,7 @@ class Gateway:
             upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
             try:
                 exchange = await self.open(
-                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array
+                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, extensions
                 )
             except UpstreamFailed as exc:
                 last, headers = exc.error, exc.headers
@@ -225,7 +246,9 @@ class Gateway:
                 try:
                     last = await exchange.prime()
                     if last is None:
-                        return await self.answer(exchange, codec, out_dialect, hreq.stream, json_array, request_id)
+                        return await self.answer(
+                            exchange, codec, out_dialect, hreq.stream, json_array, request_id, extensions
+                        )
                 except BaseException:  # cancelled or broken: never leave the upstream request open
                     await exchange.aclose()
                     raise
@@ -247,6 +270,7 @@ class Gateway:
         request_id: str | None,
         stream: bool,
         json_array: bool,
+        ours: bool = True,
     ) -> Exchange:
         started = asyncio.get_running_loop().time()
         record = None
@@ -265,9 +289,12 @@ class Gateway:
             relay = recorder = None
         puller = Puller(batches, timeouts_of(upstream), upstream.name, started)
         keepalive = self.config.gateway.keepalive_seconds if stream and not json_array else None
+        encoder = partial(dialects.stream_encoder, codec, hreq)
+        if not ours:  # no "llmbridge" data for vendor SDKs and tools unless asked
+            encoder = partial(extensions.plain_encoder, encoder, out_dialect)
         return Exchange(
             puller,
-            partial(dialects.stream_encoder, codec, hreq),
+            encoder,
             relay=bool(relay),
             keepalive=keepalive,
             json_array=json_array,
@@ -276,7 +303,14 @@ class Gateway:
         )
 
     async def answer(
-        self, exchange: Exchange, codec: Any, out_dialect: str, stream: bool, json_array: bool, request_id: str | None
+        self,
+        exchange: Exchange,
+        codec: Any,
+        out_dialect: str,
+        stream: bool,
+        json_array: bool,
+        request_id: str | None,
+        ours: bool = True,
     ) -> Response:
         if stream:
             media = "application/json" if json_array else getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
@@ -288,7 +322,8 @@ class Gateway:
                 error.status = hub.ERROR_STATUS.get(error.type, 502)
             return replies.error_response(out_dialect, error)
         response.request_id = request_id or response.request_id
-        return replies.json_response(codec.encode_response(response))
+        body = codec.encode_response(response)
+        return replies.json_response(body if ours else extensions.plain_body(body))
 
     async def aclose(self) -> None:
         for upstream in self.upstreams.values():
