@@ -214,7 +214,7 @@ class Gateway:
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
         ours = extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions)
-        work = self.route(hreq, model.routes, out_dialect, rid, json_array, extensions=ours)
+        work = self.route(hreq, model.routes, out_dialect, rid, json_array, with_extensions=ours)
         return await _unless_disconnected(request, work)
 
     async def route(
@@ -225,10 +225,10 @@ class Gateway:
         request_id: str | None,
         json_array: bool,
         *,
-        extensions: bool = True,
+        with_extensions: bool = True,
     ) -> Response:
         """Try the model's upstreams in order; fall back only while the client has seen nothing.
-        ``extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
+        ``with_extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
         codec = dialects.get(out_dialect)
         last: hub.Error | None = None
         headers: dict[str, str] = {}
@@ -237,7 +237,7 @@ class Gateway:
             upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
             try:
                 exchange = await self.open(
-                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, extensions
+                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, with_extensions
                 )
             except UpstreamFailed as exc:
                 last, headers = exc.error, exc.headers
@@ -247,7 +247,7 @@ class Gateway:
                     last = await exchange.prime()
                     if last is None:
                         return await self.answer(
-                            exchange, codec, out_dialect, hreq.stream, json_array, request_id, extensions
+                            exchange, codec, out_dialect, hreq.stream, json_array, request_id, with_extensions
                         )
                 except BaseException:  # cancelled or broken: never leave the upstream request open
                     await exchange.aclose()
@@ -270,7 +270,7 @@ class Gateway:
         request_id: str | None,
         stream: bool,
         json_array: bool,
-        ours: bool = True,
+        with_extensions: bool = True,
     ) -> Exchange:
         started = asyncio.get_running_loop().time()
         record = None
@@ -290,7 +290,7 @@ class Gateway:
         puller = Puller(batches, timeouts_of(upstream), upstream.name, started)
         keepalive = self.config.gateway.keepalive_seconds if stream and not json_array else None
         encoder = partial(dialects.stream_encoder, codec, hreq)
-        if not ours:  # no "llmbridge" data for vendor SDKs and tools unless asked
+        if not with_extensions:  # no "llmbridge" data for vendor SDKs and tools unless asked
             encoder = partial(extensions.plain_encoder, encoder, out_dialect)
         return Exchange(
             puller,
@@ -310,7 +310,7 @@ class Gateway:
         stream: bool,
         json_array: bool,
         request_id: str | None,
-        ours: bool = True,
+        with_extensions: bool = True,
     ) -> Response:
         if stream:
             media = "application/json" if json_array else getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
@@ -323,7 +323,7 @@ class Gateway:
             return replies.error_response(out_dialect, error)
         response.request_id = request_id or response.request_id
         body = codec.encode_response(response)
-        return replies.json_response(body if ours else extensions.plain_body(body))
+        return replies.json_response(body if with_extensions else extensions.plain_body(body))
 
     async def aclose(self) -> None:
         for upstream in self.upstreams.values():
