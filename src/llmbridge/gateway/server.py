@@ -196,19 +196,19 @@ def _secrets_of(config: Config) -> list[str]:
     return keys
 
 
-def build_app(config_path: str | None) -> Any:
-    """The gateway app for ``config_path`` (``None``/empty: the embedded local model), with
-    its keys registered for log redaction. Raises ConfigError / RuntimeError as create_app."""
-    config = load(config_path) if config_path else default_config()
+def build_app(config: Config) -> Any:
+    """The gateway app for ``config``, its keys registered for log redaction in this
+    process. Raises RuntimeError as create_app (a missing local extra)."""
     register_secrets(_secrets_of(config))
     return create_app(config)
 
 
 def app_from_environment() -> Any:
     """The app factory each worker process calls (``uvicorn ... --factory``): the config
-    path comes from the ``LLMBRIDGE_CONFIG`` environment variable."""
+    path comes from the ``LLMBRIDGE_CONFIG`` environment variable ("" = the local model)."""
+    path = os.environ.get(CONFIG_ENV)
     try:
-        return build_app(os.environ.get(CONFIG_ENV) or None)
+        return build_app(load(path) if path else default_config())
     except (ConfigError, RuntimeError) as exc:
         raise SystemExit(f"llmbridge serve: {exc}") from None
 
@@ -219,7 +219,7 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
     config (and the embedded model, if the config uses it) itself."""
     try:
         config = load(config_path) if config_path else default_config()
-        app = build_app(config_path) if workers <= 1 else None  # workers build their own
+        app = build_app(config) if workers <= 1 else None  # workers build their own
     except (ConfigError, RuntimeError) as exc:  # a bad config or a missing extra: say so, no traceback
         raise SystemExit(f"llmbridge serve: {exc}") from None
     if workers < 1:
