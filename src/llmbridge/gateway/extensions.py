@@ -118,17 +118,19 @@ class PlainEncoder:
     no ``"llmbridge"`` in its bytes) costs one type check and one substring search more.
     """
 
-    __slots__ = ("_dialect", "_inner")
+    __slots__ = ("_dialect", "_encode", "_inner")
 
     def __init__(self, inner: Any, dialect: str) -> None:
         self._inner = inner
+        self._encode = inner.encode
         self._dialect = dialect
 
     def encode(self, event: hub.Event) -> bytes:
-        plain = plain_event(event, self._dialect)
-        if plain is None:
-            return b""
-        out: bytes = self._inner.encode(plain)
+        if type(event) is not hub.Delta:  # deltas carry no fidelity: the hot path skips the filter
+            event = plain_event(event, self._dialect)  # type: ignore[assignment]
+            if event is None:
+                return b""
+        out: bytes = self._encode(event)
         if _MARK in out:
             return strip_sse(out)
         return out
