@@ -27,6 +27,8 @@ from tests.test_gateway_faults import ALL, assert_error_shape, request_for
 HTTP = httpx.Client(timeout=10)
 MODEL = "hf-novita-text"  # an openai-chat upstream: every endpoint but chat's translates
 THINKING = "claude-thinking"  # an anthropic upstream with a signed thinking block
+SEARCH = "claude-search"  # an anthropic upstream with server tool blocks and citations
+TOOLS = "responses-code-interpreter"  # a Responses upstream with hosted-tool items (native blocks)
 VENDOR = ["openai-chat", "openai-responses", "anthropic-messages", "gemini", "mmsp"]
 BIG = int("9" * 400)
 
@@ -40,6 +42,8 @@ def gw():
                 MODEL: ("openai-chat", MODEL),
                 THINKING: ("anthropic-messages", "claude-thinking-then-tool-use"),
                 "gemini-text": ("gemini", "gemini20-text"),
+                SEARCH: ("anthropic-messages", "claude-web-search-citations"),
+                TOOLS: ("openai-responses", "openai-code-interpreter-reasoning"),
             },
         )
         with serving(create_app(config.parse(raw))) as server:
@@ -181,7 +185,7 @@ def _raw(gw, dialect: str, model: str, headers: dict | None = None, stream: bool
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
-@pytest.mark.parametrize("model", [MODEL, THINKING, "gemini-text"])
+@pytest.mark.parametrize("model", [MODEL, THINKING, "gemini-text", SEARCH, TOOLS])
 @pytest.mark.parametrize("dialect", VENDOR)
 def test_vendor_answers_carry_no_extension_data_unless_asked(gw, dialect, model, stream):
     plain = _raw(gw, dialect, model, stream=stream)

@@ -322,8 +322,10 @@ class Gateway:
                 error.status = hub.ERROR_STATUS.get(error.type, 502)
             return replies.error_response(out_dialect, error)
         response.request_id = request_id or response.request_id
-        body = codec.encode_response(response)
-        return replies.json_response(body if with_extensions else extensions.plain_body(body))
+        if with_extensions:
+            return replies.json_response(codec.encode_response(response))
+        plain = extensions.plain_response(response, out_dialect)
+        return replies.json_response(extensions.plain_body(codec.encode_response(plain)))
 
     async def aclose(self) -> None:
         for upstream in self.upstreams.values():

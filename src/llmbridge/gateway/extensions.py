@@ -10,11 +10,12 @@ are that standard's own extension rule and always go out.
 Without extensions, :class:`PlainEncoder` wraps the dialect's stream encoder: it drops the
 hub data that belongs to other dialects before encoding (so the encoder has nothing to
 carry in most streams), and strips any ``"llmbridge"`` key still left from the SSE bytes.
-:func:`plain_body` does the same for a non-streaming body.
+:func:`plain_response` and :func:`plain_body` do the same for a non-streaming answer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -106,6 +107,29 @@ def strip_sse(data: bytes) -> bytes:
     return b"\n".join(lines)
 
 
+def plain_response(response: hub.Response, dialect: str) -> hub.Response:
+    """An assembled ``response`` as :class:`PlainEncoder` would stream it: other vendors'
+    native blocks left out, other dialects' fidelity and extension data dropped. A copy."""
+    blocks = []
+    for block in response.blocks:
+        extensions = _own(block.extensions, dialect)
+        if block.kind == "native" and not isinstance((extensions or {}).get(dialect), dict):
+            continue
+        annotations = [a for a in block.annotations if a.namespace == dialect]
+        fidelity = _own(block.fidelity, dialect)
+        blocks.append(dataclasses.replace(block, fidelity=fidelity, extensions=extensions, annotations=annotations))
+    usage = response.usage
+    if usage is not None and usage.extensions:
+        usage = msgspec.structs.replace(usage, extensions=_own(usage.extensions, dialect))
+    return dataclasses.replace(
+        response,
+        blocks=blocks,
+        usage=usage,
+        extensions=_own(response.extensions, dialect),
+        annotations=[a for a in response.annotations if a.namespace == dialect],
+    )
+
+
 def plain_body(body: Any) -> Any:
     """A non-streaming answer body without ``"llmbridge"`` keys (but in error objects)."""
     return strip(body)
@@ -118,15 +142,22 @@ class PlainEncoder:
     no ``"llmbridge"`` in its bytes) costs one type check and one substring search more.
     """
 
-    __slots__ = ("_dialect", "_encode", "_inner")
+    __slots__ = ("_dialect", "_dropped", "_encode", "_inner")
 
     def __init__(self, inner: Any, dialect: str) -> None:
         self._inner = inner
         self._encode = inner.encode
         self._dialect = dialect
+        self._dropped: set[int] = set()  # blocks left out: another vendor's native blocks
 
     def encode(self, event: hub.Event) -> bytes:
-        if type(event) is not hub.Delta:  # deltas carry no fidelity: the hot path skips the filter
+        kind = type(event)
+        if kind is hub.Delta:  # deltas carry no fidelity: the hot path skips the filter
+            if self._dropped and event.index in self._dropped:  # type: ignore[union-attr]
+                return b""
+        else:
+            if (kind is hub.BlockStart or kind is hub.BlockStop) and self._skip(event):  # type: ignore[arg-type]
+                return b""
             event = plain_event(event, self._dialect)  # type: ignore[assignment]
             if event is None:
                 return b""
@@ -134,6 +165,19 @@ class PlainEncoder:
         if _MARK in out:
             return strip_sse(out)
         return out
+
+
+    def _skip(self, event: hub.BlockStart | hub.BlockStop) -> bool:
+        """Whether this block event is of a block left out. A native block (a server tool
+        call, a search result) of another vendor has no form in this dialect but ours (a
+        ``"llmbridge"`` block, which users' tools would show as an unknown type); a native
+        block of this dialect's own (its data under ``extensions[dialect]``) is kept."""
+        if type(event) is hub.BlockStop:
+            return event.index in self._dropped
+        if event.kind == "native" and not isinstance((event.extensions or {}).get(self._dialect), dict):
+            self._dropped.add(event.index)
+            return True
+        return False
 
 
 def plain_encoder(factory: Any, dialect: str) -> PlainEncoder:
