@@ -270,3 +270,7 @@ def test_translated_chat_error_has_finish_reason_error_then_done(failing_gw, inc
         for chunk in client.chat.completions.create(**body):
             text += [c.delta.content or "" for c in chunk.choices]
     assert "".join(text) == "Hello"
+    helper = {k: v for k, v in body.items() if k != "stream"}
+    with pytest.raises(openai.APIError, match="Overloaded"), client.chat.completions.stream(**helper) as stream:
+        for _ in stream:  # the SDK's stream helper raises there too
+            pass
