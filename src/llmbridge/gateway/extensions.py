@@ -55,22 +55,19 @@ def _own(data: dict[str, Any] | None, dialect: str) -> dict[str, Any] | None:
 def plain_event(event: hub.Event, dialect: str) -> hub.Event | None:
     """``event`` without the fidelity and extension data of dialects other than ``dialect``;
     ``None`` for an :class:`hub.Extension` of another namespace (nothing to encode)."""
-    kind = type(event)
-    if kind is hub.Delta or kind is hub.Finish or kind is hub.Error or kind is hub.ResponseEnd:
-        return event
-    if kind is hub.Extension:
-        return event if event.namespace == dialect else None  # type: ignore[union-attr]
-    if kind is hub.BlockStart or kind is hub.BlockStop:
-        fidelity, extensions = _own(event.fidelity, dialect), _own(event.extensions, dialect)  # type: ignore[union-attr]
-        if fidelity is event.fidelity and extensions is event.extensions:  # type: ignore[union-attr]
+    if isinstance(event, hub.Extension):
+        return event if event.namespace == dialect else None
+    if isinstance(event, hub.BlockStart | hub.BlockStop):
+        fidelity, extensions = _own(event.fidelity, dialect), _own(event.extensions, dialect)
+        if fidelity is event.fidelity and extensions is event.extensions:
             return event
-        return msgspec.structs.replace(event, fidelity=fidelity, extensions=extensions)  # type: ignore[arg-type]
-    if kind is hub.ResponseStart or kind is hub.Usage:
-        extensions = _own(event.extensions, dialect)  # type: ignore[union-attr]
-        if extensions is event.extensions:  # type: ignore[union-attr]
+        return msgspec.structs.replace(event, fidelity=fidelity, extensions=extensions)
+    if isinstance(event, hub.ResponseStart | hub.Usage):
+        extensions = _own(event.extensions, dialect)
+        if extensions is event.extensions:
             return event
-        return msgspec.structs.replace(event, extensions=extensions)  # type: ignore[arg-type]
-    return event
+        return msgspec.structs.replace(event, extensions=extensions)
+    return event  # Delta, Finish, Error, ResponseEnd: nothing of another dialect's
 
 
 def strip(obj: Any) -> Any:
@@ -151,17 +148,17 @@ class PlainEncoder:
         self._dropped: set[int] = set()  # blocks left out: another vendor's native blocks
 
     def encode(self, event: hub.Event) -> bytes:
-        kind = type(event)
-        if kind is hub.Delta:  # deltas carry no fidelity: the hot path skips the filter
-            if self._dropped and event.index in self._dropped:  # type: ignore[union-attr]
+        if type(event) is hub.Delta:  # deltas carry no fidelity: the hot path skips the filter
+            if self._dropped and event.index in self._dropped:
                 return b""
+            plain: hub.Event | None = event
         else:
-            if (kind is hub.BlockStart or kind is hub.BlockStop) and self._skip(event):  # type: ignore[arg-type]
+            if isinstance(event, hub.BlockStart | hub.BlockStop) and self._skip(event):
                 return b""
-            event = plain_event(event, self._dialect)  # type: ignore[assignment]
-            if event is None:
+            plain = plain_event(event, self._dialect)
+            if plain is None:
                 return b""
-        out: bytes = self._encode(event)
+        out: bytes = self._encode(plain)
         if _MARK in out:
             return strip_sse(out)
         return out
@@ -172,7 +169,7 @@ class PlainEncoder:
         call, a search result) of another vendor has no form in this dialect but ours (a
         ``"llmbridge"`` block, which users' tools would show as an unknown type); a native
         block of this dialect's own (its data under ``extensions[dialect]``) is kept."""
-        if type(event) is hub.BlockStop:
+        if isinstance(event, hub.BlockStop):
             return event.index in self._dropped
         if event.kind == "native" and not isinstance((event.extensions or {}).get(self._dialect), dict):
             self._dropped.add(event.index)
