@@ -183,6 +183,24 @@ def test_silent_and_half_sent_connections_are_closed(tmp_path):
         assert _up(url)  # and the server serves on
 
 
+def test_a_stalled_request_body_is_closed_without_a_traceback(tmp_path):
+    gateway = {"header_timeout": 30, "idle_timeout": 1}
+    with served(tmp_path, gateway) as (url, _, log):
+        with _connect(url) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                         b'content-length: 500\r\n\r\n{"model": "m", "mess')
+            assert _closed_by_server(sock), "a stalled request body kept its connection"
+        with _connect(url) as sock:  # a slow body that keeps coming is served
+            body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n" % len(body))
+            for i in range(0, len(body), 16):
+                sock.sendall(body[i : i + 16])
+                time.sleep(0.05)
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")
+    assert "Traceback" not in log.read_text()
+
+
 def test_connections_past_the_cap_get_503(tmp_path):
     gateway = {"max_connections": 3, "header_timeout": 30, "idle_timeout": 30}
     with served(tmp_path, gateway) as (url, _, _log):

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -176,6 +176,8 @@ class Gateway:
             json_array = False  # the standard stream is SSE
         try:
             raw = await self.read_body(request)
+        except ClientDisconnect:  # gone (or cut off by the server's body timeout) mid-body
+            return Response(status_code=499)
         except _BodyTooLarge:
             limit = self.config.gateway.max_body_bytes
             return replies.error(out_dialect, f"request body exceeds {limit} bytes", "request_too_large")

@@ -3,9 +3,11 @@
 What an operator in front of real users needs that uvicorn does not do by default:
 
 - **Header-read timeout.** uvicorn's only client clock is the keep-alive timeout, armed
-  *after* a response; a socket that sends nothing, or half a request head, stays open for
-  ever. :class:`GuardedHttpToolsProtocol` arms ``header_timeout`` when a connection opens and
-  when a request begins, and closes the connection when the head is not complete by then.
+  *after* a response; a socket that sends nothing, or half a request head, or stops in the
+  middle of a body, stays open for ever. :class:`GuardedHttpToolsProtocol` arms
+  ``header_timeout`` when a connection opens and when a request begins, closes the
+  connection when the head is not complete by then, and gives a body ``idle_timeout``
+  between chunks.
 - **Idle keep-alive timeout** (uvicorn's ``timeout_keep_alive``) and a **cap on open
   connections** (uvicorn's ``limit_concurrency``: past it, a request gets 503).
 - **Open files.** Each connection is a file descriptor: the soft ``RLIMIT_NOFILE`` is raised
@@ -56,13 +58,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     The clock starts when the connection opens and when each request's first byte arrives
     (a keep-alive connection between requests is under uvicorn's idle timeout instead), and
-    stops when the head is complete; the body and the answer take as long as they take.
+    stops when the head is complete. A request body then has the idle timeout between two
+    of its chunks (a slow upload is fine, a stalled one is closed); the answer takes as long
+    as it takes.
     """
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         self._header_timeout: float = getattr(config, "header_timeout", 10.0)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None  # idle_timeout between body chunks
 
     def _arm_header_timer(self) -> None:
         if self._header_timer is None:
@@ -78,6 +83,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()  # nothing was answered: close, as uvicorn's keep-alive timeout does
 
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if self.flow.read_paused:  # we stopped reading (the app is behind), not the client
+            self._arm_body_timer()
+        elif not self.transport.is_closing():
+            self.transport.close()  # the app sees http.disconnect and answers nobody
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_header_timer()
@@ -86,12 +98,32 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._arm_header_timer()
 
+    def _arm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+        self._body_timer = self.loop.call_later(self.timeout_keep_alive, self._body_timed_out)
+
+    def _disarm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
     def on_headers_complete(self) -> None:
         self._disarm_header_timer()
         super().on_headers_complete()
+        self._arm_body_timer()  # a body that stalls for idle_timeout closes the connection too
+
+    def on_body(self, body: bytes) -> None:
+        self._arm_body_timer()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._disarm_body_timer()
+        super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        self._disarm_body_timer()
         super().connection_lost(exc)
 
 
