@@ -274,3 +274,11 @@ def test_translated_chat_error_has_finish_reason_error_then_done(failing_gw, inc
     with pytest.raises(openai.APIError, match="Overloaded"), client.chat.completions.stream(**helper) as stream:
         for _ in stream:  # the SDK's stream helper raises there too
             pass
+
+
+def test_our_client_asks_for_extension_data():
+    from llmbridge.client._core import prepare
+
+    for dialect in ALL:
+        _, headers, _ = prepare(dialects.get(dialect), hub.Request(model="m"), "http://127.0.0.1:9", None, None)
+        assert headers["x-llmbridge-extensions"] == "1"
