@@ -282,3 +282,34 @@ def test_our_client_asks_for_extension_data():
     for dialect in ALL:
         _, headers, _ = prepare(dialects.get(dialect), hub.Request(model="m"), "http://127.0.0.1:9", None, None)
         assert headers["x-llmbridge-extensions"] == "1"
+
+
+@pytest.mark.parametrize("dialect", VENDOR)
+def test_blocks_without_a_wire_form_are_left_out_when_plain(dialect):
+    """A generated image (data block) and another vendor's server-tool block have no form in
+    most vendor wires but our "llmbridge" one: plain answers leave them out, keep the rest."""
+    from llmbridge.gateway.extensions import PlainEncoder, plain_body, plain_response
+
+    events = [
+        hub.ResponseStart(id="r", model="m"),
+        hub.BlockStart(0, "data", mime_type="image/png"),
+        hub.Delta(0, "iVBORw0KGgo="),
+        hub.BlockStop(0),
+        hub.BlockStart(1, "native", name="web_search", extensions={"other-vendor": {"type": "server_tool_use"}}),
+        hub.Delta(1, '{"q": "x"}'),
+        hub.BlockStop(1),
+        hub.BlockStart(2, "text"),
+        hub.Delta(2, "hi"),
+        hub.BlockStop(2),
+        hub.Usage(input_tokens=3, output_tokens=1, extensions={"other-vendor": {"detail": 1}}),
+        hub.Finish("end_turn"),
+        hub.ResponseEnd(),
+    ]
+    codec = dialects.get(dialect)
+    encoder = PlainEncoder(codec.StreamEncoder(), dialect)
+    body = b"".join(encoder.encode(e) for e in events)
+    assert b"llmbridge" not in body and b"server_tool_use" not in body
+    decoded = hub.assemble(decode_all(codec.StreamDecoder(), body))
+    assert decoded.complete and [b.text for b in decoded.blocks if b.kind == "text"] == ["hi"]
+    whole = plain_body(codec.encode_response(plain_response(hub.assemble(events), dialect)))
+    assert "llmbridge" not in json.dumps(whole) and "server_tool_use" not in json.dumps(whole)

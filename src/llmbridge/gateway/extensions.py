@@ -28,6 +28,9 @@ HEADER = "x-llmbridge-extensions"
 # The dialects whose answers go to vendor SDKs and tools; llm-stream's extensions are its own.
 VENDOR_DIALECTS = frozenset({"openai-chat", "openai-responses", "anthropic-messages", "gemini", "mmsp"})
 _MARK = b'"' + EXTENSION_KEY.encode() + b'"'
+# Dialects with no wire form for a data block (inline bytes such as a generated image) in an
+# answer: their encoders carry it under our key only (Gemini and MMSP have their own).
+_NO_DATA_BLOCKS = frozenset({"openai-chat", "openai-responses", "anthropic-messages"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
@@ -104,14 +107,23 @@ def strip_sse(data: bytes) -> bytes:
     return b"\n".join(lines)
 
 
+def _left_out(kind: str, extensions: dict[str, Any] | None, dialect: str) -> bool:
+    """Whether a block of ``kind`` has no form in ``dialect`` but our ``"llmbridge"`` one:
+    another vendor's native block (its own native blocks carry ``extensions[dialect]``), or
+    a data block where the dialect has none."""
+    if kind == "native":
+        return not isinstance((extensions or {}).get(dialect), dict)
+    return kind == "data" and dialect in _NO_DATA_BLOCKS
+
+
 def plain_response(response: hub.Response, dialect: str) -> hub.Response:
     """An assembled ``response`` as :class:`PlainEncoder` would stream it: other vendors'
     native blocks left out, other dialects' fidelity and extension data dropped. A copy."""
     blocks = []
     for block in response.blocks:
-        extensions = _own(block.extensions, dialect)
-        if block.kind == "native" and not isinstance((extensions or {}).get(dialect), dict):
+        if _left_out(block.kind, block.extensions, dialect):
             continue
+        extensions = _own(block.extensions, dialect)
         annotations = [a for a in block.annotations if a.namespace == dialect]
         fidelity = _own(block.fidelity, dialect)
         blocks.append(dataclasses.replace(block, fidelity=fidelity, extensions=extensions, annotations=annotations))
@@ -165,13 +177,13 @@ class PlainEncoder:
 
 
     def _skip(self, event: hub.BlockStart | hub.BlockStop) -> bool:
-        """Whether this block event is of a block left out. A native block (a server tool
-        call, a search result) of another vendor has no form in this dialect but ours (a
-        ``"llmbridge"`` block, which users' tools would show as an unknown type); a native
-        block of this dialect's own (its data under ``extensions[dialect]``) is kept."""
+        """Whether this block event is of a block left out (:func:`_left_out`): a native
+        block of another vendor (a server tool call, a search result) or a data block the
+        dialect has no form for would go out as our ``"llmbridge"`` block, which users'
+        tools show as an unknown type."""
         if isinstance(event, hub.BlockStop):
             return event.index in self._dropped
-        if event.kind == "native" and not isinstance((event.extensions or {}).get(self._dialect), dict):
+        if _left_out(event.kind, event.extensions, self._dialect):
             self._dropped.add(event.index)
             return True
         return False
