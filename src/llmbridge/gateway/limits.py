@@ -1,5 +1,5 @@
 """What the gateway refuses before it forwards anything: bodies nested too deeply, and
-request parameters outside the ranges any upstream accepts.
+request parameters outside the ranges that no upstream would accept.
 
 Both checks are sans-I/O functions that raise :class:`~llmbridge.errors.RequestError` (a 400
 in the client's dialect, naming the field), so one place serves all six endpoints:
