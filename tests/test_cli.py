@@ -139,7 +139,7 @@ def test_dialect_not_available_yet(monkeypatch, capsys):
 def test_serve_and_replay_call_their_modules(monkeypatch):
     calls = []
     gateway = types.ModuleType("llmbridge.gateway")
-    gateway.serve = lambda config, host, port: calls.append(("gateway", config, host, port))
+    gateway.serve = lambda config, host, port, workers: calls.append(("gateway", config, host, port, workers))
     replay = types.ModuleType("llmbridge.replay")
     replay.serve = lambda directory, host, port, seed, dialect, delay_ms: calls.append(
         ("replay", directory, host, port, seed, dialect, delay_ms)
@@ -148,10 +148,13 @@ def test_serve_and_replay_call_their_modules(monkeypatch):
         monkeypatch.setitem(sys.modules, f"llmbridge.{name}", module)
         monkeypatch.setattr(llmbridge, name, module, raising=False)
     assert cli.main(["serve", "--config", "gw.toml", "--port", "9000"]) == 0
+    assert cli.main(["serve", "--workers", "3"]) == 0
+    assert cli.main(["serve", "--workers", "0"]) == 2
     assert cli.main(["replay", "corpus", "--seed", "7", "--format", "llm-stream", "--host", "0.0.0.0"]) == 0
     assert cli.main(["replay", "corpus", "--delay-ms", "10"]) == 0
     assert calls == [
-        ("gateway", "gw.toml", "127.0.0.1", 9000),
+        ("gateway", "gw.toml", "127.0.0.1", 9000, 1),
+        ("gateway", None, "127.0.0.1", 8000, 3),
         ("replay", "corpus", "0.0.0.0", 8001, 7, "llm-stream", 0.0),
         ("replay", "corpus", "127.0.0.1", 8001, 0, None, 10.0),
     ]

@@ -93,19 +93,34 @@ def anthropic_upstream():
 
 
 @pytest.mark.parametrize("include_usage", [None, False, True])
-def test_chat_usage_chunk_only_when_the_client_asks(anthropic_upstream, include_usage):
+def test_chat_usage_chunk_always_last(anthropic_upstream, include_usage):
+    """Gateway spec (seed 004): the last chunk before [DONE] carries usage; with
+    stream_options.include_usage its choices are [] (OpenAI's shape), without it the chunk keeps
+    one choice with an empty delta (clients that never asked index choices[0] on every chunk)."""
     config = parse({
         "upstreams": {"claude": {"format": "anthropic-messages", "base_url": anthropic_upstream.url}},
         "models": [{"name": "m", "upstream": "claude", "upstream_model": "claude-x"}],
     })
     extra = {} if include_usage is None else {"stream_options": {"include_usage": include_usage}}
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
     with serving(create_app(config)) as gateway:
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0)
-        chunks = list(client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, **extra))
-    usage_chunks = [c for c in chunks if not c.choices]
-    assert all(c.choices for c in chunks[:-1])  # every chunk but a final usage chunk has a choice
+        chunks = list(client.chat.completions.create(stream=True, **request))
+        with client.chat.completions.stream(**request) as stream:  # the SDK's stream helper
+            helper_chunks = [e.chunk for e in stream if e.type == "chunk"]
+            final = stream.get_final_completion()
+    assert all(c.choices for c in chunks[:-1])  # every chunk but the last has a choice
+    assert all(c.usage is None for c in chunks[:-1])
+    last = chunks[-1]
+    assert last.usage is not None and last.usage.prompt_tokens > 0 and last.usage.completion_tokens > 0
     if include_usage:
-        assert len(usage_chunks) == 1 and chunks[-1].usage.prompt_tokens > 0
+        assert last.choices == []
     else:
-        assert usage_chunks == [] and all(c.usage is None for c in chunks)
+        assert len(last.choices) == 1 and last.choices[0].index == 0
+        assert last.choices[0].delta.content is None and last.choices[0].delta.tool_calls is None
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "2"
+    # the helper reads the same stream: the text once, the finish reason kept, the usage
+    assert len(helper_chunks) == len(chunks)
+    assert final.choices[0].message.content == "2"
+    assert final.choices[0].finish_reason == "stop"
+    assert final.usage is not None and final.usage.total_tokens == last.usage.total_tokens

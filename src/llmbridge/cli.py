@@ -116,7 +116,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from . import gateway
     except ImportError as exc:
         raise CLIError(f"the gateway is not available in this build ({exc})", EXIT_UNAVAILABLE) from None
-    gateway.serve(args.config, args.host, args.port)
+    if args.workers < 1:
+        raise CLIError("--workers must be at least 1", EXIT_MALFORMED)
+    gateway.serve(args.config, args.host, args.port, args.workers)
     return EXIT_OK
 
 
@@ -163,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, metavar="FILE", help="TOML config; none serves the embedded model")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--workers", type=int, default=1, help="processes serving the port (each loads the local model if used)"
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("replay", help="serve recorded streams (a directory of bodies) as a fake upstream")

@@ -157,6 +157,9 @@ def prepare(
 ) -> tuple[str, dict[str, str], bytes]:
     """URL, headers and body bytes of ``request`` in ``codec``'s dialect."""
     url, wire_headers = codec.endpoint(request, base_url=base_url, api_key=api_key)
+    # An llmbridge gateway leaves its lossless extension data out of vendor dialects unless
+    # asked; this client reads it back (signatures, error types). Vendor APIs ignore the header.
+    wire_headers["x-llmbridge-extensions"] = "1"
     if headers:
         wire_headers = {**wire_headers, **headers}
     return url, wire_headers, json_encode(codec.encode_request(request))

@@ -778,7 +778,9 @@ def _fail(field: str, message: str) -> RequestError:
 def _expect(value: Any, types: tuple[type, ...], field: str, what: str) -> Any:
     # bool is an int subclass; exact type checks keep `true` out of numeric fields
     if type(value) not in types:
-        raise _fail(field, f"must be {what}, not {_json_type(value)}")
+        # a float where an integer goes: say which ("an integer, not 1.5"), not "a number"
+        shown = repr(value) if type(value) is float else _json_type(value)
+        raise _fail(field, f"must be {what}, not {shown}")
     return value
 
 
@@ -789,7 +791,7 @@ def _json_type(value: Any) -> str:
         str: "a string",
         bool: "a boolean",
         type(None): "null",
-        int: "a number",
+        int: "an integer",
         float: "a number",
     }.get(type(value), type(value).__name__)
 
@@ -968,7 +970,8 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         _expect(params, (dict,), "parameters", "an object")
         for key, types in PARAMETERS.items():
             if params.get(key) is not None:
-                setattr(req, key, _expect(params[key], types, f"parameters.{key}", "a number"))
+                what = "an integer" if types == (int,) else "a number"
+                setattr(req, key, _expect(params[key], types, f"parameters.{key}", what))
         stop = params.get("stop")
         if type(stop) is str:
             req.stop = [stop]

@@ -8,12 +8,9 @@ from .config import Config, ConfigError, default_config, load
 __all__ = ["Config", "ConfigError", "create_app", "default_config", "load", "serve"]
 
 
-def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Run the gateway with uvicorn; with no config file it serves the embedded local model."""
-    import uvicorn
+def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+    """Run the gateway with uvicorn until SIGINT/SIGTERM; with no config file it serves the
+    embedded local model. ``workers`` processes share the port (see gateway/server.py)."""
+    from .server import serve as _serve
 
-    try:
-        app = create_app(load(config_path) if config_path else default_config())
-    except (ConfigError, RuntimeError) as exc:  # a bad config or a missing extra: say so, no traceback
-        raise SystemExit(f"llmbridge serve: {exc}") from None
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_keep_alive=30)
+    _serve(config_path, host, port, workers)

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import os
 import re
 import uuid
 from functools import partial
@@ -16,13 +17,13 @@ from typing import Any
 import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import dialects, errors, hub
 from ..dialects.base import json_decode
-from . import negotiation, replies
+from . import extensions, limits, negotiation, replies
 from .config import Config, default_config
 from .record import Recorder
 from .relay import relay_filter
@@ -120,7 +121,8 @@ class Gateway:
         return replies.json_response(shape(name))
 
     async def healthz(self, request: Request) -> Response:
-        return replies.json_response({"status": "ok", "models": len(self.config.models)})
+        # "worker": the serving process, so an operator can see each of `serve --workers N` answer
+        return replies.json_response({"status": "ok", "models": len(self.config.models), "worker": os.getpid()})
 
     async def generate(self, request: Request) -> Response:
         return await self.handle(request, ENDPOINTS[request.url.path])
@@ -175,17 +177,28 @@ class Gateway:
             json_array = False  # the standard stream is SSE
         try:
             raw = await self.read_body(request)
+        except ClientDisconnect:  # gone (or cut off by the server's body timeout) mid-body
+            return Response(status_code=499)
         except _BodyTooLarge:
             limit = self.config.gateway.max_body_bytes
             return replies.error(out_dialect, f"request body exceeds {limit} bytes", "request_too_large")
         try:
             body = json_decode(raw)
+            limits.check_nesting(body, self.config.gateway.max_json_depth)
+        except errors.RequestError as exc:
+            return replies.error(out_dialect, str(exc), exc.type, exc.status)
+        except RecursionError:  # msgspec's own guard, near 1,000 levels
+            limit = self.config.gateway.max_json_depth
+            return replies.error(
+                out_dialect, f"request body nests arrays and objects more than {limit} levels deep", "invalid_request"
+            )
         except msgspec.DecodeError as exc:
             return replies.error(out_dialect, f"request body is not valid JSON: {exc}", "invalid_request")
         if not isinstance(body, dict):
             return replies.error(out_dialect, "request body must be a JSON object", "invalid_request")
         try:
             hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
+            limits.validate_request(hreq, request_dialect)
         except errors.RequestError as exc:
             return replies.error(out_dialect, str(exc), exc.type, exc.status)
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
@@ -203,12 +216,22 @@ class Gateway:
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
-        return await _unless_disconnected(request, self.route(hreq, model.routes, out_dialect, rid, json_array))
+        ours = extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions)
+        work = self.route(hreq, model.routes, out_dialect, rid, json_array, with_extensions=ours)
+        return await _unless_disconnected(request, work)
 
     async def route(
-        self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str | None, json_array: bool
+        self,
+        hreq: hub.Request,
+        routes: Any,
+        out_dialect: str,
+        request_id: str | None,
+        json_array: bool,
+        *,
+        with_extensions: bool = True,
     ) -> Response:
-        """Try the model's upstreams in order; fall back only while the client has seen nothing."""
+        """Try the model's upstreams in order; fall back only while the client has seen nothing.
+        ``with_extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
         codec = dialects.get(out_dialect)
         last: hub.Error | None = None
         headers: dict[str, str] = {}
@@ -217,7 +240,7 @@ class Gateway:
             upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
             try:
                 exchange = await self.open(
-                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array
+                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, with_extensions
                 )
             except UpstreamFailed as exc:
                 last, headers = exc.error, exc.headers
@@ -226,7 +249,9 @@ class Gateway:
                 try:
                     last = await exchange.prime()
                     if last is None:
-                        return await self.answer(exchange, codec, out_dialect, hreq.stream, json_array, request_id)
+                        return await self.answer(
+                            exchange, codec, out_dialect, hreq.stream, json_array, request_id, with_extensions
+                        )
                 except BaseException:  # cancelled or broken: never leave the upstream request open
                     await exchange.aclose()
                     raise
@@ -248,6 +273,7 @@ class Gateway:
         request_id: str | None,
         stream: bool,
         json_array: bool,
+        with_extensions: bool = True,
     ) -> Exchange:
         """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
         started = asyncio.get_running_loop().time()
@@ -267,9 +293,12 @@ class Gateway:
         else:
             source = EventSource(upstream.stream(hreq), upstream.name, timeouts, started)
         keepalive = self.config.gateway.keepalive_seconds if stream else None
+        encoder = partial(dialects.stream_encoder, codec, hreq)
+        if not with_extensions:  # no "llmbridge" data for vendor SDKs and tools unless asked
+            encoder = partial(extensions.plain_encoder, encoder, out_dialect)
         return Exchange(
             source,
-            partial(dialects.stream_encoder, codec, hreq),
+            encoder,
             dialect=out_dialect,
             relay=relay,
             relay_filter=relay_filter(out_dialect, hreq) if relay else None,
@@ -281,7 +310,14 @@ class Gateway:
         )
 
     async def answer(
-        self, exchange: Exchange, codec: Any, out_dialect: str, stream: bool, json_array: bool, request_id: str | None
+        self,
+        exchange: Exchange,
+        codec: Any,
+        out_dialect: str,
+        stream: bool,
+        json_array: bool,
+        request_id: str | None,
+        with_extensions: bool = True,
     ) -> Response:
         if stream:
             media = "application/json" if json_array else getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
@@ -293,7 +329,10 @@ class Gateway:
                 error.status = hub.ERROR_STATUS.get(error.type, 502)
             return replies.error_response(out_dialect, error)
         response.request_id = request_id or response.request_id
-        return replies.json_response(codec.encode_response(response))
+        if with_extensions:
+            return replies.json_response(codec.encode_response(response))
+        plain = extensions.plain_response(response, out_dialect)
+        return replies.json_response(extensions.plain_body(codec.encode_response(plain)))
 
     async def aclose(self) -> None:
         for upstream in self.upstreams.values():

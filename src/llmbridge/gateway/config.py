@@ -73,6 +73,15 @@ class GatewayConfig:
     # One upstream event (the bytes between two blank lines) larger than this ends the answer
     # with an error: big enough for base64 images, small enough to bound a stream's memory.
     max_event_bytes: int = 32 * 1024 * 1024
+    max_json_depth: int = 128  # request bodies nested deeper get 400 (see gateway/limits.py)
+    # Our "llmbridge" extension data in vendor-dialect answers: off unless asked (the
+    # x-llmbridge-extensions request header, or this), so users' tools never see it.
+    extensions: bool = False
+    # Client connections (see gateway/server.py): seconds to send a whole request head,
+    # seconds an idle keep-alive connection stays open, open connections before 503.
+    header_timeout: float = 10.0
+    idle_timeout: float = 30.0
+    max_connections: int = 1000
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,22 @@ def parse(raw: dict[str, Any], env: Any = None) -> Config:
 
 
 def _gateway(t: dict, env: Any) -> GatewayConfig:
-    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir", "max_event_bytes"})
+    _known(
+        t,
+        "gateway",
+        {
+            "keepalive_seconds",
+            "max_body_bytes",
+            "api_keys",
+            "record_dir",
+            "max_json_depth",
+            "extensions",
+            "header_timeout",
+            "idle_timeout",
+            "max_connections",
+            "max_event_bytes",
+        },
+    )
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
     if keepalive is None or keepalive <= 0:
         raise ConfigError("gateway.keepalive_seconds", "must be a positive number")
@@ -144,10 +168,20 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     record_dir = t.get("record_dir")
     if record_dir is not None and not isinstance(record_dir, str):
         raise ConfigError("gateway.record_dir", "must be a string (a directory path)")
-    max_event = t.get("max_event_bytes", 32 * 1024 * 1024)
-    if type(max_event) is not int or max_event <= 0:
-        raise ConfigError("gateway.max_event_bytes", "must be a positive integer")
-    return GatewayConfig(keepalive, max_body, keys, record_dir or None, max_event_bytes=max_event)
+    ints = {}
+    for key, default in (("max_json_depth", 128), ("max_connections", 1000), ("max_event_bytes", 32 * 1024 * 1024)):
+        ints[key] = t.get(key, default)
+        if type(ints[key]) is not int or ints[key] <= 0:
+            raise ConfigError(f"gateway.{key}", "must be a positive integer")
+    seconds = {}
+    for key, default in (("header_timeout", 10.0), ("idle_timeout", 30.0)):
+        seconds[key] = _number(t, key, "gateway", default)
+        if seconds[key] is None:
+            raise ConfigError(f"gateway.{key}", "must be a positive number of seconds")
+    extensions = t.get("extensions", False)
+    if not isinstance(extensions, bool):
+        raise ConfigError("gateway.extensions", "must be true or false")
+    return GatewayConfig(keepalive, max_body, keys, record_dir or None, extensions=extensions, **ints, **seconds)
 
 
 def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:

@@ -98,7 +98,9 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
                 pending.append(part)
         if pending or not parts:
             request.messages.append(hub.Message("user", pending))
-    request.stream = bool(body.get("stream", False))
+    # exact bool: "stream": "false" is a truthy string, and must not start a stream
+    stream = body.get("stream")
+    request.stream = False if stream is None else _want(stream, bool, "stream", "a boolean")
     request.max_tokens = _number(body, "max_tokens", (int,))
     request.temperature = _number(body, "temperature")
     request.top_p = _number(body, "top_p")

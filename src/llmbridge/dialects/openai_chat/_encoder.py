@@ -5,8 +5,13 @@ thinking as ``delta.reasoning_content``, tool calls as ``delta.tool_calls`` numb
 choice from 0.  What Chat Completions cannot say (fidelity, native and data blocks, block
 boundaries, foreign extensions, finish reasons it has no word for) rides on the choice under
 the ``llmbridge`` key, which the official SDK keeps as an unknown field and ignores; the
-decoder reads it back.  Usage is held to the end: one ``choices: []`` chunk before
-``[DONE]``, as OpenAI sends it with ``stream_options.include_usage``.
+decoder reads it back.  Usage is held to the end and always goes out (the gateway spec,
+seed 004: "the last chunk before data: [DONE] carries usage"): as a ``choices: []`` chunk
+when the client asked with ``stream_options.include_usage`` (OpenAI's own shape), else as a
+chunk that keeps one choice with an empty delta, since clients that never asked index
+``choices[0]`` on every chunk.  An error after the start is a chunk with the top-level
+``error`` object and ``finish_reason: "error"`` on each unfinished choice (OpenRouter's shape;
+the official SDK raises on the ``error`` key), then ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -52,10 +57,12 @@ class _Block:
 
 
 class StreamEncoder:
-    """``encode(event) -> bytes``; ``include_usage=False`` leaves out the final usage chunk."""
+    """``encode(event) -> bytes``.  ``include_usage`` shapes the final usage chunk: ``choices:
+    []`` (True) or one choice with an empty delta (False)."""
 
     def __init__(self, *, include_usage: bool = True) -> None:
         self.include_usage = include_usage
+        self._finished: set[int] = set()  # choices whose finish_reason went out
         self._prefix = b""
         self._first_extra: dict[str, Any] = {}
         self._blocks: dict[int, _Block] = {}
@@ -152,8 +159,12 @@ class StreamEncoder:
         if kind is hub.Error:
             self._done = True
             self._blocks.clear()
-            error = self._top({"error": error_object(event)})
-            return self._usage_chunk() + error + _DONE  # usage first: the SDK raises at the error chunk
+            usage = self._usage_chunk()  # first: the SDK raises at the error chunk
+            # every choice still open ends with "error" (choice 0 when none started)
+            open_choices = sorted(self._introduced - self._finished) or [0]
+            choices = b",".join(b'{"index":%d,"delta":{},"finish_reason":"error"}' % n for n in open_choices)
+            self._prefix += choices
+            return usage + self._top({"error": error_object(event)}) + _DONE
         if kind is hub.ResponseEnd:
             self._done = True
             self._blocks.clear()
@@ -161,9 +172,12 @@ class StreamEncoder:
         return b""
 
     def _usage_chunk(self) -> bytes:
-        if self._usage is None or not self.include_usage:
+        if self._usage is None:
             return b""
-        return self._top({"usage": usage_to_wire(self._usage)})
+        if self.include_usage:
+            return self._top({"usage": usage_to_wire(self._usage)})
+        chunk = self._chunk(b'{"index":0,"delta":{}}')  # the prefix's top-level extras, if any, go first
+        return chunk[:-3] + b',"usage":' + json_encode(usage_to_wire(self._usage)) + b"}\n\n"
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
         n = e.choice
@@ -277,6 +291,7 @@ class StreamEncoder:
         if word is None:
             word = "content_filter" if e.reason == "refusal" else "stop"
         fields["finish_reason"] = word
+        self._finished.add(n)
         if e.stop_sequence:
             fields["stop_reason"] = e.stop_sequence  # vLLM's field for the matched stop string
         self._seq_kind.pop(n, None)

@@ -226,7 +226,8 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         request.tool_choice, raw_choice = _tool_choice(body["tool_choice"], "tool_choice")
         if raw_choice is not None:
             request.extensions[PREFIX + "tool_choice"] = raw_choice
-    request.stream = bool(body.get("stream"))
+    # exact bool: "stream": "false" is a truthy string, and must not start a stream
+    request.stream = False if body.get("stream") is None else _expect(body["stream"], bool, "stream", "a boolean")
     for field, name, kind, what in (
         ("max_output_tokens", "max_tokens", int, "an integer"),
         ("temperature", "temperature", (int, float), "a number"),

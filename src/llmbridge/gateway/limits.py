@@ -1,0 +1,141 @@
+"""What the gateway refuses before it forwards anything: bodies nested too deeply, and
+request parameters outside the ranges that no upstream would accept.
+
+Both checks are sans-I/O functions that raise :class:`~llmbridge.errors.RequestError` (a 400
+in the client's dialect, naming the field), so one place serves all six endpoints:
+
+- :func:`check_nesting` runs on the JSON-decoded body before a dialect reads it: the
+  dialects' readers (and the encoders of the upstream request) recurse, and a body nested
+  thousands of levels deep would end in ``RecursionError``. msgspec's decoder has its own
+  guard (``RecursionError`` near 1,000 levels, which the caller also answers with 400); this
+  bounds depth at a configurable, much lower level, at a fraction of the decoding cost.
+- :func:`validate_request` runs on the decoded hub request. The dialect decoders check
+  types (a string where a number goes); this checks ranges, once for every dialect, so a
+  400-digit ``max_tokens`` or ``temperature = 1e308`` is never sent upstream.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import hub
+from ..errors import RequestError
+
+DEFAULT_MAX_JSON_DEPTH = 128  # arrays + objects; real requests (tool schemas included) stay far below
+
+def nesting_exceeds(body: Any, limit: int) -> bool:
+    """Whether the decoded JSON ``body`` nests arrays/objects deeper than ``limit``.
+
+    Level by level, without recursion: each element is looked at once, with one type
+    check (a fraction of what reading the body into the hub costs). Never raises.
+    """
+    level = [body] if type(body) is dict or type(body) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        deeper: list[Any] = []
+        append = deeper.append
+        for container in level:
+            for value in container.values() if type(container) is dict else container:
+                kind = type(value)
+                if kind is dict or kind is list:
+                    append(value)
+        level = deeper
+    return False
+
+
+def check_nesting(body: Any, limit: int) -> None:
+    """Raise :class:`RequestError` (400) when ``body`` nests arrays/objects deeper than ``limit``.
+
+    Bodies deeper than the decoder's own limit (msgspec stops near 1,000 levels with
+    ``RecursionError``) never get here: the caller answers those with 400 too.
+    """
+    if nesting_exceeds(body, limit):
+        raise RequestError(f"request body nests arrays and objects more than {limit} levels deep")
+
+
+# --------------------------------------------------------------------------- parameter ranges
+
+INT32 = 2**31 - 1
+INT64 = 2**63 - 1
+MAX_N = 128  # OpenAI's own limit on choices
+MAX_STOP = 64  # stop sequences: vendors allow 4 (OpenAI) to a few thousand; 64 is generous
+MAX_STOP_CHARS = 1024
+
+# Range per hub field: (low, high, integer?). Integers are checked exactly (a 400-digit
+# number is out of range, not truncated); floats must also be finite.
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "max_tokens": (1, INT32, True),
+    "n": (1, MAX_N, True),
+    "top_k": (0, INT32, True),
+    "seed": (-INT64 - 1, INT64, True),
+    "temperature": (0.0, 2.0, False),
+    "top_p": (0.0, 1.0, False),
+    "presence_penalty": (-2.0, 2.0, False),
+    "frequency_penalty": (-2.0, 2.0, False),
+}
+
+# The name a client used for a hub field, per dialect, for the message (default: the hub name).
+_GEMINI = {
+    "max_tokens": "generationConfig.maxOutputTokens",
+    "n": "generationConfig.candidateCount",
+    "top_k": "generationConfig.topK",
+    "top_p": "generationConfig.topP",
+    "temperature": "generationConfig.temperature",
+    "seed": "generationConfig.seed",
+    "presence_penalty": "generationConfig.presencePenalty",
+    "frequency_penalty": "generationConfig.frequencyPenalty",
+    "stop": "generationConfig.stopSequences",
+}
+FIELD_NAMES: dict[str, dict[str, str]] = {
+    "openai-responses": {"max_tokens": "max_output_tokens"},
+    "anthropic-messages": {"stop": "stop_sequences"},
+    "gemini": _GEMINI,
+    "llm-stream": {k: f"parameters.{k}" for k in ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")}
+    | {k: f"parameters.{k}" for k in ("presence_penalty", "frequency_penalty")},
+    "mmsp": {k: f"config.{k}" for k in RANGES} | {"stop": "config.stop"},
+}
+
+
+def _field(request: hub.Request, dialect: str, name: str) -> str:
+    if dialect == "openai-chat" and name == "max_tokens":
+        return request.extensions.get("openai-chat:max_tokens_field") or "max_completion_tokens"
+    return FIELD_NAMES.get(dialect, {}).get(name, name)
+
+
+def _bound(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def validate_request(request: hub.Request, dialect: str) -> None:
+    """Raise :class:`RequestError` (400, naming the client's field) when a parameter of the
+    decoded ``request`` is out of range: ``max_tokens`` 1..2^31-1, ``n`` 1..128,
+    ``temperature`` 0..2, ``top_p`` 0..1, penalties -2..2, ``top_k`` 0..2^31-1, ``seed`` a
+    64-bit integer, at most 64 stop sequences of at most 1,024 characters, a thinking budget
+    -1..2^31-1. ``dialect`` is the request's dialect (for the field names). Returns nothing.
+    """
+    for name, (low, high, integer) in RANGES.items():
+        value: Any = getattr(request, name)
+        if value is None:
+            continue
+        if type(value) is bool or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
+            raise RequestError(f"must be {'an integer' if integer else 'a number'}", _field(request, dialect, name))
+        if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
+            shown = value if isinstance(value, float) or abs(value) < 10**20 else f"a {len(str(value))}-digit number"
+            raise RequestError(
+                f"must be {'an integer' if integer else 'a number'} from {_bound(low)} to {_bound(high)}, not {shown}",
+                _field(request, dialect, name),
+            )
+    if len(request.stop) > MAX_STOP:
+        where = _field(request, dialect, "stop")
+        raise RequestError(f"at most {MAX_STOP} stop sequences, not {len(request.stop)}", where)
+    for i, stop in enumerate(request.stop):
+        if len(stop) > MAX_STOP_CHARS:
+            raise RequestError(f"longer than {MAX_STOP_CHARS} characters", f"{_field(request, dialect, 'stop')}[{i}]")
+    budget = (request.thinking or {}).get("budget_tokens")
+    # -1 is Gemini's "dynamic" budget
+    if budget is not None and (type(budget) is not int or not -1 <= budget <= INT32):
+        raise RequestError(f"must be an integer from -1 to {INT32}", "thinking.budget_tokens")
