@@ -26,6 +26,7 @@ from . import negotiation, replies
 from .config import Config, default_config
 from .record import Recorder
 from .streaming import Exchange, Puller, StreamResponse, event_batches, http_batches
+from .ui import Console, TrafficLog
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, as_hub_error, build, retryable, timeouts_of
 
 log = logging.getLogger("llmbridge.gateway")
@@ -58,6 +59,8 @@ class Gateway:
         self.api_keys = [k.encode() for k in config.gateway.api_keys]
         self.record_dir = Path(config.gateway.record_dir) if config.gateway.record_dir else None
         self._recorded = 0
+        # Recent exchanges for the console's Traffic page; prompt text only when recording anyway.
+        self.traffic = TrafficLog(config.gateway.ui_traffic, keep_prompts=self.record_dir is not None)
 
     # -- plumbing
 
@@ -249,9 +252,16 @@ class Gateway:
         json_array: bool,
     ) -> Exchange:
         started = asyncio.get_running_loop().time()
+        entry = self.traffic.begin(
+            upstream.name, hreq, out_dialect, upstream_format=getattr(upstream, "format", "local"), stream=stream
+        )
         record = None
         if isinstance(upstream, HTTPUpstream):
-            raw = await upstream.open(hreq)
+            try:
+                raw = await upstream.open(hreq)
+            except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
+                entry.fail(exc)
+                raise
             recorder = None
             if self.record_dir is not None:
                 self._recorded += 1
@@ -263,7 +273,7 @@ class Gateway:
         else:
             batches = event_batches(_guarded(upstream, hreq))
             relay = recorder = None
-        puller = Puller(batches, timeouts_of(upstream), upstream.name, started)
+        puller = Puller(entry.watch(batches), timeouts_of(upstream), upstream.name, started)
         keepalive = self.config.gateway.keepalive_seconds if stream and not json_array else None
         return Exchange(
             puller,
@@ -272,7 +282,7 @@ class Gateway:
             keepalive=keepalive,
             json_array=json_array,
             request_id=request_id,
-            on_end=partial(_finished, upstream.name, hreq.model, out_dialect, recorder),
+            on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder)),
         )
 
     async def answer(
@@ -418,6 +428,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
     ]
+    routes += Console(gateway, gateway.traffic).routes()  # the web console at /ui (docs/ui.md)
 
     async def no_route(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)

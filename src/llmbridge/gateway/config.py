@@ -70,6 +70,10 @@ class GatewayConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     api_keys: tuple[str, ...] = ()
     record_dir: str | None = None
+    # The web console at /ui (docs/ui.md): on unless turned off; with api_keys it needs ui_key.
+    ui: bool = True
+    ui_key: str | None = None
+    ui_traffic: int = 200  # recent requests kept in memory for the console's Traffic page
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,9 @@ def parse(raw: dict[str, Any], env: Any = None) -> Config:
 
 
 def _gateway(t: dict, env: Any) -> GatewayConfig:
-    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir"})
+    _known(
+        t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir", "ui", "ui_key", "ui_traffic"}
+    )
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
     if keepalive is None or keepalive <= 0:
         raise ConfigError("gateway.keepalive_seconds", "must be a positive number")
@@ -141,7 +147,17 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     record_dir = t.get("record_dir")
     if record_dir is not None and not isinstance(record_dir, str):
         raise ConfigError("gateway.record_dir", "must be a string (a directory path)")
-    return GatewayConfig(keepalive, max_body, keys, record_dir or None)
+    ui = t.get("ui", True)
+    if not isinstance(ui, bool):
+        raise ConfigError("gateway.ui", "must be true or false")
+    ui_key = t.get("ui_key")
+    if ui_key is not None and not isinstance(ui_key, str):
+        raise ConfigError("gateway.ui_key", "must be a string")
+    ui_key = _expand(ui_key, "gateway.ui_key", env) if ui_key else None
+    ui_traffic = t.get("ui_traffic", 200)
+    if type(ui_traffic) is not int or not 0 <= ui_traffic <= 100_000:
+        raise ConfigError("gateway.ui_traffic", "must be an integer from 0 to 100000")
+    return GatewayConfig(keepalive, max_body, keys, record_dir or None, ui, ui_key or None, ui_traffic)
 
 
 def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
