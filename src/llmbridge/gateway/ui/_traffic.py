@@ -97,7 +97,8 @@ class Entry:
                 self.finish = event.reason
             elif kind is hub.Error and self.error is None:
                 self.error = {"type": event.type, "message": event.message[:500], "status": event.status}
-        what = ", ".join(k if n == 1 else f"{k} x{n}" for k, n in kinds.items()) or "bytes"
+        what = ", ".join(k if n == 1 else f"{k} x{n}" for k, n in kinds.items())
+        what = what or ("bytes (no complete event yet)" if raw else "end of body")
         if len(self.timeline) < TIMELINE_LIMIT:
             self.timeline.append((now - self.started, what, len(raw) if raw else 0))
         else:

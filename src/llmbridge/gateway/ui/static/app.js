@@ -350,6 +350,15 @@ const Translator = {
     });
     $("tr-file").addEventListener("change", (e) => this.file(e.target.files[0]));
     const input = $("tr-input");
+    // A huge paste would freeze the text area itself: refuse it before it lands there.
+    input.addEventListener("paste", (e) => {
+      const text = e.clipboardData ? e.clipboardData.getData("text") : "";
+      if (text.length > INFO.max_paste_bytes) {
+        e.preventDefault();
+        this.clear();
+        show($("tr-error"), this.tooBig(new Blob([text]).size));
+      }
+    });
     input.addEventListener("dragover", (e) => e.preventDefault());
     input.addEventListener("drop", (e) => {
       if (!e.dataTransfer.files.length) return;
@@ -457,7 +466,8 @@ const Translator = {
       const where = p.event < 0 ? "end of stream" : `${p.where === "source" ? "source event" : "hub event"} ${p.event}`;
       const item = el("li", { class: "problem", "data-rule": p.rule }, `${where}: ${p.rule}: ${p.message}`);
       if (p.event >= 0) {
-        const link = el("a", { href: "#", text: " (show)" });
+        item.append(" ");
+        const link = el("a", { href: "#", text: "show" });
         link.addEventListener("click", (e) => {
           e.preventDefault();
           const target = $(`${p.where === "source" ? "tr-frame" : "tr-event"}-${p.event}`);
