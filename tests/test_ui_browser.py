@@ -11,6 +11,7 @@ Skipped (with the reason) when Chromium or its driver is missing, except on CI, 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -53,13 +54,12 @@ def _anthropic(texts: list[str], tail: str) -> bytes:
     def ev(name: str, data: str) -> str:
         return f"event: {name}\ndata: {data}\n\n"
 
-    import json
-
     start = {"type": "message_start", "message": {"id": "msg_ui", "type": "message", "role": "assistant",
              "model": "m", "content": [], "stop_reason": None, "stop_sequence": None,
              "usage": {"input_tokens": 5, "output_tokens": 1}}}
     out = ev("message_start", json.dumps(start))
-    out += ev("content_block_start", '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}')
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    out += ev("content_block_start", json.dumps(block))
     for text in texts:
         delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
         out += ev("content_block_delta", json.dumps(delta))
@@ -247,17 +247,13 @@ def paste(d, text: str) -> None:
 
 
 def translate(d, source: str = "auto", target: str = "openai-chat") -> None:
+    """Run the translator and wait until the page has shown the result."""
     Select(hook(d, "translator-from")).select_by_value(source)
     Select(hook(d, "translator-to")).select_by_value(target)
-    before = d.execute_script("return window.__runs = (window.__runs || 0) + 1")
-    d.execute_script(
-        "const s = document.getElementById('tr-status'); s.dataset.run = arguments[0];"
-        "new MutationObserver(() => {}).observe(s, {childList: true});",
-        before,
-    )
-    hook(d, "translator-run").click()
     button = hook(d, "translator-run")
-    WebDriverWait(d, 60).until(lambda _: button.is_enabled() and not hook(d, "translator-status").text.startswith("Decoding"))
+    runs = int(button.get_attribute("data-runs") or 0)
+    button.click()
+    WebDriverWait(d, 60).until(lambda _: int(button.get_attribute("data-runs") or 0) > runs)
 
 
 def test_translator_translates_a_corpus_capture(driver, gateway):

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -180,7 +181,7 @@ async def run(gateway: Any, request: hub.Request, traffic: TrafficLog | None = N
                      "upstream_model": route.upstream_model, "dialects": list(fanout.names)})
         events = _events(upstream, upstream_request)
         held: list[tuple[float, hub.Event]] = []  # until the answer commits (as the gateway's prime())
-        committed = fell_back = False
+        committed = fell_back = ended = False
         try:
             async for event in events:
                 now = time.monotonic()
@@ -200,11 +201,12 @@ async def run(gateway: Any, request: hub.Request, traffic: TrafficLog | None = N
                         yield emit(at, e)
                 yield emit(now, event)
                 if kind is hub.ResponseEnd:
+                    ended = True
                     break
         finally:
             await events.aclose()
-            if entry is not None:
-                entry.end()
+            if entry is not None:  # not ended: the page went away (Stop) and the turn was cancelled
+                entry.end(SimpleNamespace(ended=ended or fell_back))
         if not fell_back:
             break
     end = time.monotonic()

@@ -440,6 +440,7 @@ const Translator = {
       show($("tr-error"), err.message);
     } finally {
       $("tr-run").disabled = false;
+      $("tr-run").dataset.runs = String(Number($("tr-run").dataset.runs || 0) + 1); // for tests: one more run done
     }
   },
 
