@@ -25,8 +25,7 @@ PROMPT_LIMIT = 500  # characters of the last user message kept when keep_prompts
 _CONTENT = (hub.BlockStart, hub.Delta)  # the first of these is the "first token"
 
 
-def _now() -> float:
-    return time.monotonic()
+_clock = time.monotonic
 
 
 class Entry:
@@ -64,51 +63,81 @@ class Entry:
         self.events = 0
         self.bytes = 0
         self.relay = False
-        self.timeline: list[tuple[float, str, int]] = []  # (seconds since start, what, bytes)
+        self.timeline: list[tuple[float, list[type], int]] = []  # (seconds since start, event types, bytes)
         self.timeline_dropped = 0
 
     # -- fed by the gateway
 
     async def watch(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """``batches`` (``(raw_bytes | None, hub_events)`` pairs) unchanged, observed on the way."""
+        """``batches`` (``(raw_bytes | None, hub_events)`` pairs) unchanged, glanced at on the way.
+
+        Only what the exchange does not record is taken here (the first token's time, an
+        error the answer failed with before it started, the timeline); usage, finish and
+        later errors come from the exchange at the end.  This is on the gateway's data path:
+        it stays a few attribute updates per batch (bench/ui_bench.py measures it).
+        """
+        glance = self._glance
         try:
             async for batch in batches:
-                self.observe(batch[0], batch[1])
+                glance(batch)
                 yield batch
         finally:
             aclose = getattr(batches, "aclose", None)
             if aclose is not None:
                 await aclose()
 
-    def observe(self, raw: bytes | None, events: list, now: float | None = None) -> None:
-        """Note one batch: its size, its events, the first token's time, errors and usage."""
-        now = _now() if now is None else now
-        self.bytes += len(raw) if raw else 0
+    def _glance(self, batch: Any) -> None:
+        raw, events = batch
+        now = _clock()
+        size = len(raw) if raw else 0
+        self.bytes += size
         self.events += len(events)
-        kinds: dict[str, int] = {}
+        if self.first_token is None:
+            for event in events:
+                kind = type(event)
+                if kind in _CONTENT:
+                    self.first_token = now
+                    break
+                if kind is hub.Error:
+                    self._error(event)
+        if len(self.timeline) < TIMELINE_LIMIT:
+            self.timeline.append((now - self.started, [*map(type, events)], size))
+        else:
+            self.timeline_dropped += 1
+
+    def observe(self, raw: bytes | None, events: list, now: float | None = None) -> None:
+        """Note one batch in full: size, events, the first token's time, usage, finish, errors.
+
+        For a caller with no exchange to ask at the end (the Playground).
+        """
+        now = _clock() if now is None else now
+        size = len(raw) if raw else 0
+        self.bytes += size
+        self.events += len(events)
         for event in events:
             kind = type(event)
-            kinds[kind.__name__] = kinds.get(kind.__name__, 0) + 1
             if self.first_token is None and kind in _CONTENT:
                 self.first_token = now
             elif kind is hub.Usage:
                 self.usage = hub.merge_usage(self.usage, event)
             elif kind is hub.Finish:
                 self.finish = event.reason
-            elif kind is hub.Error and self.error is None:
-                self.error = {"type": event.type, "message": event.message[:500], "status": event.status}
-        what = ", ".join(k if n == 1 else f"{k} x{n}" for k, n in kinds.items())
-        what = what or ("bytes (no complete event yet)" if raw else "end of body")
+            elif kind is hub.Error:
+                self._error(event)
         if len(self.timeline) < TIMELINE_LIMIT:
-            self.timeline.append((now - self.started, what, len(raw) if raw else 0))
+            self.timeline.append((now - self.started, [*map(type, events)], size))
         else:
             self.timeline_dropped += 1
+
+    def _error(self, event: hub.Error) -> None:
+        if self.error is None:
+            self.error = {"type": event.type, "message": event.message[:500], "status": event.status}
 
     def end(self, exchange: Any = None, now: float | None = None) -> None:
         """The exchange is over (its ``on_end``): take what it knows, settle the status."""
         if self.ended_at is not None:
             return
-        self.ended_at = _now() if now is None else now
+        self.ended_at = _clock() if now is None else now
         if exchange is not None:
             self.relay = bool(getattr(exchange, "relay", False))
             usage = getattr(exchange, "usage", None)
@@ -182,7 +211,7 @@ class Entry:
         """:meth:`summary` plus the event timeline."""
         return dict(
             self.summary(),
-            timeline=[{"t_ms": _ms(t), "what": what, "bytes": n} for t, what, n in self.timeline],
+            timeline=[{"t_ms": _ms(t), "what": _what(kinds, n), "bytes": n} for t, kinds, n in self.timeline],
             timeline_dropped=self.timeline_dropped,
         )
 
@@ -190,9 +219,8 @@ class Entry:
 class _Off(Entry):
     """The entry handed out when traffic is off: watches nothing, keeps nothing."""
 
-    async def watch(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:  # type: ignore[override]
-        async for batch in batches:
-            yield batch
+    def watch(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:  # type: ignore[override]
+        return batches  # not even a pass-through generator: the data path is exactly as without the console
 
     def then(self, callback: Callable[[Any], None]) -> Callable[[Any], None]:
         return callback
@@ -235,7 +263,7 @@ class TrafficLog:
             dialect=dialect,
             stream=stream,
             prompt=prompt,
-            started=_now() if started is None else started,
+            started=_clock() if started is None else started,
         )
         if self.size:
             self._ring.append(entry)
@@ -270,6 +298,15 @@ class _Cancelled:
     """Stands in for an exchange that never began (cancelled before the upstream answered)."""
 
     ended = False
+
+
+def _what(kinds: list[type], size: int) -> str:
+    """``"BlockStart, Delta x3"`` for a batch's event types, in order of first appearance."""
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind.__name__] = counts.get(kind.__name__, 0) + 1
+    what = ", ".join(k if n == 1 else f"{k} x{n}" for k, n in counts.items())
+    return what or ("bytes (no complete event yet)" if size else "end of body")
 
 
 def _ms(seconds: float) -> float:
