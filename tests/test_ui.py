@@ -6,6 +6,7 @@ captures, bad pastes, the six-dialect fan-out, the traffic ring, access control.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ from llmbridge.dialects.base import decode_all
 from llmbridge.gateway import config, create_app
 from llmbridge.gateway.ui import Fanout, TrafficLog, analyze, parse_request
 from tests.conftest import CORPUS, corpus_files
-from tests.gateway_util import serving
+from tests.gateway_util import serving, wait_for
 
 HTTP = httpx.Client(timeout=60)
 CONSOLE = {"x-llmbridge-console": "1"}
@@ -197,13 +198,19 @@ class Scripted:
     def __init__(self, name: str, mode: str = "ok"):
         self.name = name
         self.mode = mode
-        self.timeouts = config.Timeouts(first_byte=5, idle=5, total=10)
+        self.timeouts = config.Timeouts(first_byte=5, idle=60, total=60)
+        self.closed = False
 
     async def stream(self, request: hub.Request):
         if self.mode == "refuse":
             raise errors.UpstreamError("queue full", status=429, type="rate_limit")
         for event in _turn()[:4]:
             yield event
+        if self.mode == "hang":
+            try:
+                await asyncio.sleep(30)
+            finally:
+                self.closed = True  # the console's Stop reached the upstream
         if self.mode == "break":
             yield hub.Error("upstream overloaded mid-stream", "overloaded", status=529)
             yield hub.ResponseEnd()
@@ -219,18 +226,25 @@ def _raw_config(gateway: dict | None = None) -> dict:
             "script": {"format": "local"},
             "broken": {"format": "local"},
             "busy": {"format": "local"},
+            "hangs": {"format": "local"},
             "vendor": {"format": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-SECRET-upstream"},
         },
         "models": [
             {"name": "scripted", "upstream": "script"},
             {"name": "breaks", "upstream": "broken"},
             {"name": "busy-then-ok", "upstreams": ["busy", "script"]},
+            {"name": "hangs", "upstream": "hangs"},
         ],
     }
 
 
 def _app(gateway: dict | None = None):
-    fakes = {"script": Scripted("script"), "broken": Scripted("broken", "break"), "busy": Scripted("busy", "refuse")}
+    fakes = {
+        "script": Scripted("script"),
+        "broken": Scripted("broken", "break"),
+        "busy": Scripted("busy", "refuse"),
+        "hangs": Scripted("hangs", "hang"),
+    }
     app = create_app(config.parse(_raw_config(gateway)), upstreams=fakes)
     app.state.gateway.upstreams["vendor"] = type("V", (), {"name": "vendor", "format": "openai-chat"})()
     return app
@@ -262,7 +276,8 @@ def test_page_and_assets_are_served_with_a_strict_csp(open_gw):
 def test_info_never_shows_upstream_secrets(open_gw):
     text = HTTP.get(open_gw.url + "/ui/api/info").text
     info = json.loads(text)
-    assert info["models"] == ["scripted", "breaks", "busy-then-ok"] and info["dialects"] == list(dialects.NAMES)
+    assert info["models"] == ["scripted", "breaks", "busy-then-ok", "hangs"]
+    assert info["dialects"] == list(dialects.NAMES)
     assert "SECRET" not in text and "127.0.0.1:9" not in text
 
 
@@ -286,6 +301,20 @@ def test_playground_error_mid_stream_and_fallback(open_gw):
     lines = _ndjson(HTTP.post(open_gw.url + "/ui/api/playground", json={"model": "busy-then-ok", "prompt": "hi"}))
     assert [line["kind"] for line in lines[:3]] == ["start", "fallback", "start"]
     assert lines[-1]["error"] is None and lines[-1]["finish"] == "tool_use"
+
+
+def test_playground_stop_cancels_the_upstream(open_gw):
+    with HTTP.stream("POST", open_gw.url + "/ui/api/playground", json={"model": "hangs", "prompt": "hi"}) as r:
+        lines = r.iter_lines()
+        assert json.loads(next(lines))["kind"] == "start"
+        assert json.loads(next(lines))["hub"]["event"] == "ResponseStart"
+    # The page's Stop is this: the connection closes. The upstream hears it, Traffic says so.
+    gateway = open_gw.app.state.gateway
+    assert wait_for(lambda: gateway.upstreams["hangs"].closed, timeout=10)
+    assert wait_for(
+        lambda: [e["status"] for e in HTTP.get(open_gw.url + "/ui/api/traffic").json()["entries"]
+                 if e["upstream"] == "hangs"] == ["cancelled"], timeout=10
+    )
 
 
 def test_playground_bad_requests_are_4xx(open_gw):

@@ -346,3 +346,58 @@ def test_traffic_shows_requests_and_their_timeline(driver, gateway):
     assert "ResponseStart" in detail.text and "Delta" in detail.text
     shoot(driver, "ui-traffic.png")
     assert console_errors(driver) == []
+
+
+# --------------------------------------------------------------------------- tools, keyboard, access
+
+WEATHER = [{"name": "get_weather", "description": "Current weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"],
+    "additionalProperties": False}}]
+
+
+def test_playground_tool_call_streams_in_every_dialect(driver, gateway):
+    open_page(driver, gateway, "playground")
+    details = driver.find_element(By.CSS_SELECTOR, "#pg-form details")
+    details.find_element(By.TAG_NAME, "summary").click()
+    tools = driver.find_element(By.ID, "pg-tools")
+    driver.execute_script("arguments[0].value = arguments[1]", tools, json.dumps(WEATHER))
+    choice = driver.find_element(By.ID, "pg-tool-choice")
+    choice.clear()
+    choice.send_keys("get_weather")
+    assert send(driver, "local", "What's the weather in Paris?", max_tokens=48) == "done", hook(driver, "error").text
+    (call,) = hook(driver, "answer").find_elements(By.CSS_SELECTOR, '[data-test="tool-call"]')
+    name = call.find_element(By.CSS_SELECTOR, ".name").text
+    arguments = json.loads(call.find_element(By.CSS_SELECTOR, ".args").text)
+    assert name == "get_weather" and set(arguments) == {"city"}
+    for dialect in dialects.NAMES:
+        assert hook(driver, f"pane-{dialect}").get_attribute("data-valid") == "true", dialect
+        response = hub.assemble(decode_all(dialects.get(dialect).StreamDecoder(), pane_wire(driver, dialect)))
+        (block,) = [b for b in response.blocks if b.kind == "tool_call"]
+        assert (block.name, json.loads(block.text)) == ("get_weather", arguments), dialect
+    assert console_errors(driver) == []
+
+
+def test_tabs_work_from_the_keyboard(driver, gateway):
+    open_page(driver, gateway, "playground")
+    tab = driver.find_element(By.ID, "tab-playground")
+    tab.send_keys(Keys.ARROW_RIGHT)
+    assert driver.find_element(By.ID, "page-translator").is_displayed()
+    assert driver.switch_to.active_element.get_attribute("id") == "tab-translator"
+    driver.switch_to.active_element.send_keys(Keys.ARROW_RIGHT)
+    assert driver.find_element(By.ID, "page-traffic").is_displayed() and driver.current_url.endswith("#traffic")
+    driver.switch_to.active_element.send_keys(Keys.ARROW_RIGHT)
+    assert driver.find_element(By.ID, "page-playground").is_displayed()
+    assert console_errors(driver) == []
+
+
+def test_login_with_the_admin_key(driver):
+    raw = {"gateway": {"api_keys": ["client-key"], "ui_key": "admin-key"},
+           "upstreams": {"local": {"format": "local"}}, "models": [{"name": "local", "upstream": "local"}]}
+    with serving(create_app(config.parse(raw))) as server:
+        driver.get(server.url + "/ui")
+        key = hook(driver, "ui-key")
+        key.send_keys("admin-key", Keys.ENTER)
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
+        assert [o.text for o in Select(hook(driver, "model")).options] == ["local"]
+        driver.get_log("browser")  # the login page's 401 is logged as a failed resource: not the console's
+    driver.get("about:blank")
