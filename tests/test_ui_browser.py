@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -167,11 +168,16 @@ def pane_wire(d, dialect: str) -> bytes:
 
 
 def shoot(d, name: str, height: int = 1000) -> None:
-    """A screenshot for docs/ui.md, at a laptop's width (``height``: enough to show the page)."""
-    IMG.mkdir(parents=True, exist_ok=True)
+    """A screenshot at a laptop's width (``height``: enough to show the page).
+
+    Into docs/img/ (the pictures in docs/ui.md) only with ``UI_SCREENSHOTS=1``, so that a test
+    run does not rewrite tracked files; otherwise into a temporary directory.
+    """
+    folder = IMG if os.environ.get("UI_SCREENSHOTS") else Path(tempfile.gettempdir()) / "llmbridge-ui-screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
     d.set_window_size(1440, height)
     try:
-        d.save_screenshot(str(IMG / name))
+        assert d.save_screenshot(str(folder / name))
     finally:
         d.set_window_size(1440, 1000)
 
