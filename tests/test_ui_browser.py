@@ -274,6 +274,9 @@ def test_translator_translates_a_corpus_capture(driver, gateway):
     assert output == expected.decode()
     assert "detected anthropic-messages" in hook(driver, "translator-status").text
     assert "no problems" in hook(driver, "translator-problems").text
+    download = driver.find_element(By.ID, "tr-download")
+    assert download.is_enabled()
+    download.click()  # a Blob download of the whole translation; must not trip the page
     shoot(driver, "ui-translator.png")
     assert console_errors(driver) == []
 
