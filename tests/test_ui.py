@@ -63,6 +63,16 @@ def test_detects_the_encoders_own_output(dialect):
     assert (report.source, report.fatal) == (dialect, None)
 
 
+@pytest.mark.parametrize("dialect", dialects.NAMES)
+def test_detects_each_dialects_non_streaming_body(dialect):
+    data = (CORPUS / SAMPLES["anthropic-messages"]).read_bytes()
+    response = hub.assemble(decode_all(dialects.get("anthropic-messages").StreamDecoder(), data))
+    body = json.dumps(dialects.get(dialect).encode_response(response)).encode()
+    report = analyze(body, None, "openai-chat")
+    assert (report.source, report.shape, report.fatal) == (dialect, "json", None)
+    assert json.loads(report.output)["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
 def test_every_corpus_capture_gives_a_report_never_an_exception():
     for path in corpus_files():
         report = analyze(path.read_bytes(), None, "anthropic-messages")

@@ -185,8 +185,8 @@ def _detect_json(body: dict) -> tuple[str | None, str]:
         return "anthropic-messages", "body is a message"
     if "candidates" in body:
         return "gemini", "body has candidates"
-    if body.get("object") == "llm.response" or ("v" in body and "blocks" in body):
-        return "llm-stream", "body is an llm-stream response"
+    if "v" in body and body.get("type") == "response":
+        return "llm-stream", "body is an llm-stream response (v, type response)"
     if "content_items" in body or "event_type" in body:
         return "mmsp", "body has content_items"
     if "error" in body:
