@@ -80,10 +80,18 @@ def gateway(tmp_path_factory):
     (captures / "anthropic-messages").mkdir()
     (captures / "anthropic-messages" / "markup.sse").write_bytes(_anthropic(["Look: ", XSS, " done"], "end"))
     (captures / "anthropic-messages" / "breaks.sse").write_bytes(_anthropic(["Half an ans", "wer and then"], "error"))
+    for name in ("claude-thinking-then-tool-use",):  # a real capture: thinking, text and a tool call
+        (captures / "anthropic-messages" / f"{name}.sse").write_bytes(
+            (CORPUS / "anthropic-messages" / f"{name}.sse").read_bytes()
+        )
     with serving(replay_app(captures, delay_ms=5)) as replay:
         raw = replay_config(
             replay.url,
-            {"markup": ("anthropic-messages", "markup"), "breaks": ("anthropic-messages", "breaks")},
+            {
+                "markup": ("anthropic-messages", "markup"),
+                "breaks": ("anthropic-messages", "breaks"),
+                "thinks": ("anthropic-messages", "claude-thinking-then-tool-use"),
+            },
             extra_upstreams={"local": {"format": "local"}},
         )
         raw["models"].insert(0, {"name": "local", "upstream": "local"})
@@ -383,6 +391,23 @@ def test_playground_tool_call_streams_in_every_dialect(driver, gateway):
         response = hub.assemble(decode_all(dialects.get(dialect).StreamDecoder(), pane_wire(driver, dialect)))
         (block,) = [b for b in response.blocks if b.kind == "tool_call"]
         assert (block.name, json.loads(block.text)) == ("get_weather", arguments), dialect
+    assert console_errors(driver) == []
+
+
+def test_thinking_text_and_tool_call_render_apart(driver, gateway):
+    open_page(driver, gateway, "playground")
+    assert send(driver, "thinks", "anything") == "done", hook(driver, "error").text
+    answer = hook(driver, "answer")
+    data = (CORPUS / "anthropic-messages" / "claude-thinking-then-tool-use.sse").read_bytes()
+    expected = hub.assemble(decode_all(dialects.get("anthropic-messages").StreamDecoder(), data))
+    thinking = [b.text for b in expected.blocks if b.kind == "thinking"]
+    shown = [e.text.removeprefix("thinking: ") for e in answer.find_elements(By.CSS_SELECTOR, ".block.thinking")]
+    assert thinking and [t.strip() for t in shown] == [t.strip() for t in thinking]
+    calls = answer.find_elements(By.CSS_SELECTOR, '[data-test="tool-call"]')
+    assert [c.find_element(By.CSS_SELECTOR, ".name").text for c in calls] == [
+        b.name for b in expected.blocks if b.kind == "tool_call"
+    ]
+    assert all(hook(driver, f"pane-{d}").get_attribute("data-valid") == "true" for d in dialects.NAMES)
     assert console_errors(driver) == []
 
 
