@@ -13,6 +13,7 @@ BENCHES = {
     "http": "bench.http_client_bench",
     "profile": "bench.gateway_profile",
     "limits": "bench.limits_bench",
+    "ui": "bench.ui_bench",
 }
 
 

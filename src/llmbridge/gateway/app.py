@@ -28,6 +28,7 @@ from .config import Config, default_config
 from .record import Recorder
 from .relay import relay_filter
 from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
+from .ui import Console, TrafficLog
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, retryable, timeouts_of
 
 log = logging.getLogger("llmbridge.gateway")
@@ -60,6 +61,8 @@ class Gateway:
         self.api_keys = [k.encode() for k in config.gateway.api_keys]
         self.record_dir = Path(config.gateway.record_dir) if config.gateway.record_dir else None
         self._recorded = 0
+        # Recent exchanges for the console's Traffic page; prompt text only when recording anyway.
+        self.traffic = TrafficLog(config.gateway.ui_traffic, keep_prompts=self.record_dir is not None)
 
     # -- plumbing
 
@@ -280,9 +283,16 @@ class Gateway:
         timeouts = timeouts_of(upstream)
         recorder = None
         relay = False
+        entry = self.traffic.begin(
+            upstream.name, hreq, out_dialect, upstream_format=getattr(upstream, "format", "local"), stream=stream
+        )
         source: HTTPSource | EventSource
         if isinstance(upstream, HTTPUpstream):
-            response = await upstream.open(hreq)
+            try:
+                response = await upstream.open(hreq)
+            except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
+                entry.fail(exc)
+                raise
             if self.record_dir is not None:
                 self._recorded += 1
                 recorder = Recorder.start(self.record_dir, self._recorded, upstream.config, hreq)
@@ -306,7 +316,8 @@ class Gateway:
             framing=JSONArrayFraming() if json_array else None,
             request_id=request_id,
             max_event_bytes=self.config.gateway.max_event_bytes,
-            on_end=partial(_finished, upstream.name, hreq.model, out_dialect, recorder),
+            observer=entry.hook,
+            on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder)),
         )
 
     async def answer(
@@ -451,6 +462,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
     ]
+    routes += Console(gateway, gateway.traffic).routes()  # the web console at /ui (docs/ui.md)
 
     async def no_route(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)

@@ -82,6 +82,10 @@ class GatewayConfig:
     header_timeout: float = 10.0
     idle_timeout: float = 30.0
     max_connections: int = 1000
+    # The web console at /ui (docs/ui.md): on unless turned off; with api_keys it needs ui_key.
+    ui: bool = True
+    ui_key: str | None = None
+    ui_traffic: int = 200  # recent requests kept in memory for the console's Traffic page
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,9 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
             "idle_timeout",
             "max_connections",
             "max_event_bytes",
+            "ui",
+            "ui_key",
+            "ui_traffic",
         },
     )
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
@@ -181,7 +188,20 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     extensions = t.get("extensions", False)
     if not isinstance(extensions, bool):
         raise ConfigError("gateway.extensions", "must be true or false")
-    return GatewayConfig(keepalive, max_body, keys, record_dir or None, extensions=extensions, **ints, **seconds)
+    ui = t.get("ui", True)
+    if not isinstance(ui, bool):
+        raise ConfigError("gateway.ui", "must be true or false")
+    ui_key = t.get("ui_key")
+    if ui_key is not None and not isinstance(ui_key, str):
+        raise ConfigError("gateway.ui_key", "must be a string")
+    ui_key = _expand(ui_key, "gateway.ui_key", env) if ui_key else None
+    ui_traffic = t.get("ui_traffic", 200)
+    if type(ui_traffic) is not int or not 0 <= ui_traffic <= 100_000:
+        raise ConfigError("gateway.ui_traffic", "must be an integer from 0 to 100000")
+    return GatewayConfig(
+        keepalive, max_body, keys, record_dir or None, extensions=extensions, ui=ui, ui_key=ui_key or None,
+        ui_traffic=ui_traffic, **ints, **seconds,
+    )
 
 
 def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:

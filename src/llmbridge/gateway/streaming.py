@@ -394,7 +394,8 @@ class Exchange:
     ``encoder_factory`` makes the client dialect's ``StreamEncoder``; with ``relay`` the
     upstream bytes go out untouched (same dialect) while its decoder watches them.
     ``relay_filter`` may rewrite whole relayed events (the chat usage chunk for a client that
-    did not ask for ``include_usage``).  ``on_end`` is called once, with the exchange, when it is
+    did not ask for ``include_usage``).  ``observer`` sees each wake-up's raw bytes and hub
+    events (the console's Traffic page; a relay decodes few).  ``on_end`` is called once, with the exchange, when it is
     over.  Attributes after the end: ``usage``, ``finish``, ``error`` (the error the client
     got), ``events`` (hub events seen), ``started``/``first_byte_at`` (loop times).
     """
@@ -411,6 +412,7 @@ class Exchange:
         framing: Framing | None = None,
         request_id: str | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        observer: Callable[[tuple[bytes | None, list[hub.Event]]], None] | None = None,
         on_end: Callable[[Exchange], None] | None = None,
     ):
         self.source = source
@@ -433,6 +435,7 @@ class Exchange:
         self._framing = framing
         self.request_id = request_id
         self._on_end = on_end
+        self._observer = observer  # called once per wake-up with (raw bytes, hub events decoded)
         self._boundaries = EventBoundaries(max_event_bytes) if source.decoder is not None else None
         self._pending = bytearray()  # relay: the bytes of an event not complete yet
         self._held: list[bytes] = []  # client bytes made while priming
@@ -551,9 +554,13 @@ class Exchange:
         if source.decoder is None:  # in-process: the items are hub events
             events: list[hub.Event] = items
             out = self._encode(events) if items else b""
+            if self._observer is not None and items:
+                self._observer((b"", events))
         else:
             data = items[0] if len(items) == 1 else b"".join(items)
             events, out = self._bytes(data) if data else ([], b"")
+            if self._observer is not None and data:
+                self._observer((data, events))
         if "deadline" in inbox.alarms and not self.ended:
             inbox.alarms.discard("deadline")
             error = self._deadlines.missed or hub.Error("upstream timed out", "timeout", status=504)
