@@ -456,6 +456,9 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
     routes = [Route(path, gateway.generate, methods=["POST"]) for path in ENDPOINTS]
     routes += [
         *(Route(f"/{v}/models/{{target:path}}", gateway.gemini, methods=["POST"]) for v in GEMINI_VERSIONS),
+        # LiteLLM's gemini provider appends /models/...:method to its api_base as given, so a
+        # base URL without the version lands here.
+        Route("/models/{target:path}", gateway.gemini, methods=["POST"]),
         *(Route(f"/{v}/models/{{target:path}}", gateway.model, methods=["GET"]) for v in GEMINI_VERSIONS),
         Route("/v1/models", gateway.models, methods=["GET"]),
         Route("/v1beta/models", gateway.models, methods=["GET"]),
