@@ -22,10 +22,11 @@ from starlette.routing import Route
 
 from .. import dialects, errors, hub
 from ..dialects.base import json_decode
-from . import negotiation, replies
+from . import negotiation, replies, teams
 from .config import Config, default_config
 from .record import Recorder
 from .streaming import Exchange, Puller, StreamResponse, event_batches, http_batches
+from .teams.admin import routes as admin_routes
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, as_hub_error, build, retryable, timeouts_of
 
 log = logging.getLogger("llmbridge.gateway")
@@ -58,8 +59,17 @@ class Gateway:
         self.api_keys = [k.encode() for k in config.gateway.api_keys]
         self.record_dir = Path(config.gateway.record_dir) if config.gateway.record_dir else None
         self._recorded = 0
+        self.teams = teams.create(config, self.api_keys)  # virtual keys, limits, ledger, metrics; None: all off
 
     # -- plumbing
+
+    async def principal(self, request: Request) -> teams.Principal | teams.Refusal:
+        """Who is calling (virtual keys too, when team features are on), or why not."""
+        if self.teams is None or not self.teams.accounts:
+            if self.authorized(request):
+                return teams.Principal(teams.STATIC if self.api_keys else teams.OPEN)
+            return teams.Refusal(hub.Error("invalid or missing API key", "authentication", status=401))
+        return await self.teams.authenticate(teams.presented_key(request.headers, request.query_params))
 
     def authorized(self, request: Request) -> bool:
         if not self.api_keys:
@@ -98,8 +108,8 @@ class Gateway:
             dialect, shape = "anthropic-messages", replies.anthropic_models
         else:
             dialect, shape = "openai-chat", replies.openai_models
-        if not self.authorized(request):
-            return replies.error(dialect, "invalid or missing API key", "authentication")
+        if isinstance(who := await self.principal(request), teams.Refusal):
+            return replies.error_response(dialect, who.error)
         return replies.json_response(shape(list(self.config.models)))
 
     async def model(self, request: Request) -> Response:
@@ -112,8 +122,8 @@ class Gateway:
             dialect, shape = "anthropic-messages", lambda n: replies.anthropic_models([n])["data"][0]
         else:
             dialect, shape = "openai-chat", lambda n: replies.openai_models([n])["data"][0]
-        if not self.authorized(request):
-            return replies.error(dialect, "invalid or missing API key", "authentication")
+        if isinstance(who := await self.principal(request), teams.Refusal):
+            return replies.error_response(dialect, who.error)
         if name not in self.config.models:
             return replies.error(dialect, f"model {name!r} not found", "not_found")
         return replies.json_response(shape(name))
@@ -162,8 +172,8 @@ class Gateway:
         stream: bool | None,
         json_array: bool,
     ) -> Response:
-        if not self.authorized(request):
-            return replies.error(dialect, "invalid or missing API key", "authentication")
+        if isinstance(who := await self.principal(request), teams.Refusal):
+            return replies.error_response(dialect, who.error)
         content_type = request.headers.get("content-type")
         try:
             request_dialect = negotiation.request_dialect(content_type, endpoint)
@@ -202,10 +212,26 @@ class Gateway:
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
-        return await _unless_disconnected(request, self.route(hreq, model.routes, out_dialect, rid, json_array))
+        ticket = None
+        if self.teams is not None:  # limits before anything goes upstream; settled when the answer ends
+            rid_header = request.scope.get("state", {}).get("request_id", "")
+            ticket = await self.teams.admit(who, hreq, len(raw), request_dialect, out_dialect, rid or rid_header)
+            if isinstance(ticket, teams.Refusal):
+                return replies.error_response(out_dialect, ticket.error, ticket.headers)
+        work = self.route(hreq, model.routes, out_dialect, rid, json_array, ticket)
+        response = await _unless_disconnected(request, work)
+        if ticket is not None:
+            self.teams.responded(ticket, response)
+        return response
 
     async def route(
-        self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str | None, json_array: bool
+        self,
+        hreq: hub.Request,
+        routes: Any,
+        out_dialect: str,
+        request_id: str | None,
+        json_array: bool,
+        ticket: teams.Ticket | None = None,
     ) -> Response:
         """Try the model's upstreams in order; fall back only while the client has seen nothing."""
         codec = dialects.get(out_dialect)
@@ -216,7 +242,7 @@ class Gateway:
             upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
             try:
                 exchange = await self.open(
-                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array
+                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, ticket
                 )
             except UpstreamFailed as exc:
                 last, headers = exc.error, exc.headers
@@ -247,6 +273,7 @@ class Gateway:
         request_id: str | None,
         stream: bool,
         json_array: bool,
+        ticket: teams.Ticket | None = None,
     ) -> Exchange:
         started = asyncio.get_running_loop().time()
         record = None
@@ -272,7 +299,7 @@ class Gateway:
             keepalive=keepalive,
             json_array=json_array,
             request_id=request_id,
-            on_end=partial(_finished, upstream.name, hreq.model, out_dialect, recorder),
+            on_end=partial(_finished, upstream.name, hreq.model, out_dialect, recorder, (self.teams, ticket)),
         )
 
     async def answer(
@@ -291,6 +318,8 @@ class Gateway:
         return replies.json_response(codec.encode_response(response))
 
     async def aclose(self) -> None:
+        if self.teams is not None:
+            await self.teams.stop()
         for upstream in self.upstreams.values():
             aclose = getattr(upstream, "aclose", None)
             if aclose is not None:
@@ -320,10 +349,14 @@ async def _unless_disconnected(request: Request, work: Any) -> Response:
     return task.result()
 
 
-def _finished(upstream: str, model: str | None, dialect: str, recorder: Recorder | None, exchange: Exchange) -> None:
-    """An exchange is over: record it, log what the upstream reported (usage, finish, error)."""
+def _finished(
+    upstream: str, model: str | None, dialect: str, recorder: Recorder | None, account: tuple, exchange: Exchange
+) -> None:
+    """An exchange is over: record it, account for it, log what the upstream reported (usage, finish, error)."""
     if recorder is not None:
         recorder.finish(exchange)
+    if account[1] is not None:
+        account[0].exchange_ended(account[1], upstream, model, exchange)
     if log.isEnabledFor(logging.INFO):
         u = exchange.usage
         log.info(
@@ -406,6 +439,8 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
+        if gateway.teams is not None:
+            await gateway.teams.start()
         yield
         await gateway.aclose()
 
@@ -417,6 +452,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/v1beta/models", gateway.models, methods=["GET"]),
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
+        *admin_routes(gateway.teams),
     ]
 
     async def no_route(request: Request, exc: Exception) -> Response:

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import dialects
+from .teams import pricing as _pricing
+from .teams import settings as _teams
 
 LOCAL = "local"  # the format of the in-process local model upstream
 FORMATS = (*dialects.NAMES, LOCAL)
@@ -62,6 +64,7 @@ class Route:
 class ModelConfig:
     name: str  # what clients ask for
     routes: tuple[Route, ...]  # tried in order (fallback)
+    price: _pricing.Price | None = None  # USD per million tokens, for the ledger's cost
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class GatewayConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     api_keys: tuple[str, ...] = ()
     record_dir: str | None = None
+    teams: _teams.TeamsSettings = field(default_factory=_teams.TeamsSettings)  # keys, ledger, metrics
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ def parse(raw: dict[str, Any], env: Any = None) -> Config:
 
 
 def _gateway(t: dict, env: Any) -> GatewayConfig:
-    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir"})
+    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir", *_teams.KEYS})
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
     if keepalive is None or keepalive <= 0:
         raise ConfigError("gateway.keepalive_seconds", "must be a positive number")
@@ -141,7 +145,11 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     record_dir = t.get("record_dir")
     if record_dir is not None and not isinstance(record_dir, str):
         raise ConfigError("gateway.record_dir", "must be a string (a directory path)")
-    return GatewayConfig(keepalive, max_body, keys, record_dir or None)
+    try:
+        teams = _teams.parse(t, lambda value, key: _expand(value, key, env))
+    except ValueError as exc:
+        raise ConfigError(*exc.args) from None
+    return GatewayConfig(keepalive, max_body, keys, record_dir or None, teams)
 
 
 def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
@@ -179,7 +187,7 @@ def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
 
 
 def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
-    _known(t, where, {"name", "upstream", "upstreams", "upstream_model"})
+    _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "price"})
     name = t.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name", "missing (the model name clients ask for)")
@@ -207,7 +215,11 @@ def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelCo
         if not isinstance(target, str):
             raise ConfigError(f"{where}.upstream_model", "must be a string or a table of strings by upstream")
         routes.append(Route(up, target))
-    return ModelConfig(name, tuple(routes))
+    try:
+        price = _pricing.parse_price(t["price"], f"{where}.price") if "price" in t else None
+    except ValueError as exc:
+        raise ConfigError(*exc.args) from None
+    return ModelConfig(name, tuple(routes), price)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -201,6 +201,8 @@ class Exchange:
         self.finish: hub.Finish | None = None
         self.events = 0
         self.closed = False
+        self.started = asyncio.get_running_loop().time()  # for TTFT/duration (gateway.teams)
+        self.first_byte_at: float | None = None  # loop time the first client bytes were produced
 
     # -- phase 1
 
@@ -225,6 +227,8 @@ class Exchange:
     async def body(self) -> AsyncIterator[bytes]:
         try:
             async for out in self._body():
+                if self.first_byte_at is None:
+                    self.first_byte_at = asyncio.get_running_loop().time()
                 yield out
         except Exception:  # a codec bug mid-stream: still end with the dialect's error + terminal event
             log.exception("stream failed")
