@@ -100,6 +100,8 @@ class Teams:
         self._static = static_keys
         self._prices = {name: m.price for name, m in config.models.items()}
         self._formats = {name: u.format for name, u in config.upstreams.items()}
+        # the upstream to blame when every route failed before an exchange began (no on_end)
+        self._last_route = {name: m.routes[-1].upstream for name, m in config.models.items() if m.routes}
         self.metrics = Metrics() if settings.metrics else None
         self.store: Store | None = connect(settings.database_url) if self.accounts else None
         self.ledger: Ledger | None = None
@@ -340,6 +342,8 @@ class Teams:
             return
         ticket.settled = True
         exchange = ticket.exchange
+        if ticket.upstream is None and status >= 500:
+            ticket.upstream = self._last_route.get(ticket.model)
         loop = asyncio.get_running_loop()
         now = loop.time()
         usage: hub.Usage | None = getattr(exchange, "usage", None) if exchange is not None else None
