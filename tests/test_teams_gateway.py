@@ -387,7 +387,7 @@ def test_migrations_are_idempotent_and_versioned(database_url):
 
 def test_usage_report_filters_by_key_and_since(gw):
     a, sa = new_key(gw)
-    b, sb = new_key(gw)
+    _b, sb = new_key(gw)
     ask(gw, "openai-chat", "chat", sa)
     ask(gw, "openai-chat", "chat", sb)
     ask(gw, "openai-chat", "claude", sb)

@@ -39,7 +39,7 @@ def render(rows: list[dict[str, Any]], by: str, out: TextIO, as_json: bool = Fal
                 cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
             ).rstrip()
             + "\n"
-        )  # noqa: E501
+        )
 
 
 def _cell(value: Any) -> str:
