@@ -19,6 +19,7 @@ exact window.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import deque
@@ -144,6 +145,53 @@ return 1
 """
 
 
+class Pipeliner:
+    """Coalesces the script calls made in one event-loop turn into one Redis pipeline.
+
+    A burst of N requests is one round trip on one connection instead of N connections and N
+    round trips (each script still runs atomically on the server; a pipeline is not a
+    transaction, so one failing script fails only its own call).
+    """
+
+    def __init__(self, redis: Any):
+        self.redis = redis
+        self._queue: list[tuple[Any, list, list, asyncio.Future]] = []
+        self._flushing: set[asyncio.Task] = set()  # held so a pending flush is not garbage-collected
+
+    def call(self, script: Any, keys: list, args: list) -> asyncio.Future:
+        """Queue ``script(keys, args)``; the future gets its reply (or its error)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self._queue:
+            task = loop.create_task(self._flush())  # runs after the handlers already ready this turn
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+        self._queue.append((script, keys, args, future))
+        return future
+
+    async def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for script, keys, args, _ in batch:
+                await script(keys=keys, args=args, client=pipe)
+            replies = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:  # connection refused, timeout, cancelled: every caller hears it
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else ConnectionError("cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (*_, future), reply in zip(batch, replies, strict=True):
+            if future.done():  # the request went away meanwhile
+                continue
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+
 class RedisLimiter:
     """Limits in Redis, shared by every replica pointed at it. Raises the client's errors (the
     caller applies ``rate_limit_failure``)."""
@@ -155,8 +203,12 @@ class RedisLimiter:
             url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=30
         )
         self._seed = seed
-        self._admit = self.redis.register_script(_ADMIT)
-        self._settle = self.redis.register_script(_SETTLE)
+        self._admit_script = self.redis.register_script(_ADMIT)
+        self._settle_script = self.redis.register_script(_SETTLE)
+        self._pipe = Pipeliner(self.redis)
+
+    def _admit(self, keys: list, args: list) -> asyncio.Future:
+        return self._pipe.call(self._admit_script, keys, args)
 
     @staticmethod
     def _keys(key: KeyRecord, now: float) -> list[str]:
@@ -168,13 +220,13 @@ class RedisLimiter:
         keys = self._keys(key, now)
         budget = "" if key.budget_usd is None else repr(key.budget_usd)
         args = [key.rpm_limit or 0, key.tpm_limit or 0, estimate, uuid.uuid4().hex, budget]
-        code, retry_ms, minute = await self._admit(keys=keys, args=args)
+        code, retry_ms, minute = await self._admit(keys, args)
         if code == 2:  # first use of this period on any replica since Redis started: seed from the ledger
             spent = await self._seed(key.id, period_start(key.budget_period, now))
             end = period_end(key.budget_period, now)
             ttl = None if end is None else int(end - now) + 86400
             await self.redis.set(keys[2], repr(spent), nx=True, ex=ttl)
-            code, retry_ms, minute = await self._admit(keys=keys, args=args)
+            code, retry_ms, minute = await self._admit(keys, args)
             if code == 2:  # expired between the two calls (a period boundary): admit, count from now
                 return Admission(True, bucket=int(minute), estimate=estimate)
         if code == 1:
@@ -189,7 +241,7 @@ class RedisLimiter:
         delta = tokens - admission.estimate if key.tpm_limit is not None else 0
         spend = repr(cost) if key.budget_usd is not None and cost else "0"
         if delta or spend != "0":
-            await self._settle(keys=[keys[1] + str(admission.bucket), keys[2]], args=[delta, spend])
+            await self._pipe.call(self._settle_script, [keys[1] + str(admission.bucket), keys[2]], [delta, spend])
 
     async def aclose(self) -> None:
         await self.redis.aclose()
