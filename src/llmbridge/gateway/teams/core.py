@@ -387,24 +387,27 @@ class Teams:
             )
         if key is not None and ticket.admission.ok:
             tokens = (inp or 0) + (out or 0)
-            task = loop.create_task(self._settle_limits(key, ticket.admission, tokens, spent))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if isinstance(self.limiter, LocalLimiter):  # nothing to wait for: no task
+                self.limiter.settle_now(key, ticket.admission, tokens, spent)
+            else:
+                task = loop.create_task(self._settle_limits(key, ticket.admission, tokens, spent))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
         m = self.metrics
         if m is not None:
             m.open_streams.dec()
-            m.requests.labels(ticket.model, ticket.dialect_out, str(status)).inc()
+            m.child(m.requests, ticket.model, ticket.dialect_out, str(status)).inc()
             if inp:
-                m.tokens.labels(ticket.model, "input").inc(inp)
+                m.child(m.tokens, ticket.model, "input").inc(inp)
             if out:
-                m.tokens.labels(ticket.model, "output").inc(out)
+                m.child(m.tokens, ticket.model, "output").inc(out)
             if spent:
-                m.cost.labels(ticket.model).inc(spent)
+                m.child(m.cost, ticket.model).inc(spent)
             if ttft is not None:
-                m.ttft.labels(ticket.model).observe(ttft)
-            m.duration.labels(ticket.model).observe(duration)
+                m.child(m.ttft, ticket.model).observe(ttft)
+            m.child(m.duration, ticket.model).observe(duration)
             if error_type is not None and error_type != "client_disconnected":
-                m.upstream_errors.labels(ticket.upstream or "", error_type).inc()
+                m.child(m.upstream_errors, ticket.upstream or "", error_type).inc()
             if self.ledger is not None:
                 m.ledger_pending.set(self.ledger.pending)
         if ticket.span is not None:

@@ -89,6 +89,10 @@ class LocalLimiter:
         return Admission(True, bucket=minute, estimate=estimate)
 
     async def settle(self, key: KeyRecord, admission: Admission, tokens: int, cost: float) -> None:
+        self.settle_now(key, admission, tokens, cost)
+
+    def settle_now(self, key: KeyRecord, admission: Admission, tokens: int, cost: float) -> None:
+        """:meth:`settle` without a coroutine (nothing to wait for in process)."""
         if key.tpm_limit is not None:
             used = self._tpm.get(key.id)
             if used is not None and used[0] == admission.bucket:

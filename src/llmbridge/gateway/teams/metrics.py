@@ -6,6 +6,8 @@ types), never key ids or request data: cardinality stays what the config allows.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -15,6 +17,7 @@ _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120
 
 class Metrics:
     def __init__(self) -> None:
+        self._children: dict[tuple, Any] = {}  # bounded like the labels: by the config's models/upstreams
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "llmbridge_requests", "Requests answered, by model, client dialect and HTTP status",
@@ -48,6 +51,14 @@ class Metrics:
             "llmbridge_ledger_rows_dropped", "Ledger rows shed: the database was down and the buffer full", registry=r
         )
         self.ledger_pending = Gauge("llmbridge_ledger_rows_pending", "Ledger rows waiting to be written", registry=r)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: the label lookup is the costly part of an update."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def on_ledger_write(self, written: int, dropped: int) -> None:
         if written:
