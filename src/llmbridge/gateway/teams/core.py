@@ -42,6 +42,7 @@ log = logging.getLogger("llmbridge.gateway.teams")
 MASTER, STATIC, VIRTUAL, OPEN = "master", "static", "virtual", "open"
 _NEGATIVE_CACHE = 10_000  # unknown secrets remembered (briefly) so guessing does not hit the store each time
 _TOKENS_PER_BYTE = 0.25  # the up-front TPM estimate: ~4 bytes of request JSON per prompt token
+_LIMITER_BACKOFF = 1.0  # seconds: after a failed limiter call, apply rate_limit_failure without calling
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,7 @@ class Teams:
         self._start_lock = asyncio.Lock()
         self._refresh: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._limiter_down_until = 0.0  # loop time; a dead Redis costs one timeout per second, not per request
 
     # -- life cycle
 
@@ -268,10 +270,14 @@ class Teams:
                     "model",
                 )
             estimate = math.ceil(body_bytes * _TOKENS_PER_BYTE)
-            try:
-                admission = await self.limiter.admit(key, estimate)
-            except Exception as exc:  # Redis down or slow: the operator's choice
-                admission = self._limiter_failed(exc, estimate)
+            if self._limiter_down_until and asyncio.get_running_loop().time() < self._limiter_down_until:
+                admission = self._limiter_failed(None)
+            else:
+                try:
+                    admission = await self.limiter.admit(key, estimate)
+                    self._limiter_down_until = 0.0
+                except Exception as exc:  # Redis down or slow: the operator's choice
+                    admission = self._limiter_failed(exc)
             if not admission.ok:
                 return self._refusal(key, admission)
         loop = asyncio.get_running_loop()
@@ -285,14 +291,17 @@ class Teams:
             self.metrics.open_streams.inc()
         return ticket
 
-    def _limiter_failed(self, exc: Exception, estimate: int) -> Admission:
-        if self.metrics is not None:
-            self.metrics.limiter_errors.inc()
-        log.warning("rate limiter unavailable (%s: %s); failing %s", type(exc).__name__, exc,
-                    self.settings.rate_limit_failure)  # fmt: skip
+    def _limiter_failed(self, exc: Exception | None) -> Admission:
+        """``rate_limit_failure`` applied: after a failed call (``exc``) or within the back-off after one."""
+        if exc is not None:
+            self._limiter_down_until = asyncio.get_running_loop().time() + _LIMITER_BACKOFF
+            if self.metrics is not None:
+                self.metrics.limiter_errors.inc()
+            log.warning("rate limiter unavailable (%s: %s); failing %s for %g s", type(exc).__name__, exc,
+                        self.settings.rate_limit_failure, _LIMITER_BACKOFF)  # fmt: skip
         if self.settings.rate_limit_failure == "open":
-            return Admission(True, estimate=0)
-        return Admission(False, "limiter_unavailable", 1.0)
+            return Admission(True, counted=False)
+        return Admission(False, "limiter_unavailable", _LIMITER_BACKOFF)
 
     def _refusal(self, key: _keys.KeyRecord, a: Admission) -> Refusal:
         headers = {}
@@ -328,8 +337,10 @@ class Teams:
 
     def responded(self, ticket: Ticket, response: Any) -> None:
         """The handler's response: a stream settles when its exchange ends, anything else now."""
+        from ..streaming import StreamResponse  # here: streaming imports config, which imports this package
+
         status = getattr(response, "status_code", None) or getattr(response, "status", 200)
-        if response.__class__.__name__ == "StreamResponse" and status == 200:
+        if isinstance(response, StreamResponse) and status == 200:
             ticket.streaming = True
             if ticket.exchange is not None and ticket.exchange.closed and ticket.exchange.ended:
                 self.settle(ticket, 200)  # (defensive: already over)
@@ -385,7 +396,7 @@ class Teams:
                     error_type=error_type,
                 )
             )
-        if key is not None and ticket.admission.ok:
+        if key is not None and ticket.admission.ok and ticket.admission.counted:
             tokens = (inp or 0) + (out or 0)
             if isinstance(self.limiter, LocalLimiter):  # nothing to wait for: no task
                 self.limiter.settle_now(key, ticket.admission, tokens, spent)

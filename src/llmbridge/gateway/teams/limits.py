@@ -42,6 +42,7 @@ class Admission:
     retry_after: float | None = None  # seconds; None: not before the budget is raised
     bucket: int = 0  # the TPM minute the estimate was charged to
     estimate: int = 0
+    counted: bool = True  # False: admitted without the limiter (it was down); nothing to settle
 
 
 ADMITTED = Admission(True)
@@ -176,10 +177,14 @@ class Pipeliner:
     async def _flush(self) -> None:
         batch, self._queue = self._queue, []
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            for script, keys, args, _ in batch:
-                await script(keys=keys, args=args, client=pipe)
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await self._execute(batch)
+            missing = {id(script): script for (script, *_), r in zip(batch, replies, strict=True) if _noscript(r)}
+            if missing:  # first use on this server (or it restarted): load the scripts, run those calls again
+                for script in missing.values():
+                    script.sha = await self.redis.script_load(script.script)
+                again = [i for i, r in enumerate(replies) if _noscript(r)]
+                for i, reply in zip(again, await self._execute([batch[i] for i in again]), strict=True):
+                    replies[i] = reply
         except BaseException as exc:  # connection refused, timeout, cancelled: every caller hears it
             for *_, future in batch:
                 if not future.done():
@@ -194,6 +199,20 @@ class Pipeliner:
                 future.set_exception(reply)
             else:
                 future.set_result(reply)
+
+    async def _execute(self, batch: list) -> list:
+        # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
+        # EXISTS round trip to every pipeline; a NOSCRIPT reply is handled by the caller.
+        pipe = self.redis.pipeline(transaction=False)
+        for script, keys, args, _ in batch:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        return list(await pipe.execute(raise_on_error=False))
+
+
+def _noscript(reply: Any) -> bool:
+    from redis.exceptions import NoScriptError
+
+    return isinstance(reply, NoScriptError)
 
 
 class RedisLimiter:
