@@ -274,6 +274,11 @@ def test_tpm_limit_counts_the_real_usage(gw):
 
 
 def test_a_budget_stops_a_key_within_one_request(gw):
+    check_budget_stops_a_key(gw)
+
+
+def check_budget_stops_a_key(gw) -> None:
+    """Sequential requests on a key with a budget: refused (403) within one request of it."""
     u = capture_usage("claude")
     per_request = ((u.input_tokens - u.cache_read_tokens) * 3 + u.cache_read_tokens * 0.3 + u.output_tokens * 15) / 1e6
     budget = per_request * 3.5  # the 4th request crosses it; the 5th must be refused
@@ -395,6 +400,24 @@ def test_usage_report_filters_by_key_and_since(gw):
     assert sum(r["requests"] for r in usage(gw, by="key")) == 3
     assert usage(gw, by="model", since="2999-01-01") == []
     assert sum(r["requests"] for r in usage(gw, by="model", since="1h")) == 3
+
+
+def test_a_virtual_key_sees_its_own_usage_and_nobody_elses(gw):
+    a, sa = new_key(gw, budget_usd=100)
+    b, sb = new_key(gw)
+    ask(gw, "openai-chat", "chat", sa)
+    ask(gw, "openai-chat", "claude", sb)
+    ask(gw, "openai-chat", "claude", sb)
+    mine = HTTP.get(
+        gw.url + "/v1/key/usage", params={"by": "model", "key_id": b}, headers={"authorization": f"Bearer {sa}"}
+    )
+    assert mine.status_code == 200
+    assert [(r["model"], r["requests"]) for r in mine.json()["data"]] == [("chat", 1)]  # key_id=b is ignored
+    me = HTTP.get(gw.url + "/v1/key", headers={"x-api-key": sa}).json()
+    assert me["id"] == a and me["spend_usd"] > 0 and "key" not in me
+    assert HTTP.get(gw.url + "/v1/key/usage").status_code == 401
+    assert HTTP.get(gw.url + "/v1/key/usage", headers={"authorization": "Bearer sk-llmb-nope"}).status_code == 401
+    assert HTTP.get(gw.url + "/v1/key", headers=ADMIN).status_code == 400
 
 
 def test_usage_cli_prints_the_same_report(gw, tmp_path, capsys):

@@ -23,6 +23,7 @@ from llmbridge.gateway import config, create_app
 from tests.conftest import CORPUS
 from tests.gateway_util import replay_config, serving
 from tests.teams_util import free_port, redis_server
+from tests.test_teams_gateway import check_budget_stops_a_key, team_app
 
 MASTER = "master-" + "y" * 24
 ADMIN = {"authorization": f"Bearer {MASTER}"}
@@ -138,6 +139,14 @@ def test_redis_down_fails_open_or_closed_as_configured(rep, tmp_path, failure, s
         assert "llmbridge_limiter_errors_total 1.0" in metrics
         if status == 503:
             assert r.json()["type"] == "error" and r.json()["error"]["type"] == "overloaded_error"
+
+
+def test_a_budget_stops_a_key_within_one_request_with_redis_counters(rep, tmp_path):
+    # the spend counter lives in Redis (seeded from the ledger on first use, INCRBYFLOAT per request)
+    with redis_server(tmp_path) as redis_url:
+        app = team_app(rep, f"sqlite:///{tmp_path / 'budget.db'}", redis_url=redis_url)
+        with serving(app) as gw:
+            check_budget_stops_a_key(gw)
 
 
 FLUSH = 0.2  # ledger_flush_seconds of the killed gateway

@@ -3,6 +3,9 @@
 Errors use OpenAI's error shape (``{"error": {"message", "type", "code"}}``), which every
 admin client reads: 400 malformed input, 401 no or unknown key, 403 a virtual or static key,
 404 unknown key id (or team features off), 409 changing a revoked key, 503 database down.
+
+``GET /v1/key`` and ``GET /v1/key/usage`` are the self-service side: a virtual key reads its
+own record, spend and usage rows (never another key's: the key id comes from the key).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from starlette.routing import Route
 from ...dialects.base import json_decode
 from .. import replies
 from . import keys as _keys
-from .core import Teams, presented_key
+from .core import Principal, Teams, presented_key
 from .metrics import CONTENT_TYPE
 from .store import BY
 
@@ -54,6 +57,28 @@ def routes(teams: Teams | None) -> list[Route]:
 
         return endpoint
 
+    def own(handler: Callable[[Teams, Request, _keys.KeyRecord], Awaitable[Response]]):
+        """Self-service for a virtual key: its own record and usage, nobody else's."""
+
+        async def endpoint(request: Request) -> Response:
+            if teams is None or not teams.accounts:
+                return _error("team features are off: set gateway.master_key", "not_found", 404)
+            who = await teams.authenticate(presented_key(request.headers, request.query_params))
+            if not isinstance(who, Principal):
+                return replies.error_response("openai-chat", who.error)
+            if who.key is None:
+                return _error("only a virtual key has usage of its own; the master key reads /admin/usage",
+                              "invalid_request", 400)  # fmt: skip
+            try:
+                return await handler(teams, request, who.key)
+            except _keys.KeyInputError as exc:
+                return _error(str(exc), "invalid_request", 400)
+            except Exception as exc:
+                log.exception("%s failed", request.url.path)
+                return _error(f"the key store is unavailable ({type(exc).__name__})", "overloaded", 503)
+
+        return endpoint
+
     async def metrics(request: Request) -> Response:
         if teams is None or teams.metrics is None:
             return _error("metrics are off (gateway.metrics = false)", "not_found", 404)
@@ -69,6 +94,8 @@ def routes(teams: Teams | None) -> list[Route]:
         Route("/admin/keys/{id}", admin(_revoke), methods=["DELETE"]),
         Route("/admin/keys/{id}/rotate", admin(_rotate), methods=["POST"]),
         Route("/admin/usage", admin(_usage), methods=["GET"]),
+        Route("/v1/key", own(_own_key), methods=["GET"]),
+        Route("/v1/key/usage", own(_own_usage), methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
 
@@ -174,7 +201,19 @@ async def _rotate(teams: Teams, request: Request) -> Response:
     return replies.json_response({**key.public(), "key": secret})
 
 
-async def _usage(teams: Teams, request: Request) -> Response:
+async def _own_key(teams: Teams, request: Request, key: _keys.KeyRecord) -> Response:
+    assert teams.ledger is not None
+    await teams.ledger.flush()
+    spend = await _store(teams).spend_since(key.id, _keys.period_start(key.budget_period, time.time()))
+    return replies.json_response({**key.public(), "spend_usd": round(spend, 9)})
+
+
+async def _own_usage(teams: Teams, request: Request, key: _keys.KeyRecord) -> Response:
+    return await _usage(teams, request, key.id)
+
+
+async def _usage(teams: Teams, request: Request, only: str | None = None) -> Response:
+    """``only``: the caller's own key id (self-service), overriding any ``key_id`` asked for."""
     q = request.query_params
     by = q.get("by", "key")
     if by not in BY:
@@ -182,5 +221,5 @@ async def _usage(teams: Teams, request: Request) -> Response:
     since = _keys.parse_since(q["since"]) if q.get("since") else 0.0
     assert teams.ledger is not None
     await teams.ledger.flush()  # this replica's buffered rows count too
-    rows = await _store(teams).usage(by, since, q.get("key_id") or None)
+    rows = await _store(teams).usage(by, since, only or q.get("key_id") or None)
     return replies.json_response({"object": "list", "by": by, "since": _keys.rfc3339(since), "data": rows})
