@@ -118,6 +118,13 @@ def test_two_replicas_sharing_redis_let_through_exactly_the_rpm_limit(rep, tmp_p
             statuses = asyncio.run(load())
     assert statuses.count(200) == limit, statuses
     assert statuses.count(429) == attempts - limit
+    # both replicas stopped gracefully: every request is in the shared ledger, refusals too
+    con = sqlite3.connect(tmp_path / "shared.db")
+    try:
+        rows = dict(con.execute("SELECT status, COUNT(*) FROM llmb_usage GROUP BY status").fetchall())
+    finally:
+        con.close()
+    assert rows == {200: limit, 429: attempts - limit}
 
 
 def _app(rep, tmp_path, redis_url: str, failure: str):

@@ -350,13 +350,19 @@ async def _unless_disconnected(request: Request, work: Any) -> Response:
 
 
 def _finished(
-    upstream: str, model: str | None, dialect: str, recorder: Recorder | None, account: tuple, exchange: Exchange
+    upstream: str,
+    model: str | None,
+    dialect: str,
+    recorder: Recorder | None,
+    account: tuple[teams.Teams | None, teams.Ticket | None],
+    exchange: Exchange,
 ) -> None:
     """An exchange is over: record it, account for it, log what the upstream reported (usage, finish, error)."""
     if recorder is not None:
         recorder.finish(exchange)
-    if account[1] is not None:
-        account[0].exchange_ended(account[1], upstream, model, exchange)
+    accounts, ticket = account
+    if accounts is not None and ticket is not None:
+        accounts.exchange_ended(ticket, upstream, model, exchange)
     if log.isEnabledFor(logging.INFO):
         u = exchange.usage
         log.info(

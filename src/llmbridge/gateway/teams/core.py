@@ -259,27 +259,56 @@ class Teams:
         dialect_out: str,
         request_id: str,
     ) -> Ticket | Refusal:
-        """Check the key's model list, budget, RPM and TPM; a ticket to settle at the end."""
+        """Check the key's model list, budget, RPM and TPM; a ticket to settle at the end.
+
+        A refusal is a ledger row too (status 429/403/503, no tokens): "who was throttled" is
+        part of "who used what".
+        """
         model = hreq.model or ""
-        admission = Admission(True)
         key = principal.key
-        if key is not None:
-            if key.models is not None and model not in key.models:
-                return self._refuse(
-                    hub.Error(f"this API key may not use model {model!r}", "permission", "model_not_allowed", 403),
-                    "model",
-                )
-            estimate = math.ceil(body_bytes * _TOKENS_PER_BYTE)
-            if self._limiter_down_until and asyncio.get_running_loop().time() < self._limiter_down_until:
-                admission = self._limiter_failed(None)
-            else:
-                try:
-                    admission = await self.limiter.admit(key, estimate)
-                    self._limiter_down_until = 0.0
-                except Exception as exc:  # Redis down or slow: the operator's choice
-                    admission = self._limiter_failed(exc)
-            if not admission.ok:
-                return self._refusal(key, admission)
+        if key is None:
+            return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, Admission(True))
+        refusal = await self._check(key, model, body_bytes)
+        if isinstance(refusal, Refusal):
+            if self.ledger is not None:
+                error = refusal.error
+                status = error.status or hub.ERROR_STATUS.get(error.type, 400)
+                self.ledger.record(
+                    LedgerRow(time.time(), request_id, key.id, model, None, dialect_in, dialect_out,
+                              None, None, None, None, 0.0, None, 0.0, status, error.type)
+                )  # fmt: skip
+            if self.metrics is not None:
+                self.metrics.child(self.metrics.requests, model, dialect_out, str(refusal.error.status)).inc()
+            return refusal
+        return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, refusal)
+
+    async def _check(self, key: _keys.KeyRecord, model: str, body_bytes: int) -> Admission | Refusal:
+        if key.models is not None and model not in key.models:
+            return self._refuse(
+                hub.Error(f"this API key may not use model {model!r}", "permission", "model_not_allowed", 403),
+                "model",
+            )
+        estimate = math.ceil(body_bytes * _TOKENS_PER_BYTE)
+        if self._limiter_down_until and asyncio.get_running_loop().time() < self._limiter_down_until:
+            admission = self._limiter_failed(None)
+        else:
+            try:
+                admission = await self.limiter.admit(key, estimate)
+                self._limiter_down_until = 0.0
+            except Exception as exc:  # Redis down or slow: the operator's choice
+                admission = self._limiter_failed(exc)
+        return admission if admission.ok else self._refusal(key, admission)
+
+    def _ticket(
+        self,
+        principal: Principal,
+        hreq: hub.Request,
+        model: str,
+        dialect_in: str,
+        dialect_out: str,
+        request_id: str,
+        admission: Admission,
+    ) -> Ticket:
         loop = asyncio.get_running_loop()
         ticket = Ticket(
             principal, model, self._prices.get(model), dialect_in, dialect_out, request_id,
