@@ -114,6 +114,7 @@ class Teams:
             seed = self._seed_spend
             self.limiter = RedisLimiter(settings.redis_url, seed) if settings.redis_url else LocalLimiter(seed)
         self._by_hash: dict[str, _keys.KeyRecord] = {}
+        self._changes = 0  # bumped by remember(): a reload that raced an admin change is dropped
         self._unknown: dict[str, float] = {}  # hash -> until (loop time)
         self._tracer: Any = None
         self._provider: Any = None
@@ -173,7 +174,10 @@ class Teams:
             await asyncio.sleep(self.settings.key_refresh_seconds)
             try:
                 assert self.store is not None
-                self._load(await self.store.list_keys())
+                before = self._changes
+                found = await self.store.list_keys()
+                if before == self._changes:  # else it may predate a change made here: next time
+                    self._load(found)
             except Exception as exc:  # the database is down: keep serving the keys we know
                 if not failing:
                     log.warning("cannot refresh keys (%s: %s); using the last known set", type(exc).__name__, exc)
@@ -183,6 +187,7 @@ class Teams:
 
     def remember(self, key: _keys.KeyRecord, old_hash: str | None = None) -> None:
         """A key changed on this replica: serve the change at once."""
+        self._changes += 1
         if old_hash is not None:
             self._by_hash.pop(old_hash, None)
         self._by_hash[key.key_hash] = key
