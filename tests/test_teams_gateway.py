@@ -288,7 +288,7 @@ def check_budget_stops_a_key(gw) -> None:
     u = capture_usage("claude")
     per_request = ((u.input_tokens - u.cache_read_tokens) * 3 + u.cache_read_tokens * 0.3 + u.output_tokens * 15) / 1e6
     budget = per_request * 3.5  # the 4th request crosses it; the 5th must be refused
-    kid, secret = new_key(gw, budget_usd=budget, budget_period="day")
+    kid, secret = new_key(gw, budget_usd=budget, budget_period="total")  # no period boundary mid-test
     statuses = []
     for _ in range(8):
         r = ask(gw, "anthropic-messages", "claude", secret)
