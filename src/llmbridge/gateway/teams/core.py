@@ -271,21 +271,22 @@ class Teams:
         """
         model = hreq.model or ""
         key = principal.key
+        started = asyncio.get_running_loop().time(), time.time()  # TTFT and duration include the admission
         if key is None:
-            return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, Admission(True))
-        refusal = await self._check(key, model, body_bytes)
-        if isinstance(refusal, Refusal):
+            return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, Admission(True), started)
+        verdict = await self._check(key, model, body_bytes)
+        if isinstance(verdict, Refusal):
             if self.ledger is not None:
-                error = refusal.error
+                error = verdict.error
                 status = error.status or hub.ERROR_STATUS.get(error.type, 400)
                 self.ledger.record(
                     LedgerRow(time.time(), request_id, key.id, model, None, dialect_in, dialect_out,
                               None, None, None, None, 0.0, None, 0.0, status, error.type)
                 )  # fmt: skip
             if self.metrics is not None:
-                self.metrics.child(self.metrics.requests, model, dialect_out, str(refusal.error.status)).inc()
-            return refusal
-        return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, refusal)
+                self.metrics.child(self.metrics.requests, model, dialect_out, str(verdict.error.status)).inc()
+            return verdict
+        return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, verdict, started)
 
     async def _check(self, key: _keys.KeyRecord, model: str, body_bytes: int) -> Admission | Refusal:
         if key.models is not None and model not in key.models:
@@ -313,11 +314,11 @@ class Teams:
         dialect_out: str,
         request_id: str,
         admission: Admission,
+        started: tuple[float, float],  # (loop time, epoch seconds)
     ) -> Ticket:
-        loop = asyncio.get_running_loop()
         ticket = Ticket(
             principal, model, self._prices.get(model), dialect_in, dialect_out, request_id,
-            loop.time(), time.time(), admission,
+            started[0], started[1], admission,
         )  # fmt: skip
         if self._tracer is not None:
             ticket.span = tracing.start_span(self._tracer, hreq, time.time_ns(), self.settings.trace_content)
