@@ -192,3 +192,17 @@ async def test_ledger_writes_in_the_background_and_on_close():
     ledger.record(row(2))
     await ledger.close()  # a graceful stop writes what is left
     assert [r.request_id for r in store.rows] == ["req_1", "req_2"]
+
+
+def test_otlp_endpoint_needs_its_exporter_or_says_so():
+    from llmbridge.gateway import create_app
+
+    cfg = config.parse({"gateway": {"otlp_endpoint": "http://127.0.0.1:1"}})
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+    except ImportError:
+        with pytest.raises(RuntimeError, match="opentelemetry-exporter-otlp-proto-http"):
+            create_app(cfg)
+    else:
+        app = create_app(cfg)
+        assert app.state.gateway.teams._tracer is not None
