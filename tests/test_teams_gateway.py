@@ -515,3 +515,21 @@ def test_postgres_down_streams_go_on_the_ledger_buffers_then_catches_up(rep, tmp
         pg.start()
         assert wait_for(lambda: teams.ledger.pending == 0 and not teams.ledger.failing, timeout=30)
         assert sum(r["requests"] for r in usage(gw, by="model")) == 4
+
+
+def test_prompt_content_in_spans_only_when_opted_in(rep, tmp_path):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    app = team_app(rep, f"sqlite:///{tmp_path / 'l.db'}", trace_content=True)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app.state.gateway.teams.use_tracer_provider(provider)
+    with serving(app) as gw:
+        path, body, headers = request_for("openai-chat", "chat", True)
+        body["messages"] = [{"role": "user", "content": "the opted-in prompt"}]
+        assert HTTP.post(gw.url + path, json=body, headers={**headers, "x-api-key": MASTER}).status_code == 200
+    (span,) = exporter.get_finished_spans()
+    assert json.loads(span.attributes["gen_ai.input.messages"]) == [{"role": "user", "content": "the opted-in prompt"}]
