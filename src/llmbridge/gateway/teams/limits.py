@@ -63,7 +63,9 @@ class LocalLimiter:
         if key.budget_usd is not None:
             start = period_start(key.budget_period, now)
             spent = self._spend.get((key.id, start))
-            if spent is None:
+            if spent is None:  # a new period (or first use): read it from the ledger, forget past periods
+                for stale in [k for k in self._spend if k[0] == key.id]:
+                    del self._spend[stale]
                 spent = self._spend.setdefault((key.id, start), await self._seed(key.id, start))
             if spent >= key.budget_usd:
                 end = period_end(key.budget_period, now)
