@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import logging
 
 import pytest
 
@@ -206,3 +207,19 @@ def test_otlp_endpoint_needs_its_exporter_or_says_so():
     else:
         app = create_app(cfg)
         assert app.state.gateway.teams._tracer is not None
+
+
+def test_keys_in_query_strings_never_reach_the_access_log(caplog):
+    from llmbridge.gateway.teams import redact
+
+    redact.install()
+    redact.install()  # idempotent
+    access = logging.getLogger("uvicorn.access")
+    assert sum(isinstance(f, redact.RedactKeys) for f in access.filters) == 1
+    secret = "sk-llmb-" + "s" * 43
+    with caplog.at_level(logging.INFO, logger="uvicorn.access"):
+        # the exact call uvicorn's protocol makes for each response
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "POST",
+                    f"/v1beta/models/m:streamGenerateContent?alt=sse&key={secret}", "1.1", 200)  # fmt: skip
+    assert secret not in caplog.text and "key=[redacted]" in caplog.text and "alt=sse" in caplog.text
+    assert redact.redact("/x?API_KEY=abc&b=1") == "/x?API_KEY=[redacted]&b=1"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import hub
 from . import keys as _keys
-from . import tracing
+from . import redact, tracing
 from .ledger import Ledger
 from .limits import Admission, LocalLimiter, RedisLimiter
 from .metrics import Metrics
@@ -95,6 +95,7 @@ class Teams:
     """Keys, limits, ledger, metrics and traces of one gateway (see the module docstring)."""
 
     def __init__(self, settings: TeamsSettings, config: Config, static_keys: list[bytes]):
+        redact.install()  # a key sent as ?key= must not reach the access log
         self.settings = settings
         self.accounts = settings.accounts
         self._master = settings.master_key.encode() if settings.master_key else None
