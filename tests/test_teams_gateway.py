@@ -255,6 +255,10 @@ def test_expired_key_and_model_not_allowed(gw):
     _, narrow = new_key(gw, models=["chat"])
     r = ask(gw, "gemini", "claude", narrow)
     assert r.status_code == 403 and error_of("gemini", r).type == "permission"
+    listed = HTTP.get(gw.url + "/v1/models", headers={"authorization": f"Bearer {narrow}"}).json()["data"]
+    assert [m["id"] for m in listed] == ["chat"]  # a key sees the models it may use
+    assert HTTP.get(gw.url + "/v1/models/claude", headers={"authorization": f"Bearer {narrow}"}).status_code == 404
+    assert HTTP.get(gw.url + "/v1/models/chat", headers={"authorization": f"Bearer {narrow}"}).status_code == 200
 
 
 @pytest.mark.parametrize("dialect", ["openai-chat", "anthropic-messages", "gemini", "openai-responses"])

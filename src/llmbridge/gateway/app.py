@@ -110,7 +110,7 @@ class Gateway:
             dialect, shape = "openai-chat", replies.openai_models
         if isinstance(who := await self.principal(request), teams.Refusal):
             return replies.error_response(dialect, who.error)
-        return replies.json_response(shape(list(self.config.models)))
+        return replies.json_response(shape(who.visible(list(self.config.models))))
 
     async def model(self, request: Request) -> Response:
         """``GET /v1/models/{id}`` (OpenAI, Anthropic) and ``GET /v1beta/models/{name}`` (Gemini)."""
@@ -124,7 +124,7 @@ class Gateway:
             dialect, shape = "openai-chat", lambda n: replies.openai_models([n])["data"][0]
         if isinstance(who := await self.principal(request), teams.Refusal):
             return replies.error_response(dialect, who.error)
-        if name not in self.config.models:
+        if name not in self.config.models or not who.visible([name]):
             return replies.error(dialect, f"model {name!r} not found", "not_found")
         return replies.json_response(shape(name))
 

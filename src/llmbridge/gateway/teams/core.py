@@ -52,6 +52,13 @@ class Principal:
     kind: str  # MASTER, STATIC, VIRTUAL or OPEN (no auth configured)
     key: _keys.KeyRecord | None = None
 
+    def visible(self, models: list[str]) -> list[str]:
+        """The models this caller may use (a virtual key with a model list sees only those)."""
+        if self.key is None or self.key.models is None:
+            return models
+        allowed = self.key.models
+        return [m for m in models if m in allowed]
+
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
