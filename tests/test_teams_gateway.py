@@ -134,7 +134,12 @@ def usage(gw, **params) -> list[dict]:
 # --------------------------------------------------------------------------- admin API
 
 
-def test_key_lifecycle_create_get_update_rotate_revoke(gw):
+def test_key_lifecycle_create_get_update_rotate_revoke(rep, database_url):
+    with serving(team_app(rep, database_url)) as gw:
+        check_key_lifecycle(gw)
+
+
+def check_key_lifecycle(gw) -> None:
     r = HTTP.post(
         gw.url + "/admin/keys",
         json={"name": "alice", "models": ["claude"], "rpm_limit": 100, "tpm_limit": 100000, "budget_usd": 5,
