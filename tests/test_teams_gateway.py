@@ -542,3 +542,36 @@ def test_prompt_content_in_spans_only_when_opted_in(rep, tmp_path):
         assert HTTP.post(gw.url + path, json=body, headers={**headers, "x-api-key": MASTER}).status_code == 200
     (span,) = exporter.get_finished_spans()
     assert json.loads(span.attributes["gen_ai.input.messages"]) == [{"role": "user", "content": "the opted-in prompt"}]
+
+
+def test_the_vendor_sdks_read_the_refusals_as_their_own_errors(gw):
+    """The official SDKs, pointed at the gateway with a virtual key, raise their own error types."""
+    import anthropic
+    import openai
+    from google import genai
+    from google.genai import errors as genai_errors
+    from google.genai import types as genai_types
+
+    kid, secret = new_key(gw, rpm_limit=1)
+    oa = openai.OpenAI(base_url=gw.url + "/v1", api_key=secret, max_retries=0)
+    hello = [{"role": "user", "content": "hi"}]
+    assert "".join(c.choices[0].delta.content or "" for c in oa.chat.completions.create(
+        model="chat", messages=hello, stream=True) if c.choices)  # fmt: skip
+    with pytest.raises(openai.RateLimitError) as e:
+        oa.chat.completions.create(model="chat", messages=hello, stream=True)
+    assert 1 <= int(e.value.response.headers["retry-after"]) <= 60
+
+    _, broke = new_key(gw, budget_usd=0)  # nothing to spend: refused from the first request
+    an = anthropic.Anthropic(base_url=gw.url, api_key=broke, max_retries=0)
+    with pytest.raises(anthropic.PermissionDeniedError) as e:
+        an.messages.create(model="claude", max_tokens=16, messages=hello)
+    assert "budget" in str(e.value)
+
+    _, gkey = new_key(gw)
+    client = genai.Client(api_key=gkey, http_options=genai_types.HttpOptions(base_url=gw.url))
+    assert list(client.models.generate_content_stream(model="gem", contents="hi"))
+    HTTP.delete(gw.url + f"/admin/keys/{kid}", headers=ADMIN)
+    revoked = genai.Client(api_key=secret, http_options=genai_types.HttpOptions(base_url=gw.url))
+    with pytest.raises(genai_errors.ClientError) as e:
+        revoked.models.generate_content(model="gem", contents="hi")
+    assert e.value.code == 401

@@ -33,13 +33,12 @@ def render(rows: list[dict[str, Any]], by: str, out: TextIO, as_json: bool = Fal
     head = [by, *(["key_name"] if by == "key" else []), *COLUMNS]
     table = [head] + [[_cell(r.get(c)) for c in head] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    text_columns = len(head) - len(COLUMNS)  # the group (and key name): left-aligned; numbers right
     for row in table:
-        out.write(
-            "  ".join(
-                cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            ).rstrip()
-            + "\n"
-        )
+        cells = [
+            c.ljust(w) if i < text_columns else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        out.write("  ".join(cells).rstrip() + "\n")
 
 
 def _cell(value: Any) -> str:
