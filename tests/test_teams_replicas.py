@@ -199,4 +199,5 @@ def test_sigkill_mid_load_loses_at_most_the_last_flush_interval(rep, tmp_path):
         con.close()
     safe = sum(1 for t in done if t < killed_at - FLUSH - SLACK)
     assert safe > 0
-    assert safe <= rows <= len(done), (safe, rows, len(done))
+    # at most the 4 requests in flight can be in the ledger without their client having seen the end
+    assert safe <= rows <= len(done) + len(threads), (safe, rows, len(done))
