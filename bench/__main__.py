@@ -14,6 +14,7 @@ BENCHES = {
     "profile": "bench.gateway_profile",
     "limits": "bench.limits_bench",
     "ui": "bench.ui_bench",
+    "teams": "bench.teams_bench",
 }
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 import time
@@ -113,6 +114,7 @@ async def serve(port: int) -> None:
 # --------------------------------------------------------------------------- the load generator
 
 KEY = "sk-bench-5f0c1e9a7b3d42c88e61f0a4d2b79c35"  # the gateways' API key (LiteLLM's proxy insists on one)
+KEY = os.environ.get("LLMBRIDGE_BENCH_KEY", KEY)  # bench/teams_bench.py loads with a virtual key
 STREAM_TIMEOUT = 120.0  # seconds; a stream taking longer counts as an error
 
 # A content token as each client dialect carries it (checked: every target returns N of them).

@@ -133,6 +133,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_usage(args: argparse.Namespace) -> int:
+    from .gateway.teams import keys, report
+
+    url = args.database_url
+    if url is None:
+        from .gateway import config
+
+        try:
+            url = (config.load(args.config) if args.config else config.default_config()).gateway.teams.database_url
+        except config.ConfigError as exc:
+            raise CLIError(str(exc), EXIT_MALFORMED) from None
+    try:
+        rows = report.run(url, args.by, args.since)
+    except (ValueError, keys.KeyInputError) as exc:
+        raise CLIError(str(exc), EXIT_MALFORMED) from None
+    except Exception as exc:  # the database cannot be opened or read: one line, no traceback
+        raise CLIError(f"cannot read the ledger ({type(exc).__name__}: {exc})", EXIT_UNAVAILABLE) from None
+    report.render(rows, args.by, sys.stdout, args.json)
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -178,6 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=None, metavar="DIALECT")
     p.add_argument("--delay-ms", type=float, default=0.0, help="pause before each chunk (pacing)")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("usage", help="the team gateway's usage report (tokens and cost) from its ledger")
+    p.add_argument("--config", default=None, metavar="FILE", help="the gateway's TOML (for database_url)")
+    p.add_argument("--database-url", default=None, metavar="URL", help="sqlite:///FILE or postgresql://...")
+    p.add_argument("--by", choices=("key", "model", "day"), default="key")
+    p.add_argument("--since", default=None, help="RFC 3339 time, a date, or a span back like 24h or 7d")
+    p.add_argument("--json", action="store_true", help="JSON rows, as GET /admin/usage serves them")
+    p.set_defaults(func=cmd_usage)
 
     p = sub.add_parser("dialects", help="list the dialect names")
     p.set_defaults(func=cmd_dialects)

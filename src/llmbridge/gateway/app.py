@@ -23,11 +23,12 @@ from starlette.routing import Route
 
 from .. import dialects, errors, hub
 from ..dialects.base import json_decode
-from . import extensions, limits, negotiation, replies
+from . import extensions, limits, negotiation, replies, teams
 from .config import Config, default_config
 from .record import Recorder
 from .relay import relay_filter
 from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
+from .teams.admin import routes as admin_routes
 from .ui import Console, TrafficLog
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, retryable, timeouts_of
 
@@ -63,8 +64,17 @@ class Gateway:
         self._recorded = 0
         # Recent exchanges for the console's Traffic page; prompt text only when recording anyway.
         self.traffic = TrafficLog(config.gateway.ui_traffic, keep_prompts=self.record_dir is not None)
+        self.teams = teams.create(config, self.api_keys)  # virtual keys, limits, ledger, metrics; None: all off
 
     # -- plumbing
+
+    async def principal(self, request: Request) -> teams.Principal | teams.Refusal:
+        """Who is calling (virtual keys too, when team features are on), or why not."""
+        if self.teams is None or not self.teams.accounts:
+            if self.authorized(request):
+                return teams.Principal(teams.STATIC if self.api_keys else teams.OPEN)
+            return teams.Refusal(hub.Error("invalid or missing API key", "authentication", status=401))
+        return await self.teams.authenticate(teams.presented_key(request.headers, request.query_params))
 
     def authorized(self, request: Request) -> bool:
         if not self.api_keys:
@@ -103,9 +113,9 @@ class Gateway:
             dialect, shape = "anthropic-messages", replies.anthropic_models
         else:
             dialect, shape = "openai-chat", replies.openai_models
-        if not self.authorized(request):
-            return replies.error(dialect, "invalid or missing API key", "authentication")
-        return replies.json_response(shape(list(self.config.models)))
+        if isinstance(who := await self.principal(request), teams.Refusal):
+            return replies.error_response(dialect, who.error)
+        return replies.json_response(shape(who.visible(list(self.config.models))))
 
     async def model(self, request: Request) -> Response:
         """``GET /v1/models/{id}`` (OpenAI, Anthropic) and ``GET /v1beta/models/{name}`` (Gemini)."""
@@ -117,9 +127,9 @@ class Gateway:
             dialect, shape = "anthropic-messages", lambda n: replies.anthropic_models([n])["data"][0]
         else:
             dialect, shape = "openai-chat", lambda n: replies.openai_models([n])["data"][0]
-        if not self.authorized(request):
-            return replies.error(dialect, "invalid or missing API key", "authentication")
-        if name not in self.config.models:
+        if isinstance(who := await self.principal(request), teams.Refusal):
+            return replies.error_response(dialect, who.error)
+        if name not in self.config.models or not who.visible([name]):
             return replies.error(dialect, f"model {name!r} not found", "not_found")
         return replies.json_response(shape(name))
 
@@ -168,8 +178,8 @@ class Gateway:
         stream: bool | None,
         json_array: bool,
     ) -> Response:
-        if not self.authorized(request):
-            return replies.error(dialect, "invalid or missing API key", "authentication")
+        if isinstance(who := await self.principal(request), teams.Refusal):
+            return replies.error_response(dialect, who.error)
         content_type = request.headers.get("content-type")
         try:
             request_dialect = negotiation.request_dialect(content_type, endpoint)
@@ -220,8 +230,17 @@ class Gateway:
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
         ours = extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions)
-        work = self.route(hreq, model.routes, out_dialect, rid, json_array, with_extensions=ours)
-        return await _unless_disconnected(request, work)
+        ticket = None
+        if self.teams is not None:  # limits before anything goes upstream; settled when the answer ends
+            rid_header = request.scope.get("state", {}).get("request_id", "")
+            ticket = await self.teams.admit(who, hreq, len(raw), request_dialect, out_dialect, rid or rid_header)
+            if isinstance(ticket, teams.Refusal):
+                return replies.error_response(out_dialect, ticket.error, ticket.headers)
+        work = self.route(hreq, model.routes, out_dialect, rid, json_array, ticket, with_extensions=ours)
+        response = await _unless_disconnected(request, work)
+        if ticket is not None:
+            self.teams.responded(ticket, response)
+        return response
 
     async def route(
         self,
@@ -230,6 +249,7 @@ class Gateway:
         out_dialect: str,
         request_id: str | None,
         json_array: bool,
+        ticket: teams.Ticket | None = None,
         *,
         with_extensions: bool = True,
     ) -> Response:
@@ -243,7 +263,8 @@ class Gateway:
             upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
             try:
                 exchange = await self.open(
-                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, with_extensions
+                    upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, ticket,
+                    with_extensions,
                 )
             except UpstreamFailed as exc:
                 last, headers = exc.error, exc.headers
@@ -276,6 +297,7 @@ class Gateway:
         request_id: str | None,
         stream: bool,
         json_array: bool,
+        ticket: teams.Ticket | None = None,
         with_extensions: bool = True,
     ) -> Exchange:
         """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
@@ -317,7 +339,9 @@ class Gateway:
             request_id=request_id,
             max_event_bytes=self.config.gateway.max_event_bytes,
             observer=entry.hook,
-            on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder)),
+            on_end=entry.then(
+                partial(_finished, upstream.name, hreq.model, out_dialect, recorder, (self.teams, ticket))
+            ),
         )
 
     async def answer(
@@ -346,6 +370,8 @@ class Gateway:
         return replies.json_response(extensions.plain_body(codec.encode_response(plain)))
 
     async def aclose(self) -> None:
+        if self.teams is not None:
+            await self.teams.stop()
         for upstream in self.upstreams.values():
             aclose = getattr(upstream, "aclose", None)
             if aclose is not None:
@@ -375,10 +401,20 @@ async def _unless_disconnected(request: Request, work: Any) -> Response:
     return task.result()
 
 
-def _finished(upstream: str, model: str | None, dialect: str, recorder: Recorder | None, exchange: Exchange) -> None:
-    """An exchange is over: record it, log what the upstream reported (usage, finish, error)."""
+def _finished(
+    upstream: str,
+    model: str | None,
+    dialect: str,
+    recorder: Recorder | None,
+    account: tuple[teams.Teams | None, teams.Ticket | None],
+    exchange: Exchange,
+) -> None:
+    """An exchange is over: record it, account for it, log what the upstream reported (usage, finish, error)."""
     if recorder is not None:
         recorder.finish(exchange)
+    accounts, ticket = account
+    if accounts is not None and ticket is not None:
+        accounts.exchange_ended(ticket, upstream, model, exchange)
     if log.isEnabledFor(logging.INFO):
         u = exchange.usage
         log.info(
@@ -450,6 +486,8 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
+        if gateway.teams is not None:
+            await gateway.teams.start()
         yield
         await gateway.aclose()
 
@@ -464,6 +502,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/v1beta/models", gateway.models, methods=["GET"]),
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
+        *admin_routes(gateway.teams),
     ]
     routes += Console(gateway, gateway.traffic).routes()  # the web console at /ui (docs/ui.md)
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import dialects
+from .teams import pricing as _pricing
+from .teams import settings as _teams
 
 LOCAL = "local"  # the format of the in-process local model upstream
 FORMATS = (*dialects.NAMES, LOCAL)
@@ -62,6 +64,7 @@ class Route:
 class ModelConfig:
     name: str  # what clients ask for
     routes: tuple[Route, ...]  # tried in order (fallback)
+    price: _pricing.Price | None = None  # USD per million tokens, for the ledger's cost
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class GatewayConfig:
     ui: bool = True
     ui_key: str | None = None
     ui_traffic: int = 200  # recent requests kept in memory for the console's Traffic page
+    teams: _teams.TeamsSettings = field(default_factory=_teams.TeamsSettings)  # keys, ledger, metrics
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
             "ui",
             "ui_key",
             "ui_traffic",
+            *_teams.KEYS,
         },
     )
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
@@ -198,9 +203,13 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     ui_traffic = t.get("ui_traffic", 200)
     if type(ui_traffic) is not int or not 0 <= ui_traffic <= 100_000:
         raise ConfigError("gateway.ui_traffic", "must be an integer from 0 to 100000")
+    try:
+        teams = _teams.parse(t, lambda value, key: _expand(value, key, env))
+    except ValueError as exc:
+        raise ConfigError(*exc.args) from None
     return GatewayConfig(
         keepalive, max_body, keys, record_dir or None, extensions=extensions, ui=ui, ui_key=ui_key or None,
-        ui_traffic=ui_traffic, **ints, **seconds,
+        ui_traffic=ui_traffic, teams=teams, **ints, **seconds,
     )
 
 
@@ -239,7 +248,7 @@ def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
 
 
 def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
-    _known(t, where, {"name", "upstream", "upstreams", "upstream_model"})
+    _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "price"})
     name = t.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name", "missing (the model name clients ask for)")
@@ -267,7 +276,11 @@ def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelCo
         if not isinstance(target, str):
             raise ConfigError(f"{where}.upstream_model", "must be a string or a table of strings by upstream")
         routes.append(Route(up, target))
-    return ModelConfig(name, tuple(routes))
+    try:
+        price = _pricing.parse_price(t["price"], f"{where}.price") if "price" in t else None
+    except ValueError as exc:
+        raise ConfigError(*exc.args) from None
+    return ModelConfig(name, tuple(routes), price)
 
 
 # --------------------------------------------------------------------------- helpers

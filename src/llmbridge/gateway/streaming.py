@@ -451,6 +451,8 @@ class Exchange:
         self.finish: hub.Finish | None = None
         self.events = 0
         self.closed = False
+        self.started = asyncio.get_running_loop().time()  # for TTFT/duration (gateway.teams)
+        self.first_byte_at: float | None = None  # loop time the first client bytes were produced
 
     # -- phase 1
 
