@@ -131,18 +131,23 @@ class EventBoundaries:
         self._tail = b""
 
     def feed(self, data: bytes) -> int:
-        window = self._tail + data
-        shift = len(self._tail)
         end = -1
         for sep in self._ENDS:
-            at = window.rfind(sep)
+            at = data.rfind(sep)
             if at >= 0 and at + len(sep) > end:
                 end = at + len(sep)
-        self._tail = window[-3:]
+        tail = self._tail
+        if end < 0 and tail:
+            # No blank line inside ``data``: one may have begun in the last read's final bytes.
+            joint = tail + data[:3]
+            for sep in self._ENDS:
+                for i in range(len(tail)):
+                    if joint.startswith(sep, i) and i + len(sep) > len(tail):
+                        end = max(end, i + len(sep) - len(tail))
+        self._tail = data[-3:] if len(data) >= 3 else (tail + data)[-3:]
         if end >= 0:
-            end -= shift  # may be <= 0: the blank line began in bytes already seen
-            self.pending = len(data) - max(end, 0)
-            return max(end, 0)
+            self.pending = len(data) - end
+            return end
         self.pending += len(data)
         return -1
 
