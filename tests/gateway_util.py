@@ -101,3 +101,39 @@ def replay_config(
         else:
             entries.append({"name": name, "upstream": UPSTREAM_OF[dialect], "upstream_model": target})
     return {"gateway": dict(gateway or {}), "upstreams": upstreams, "models": entries}
+
+
+# --------------------------------------------------------------------------- slow upstreams
+
+TEXT_CAPTURES = {  # a plain text answer captured from each vendor dialect
+    "openai-chat": "hf-novita-text",
+    "openai-responses": "openai-text",
+    "anthropic-messages": "claude-text-simple",
+    "gemini": "gemini20-text",
+}
+
+
+def capture_text(dialect: str) -> str:
+    """The text of ``dialect``'s capture in TEXT_CAPTURES, as our decoder reads it."""
+    from llmbridge import dialects, hub
+    from llmbridge.dialects.base import decode_all
+    from tests.conftest import CORPUS
+
+    body = (CORPUS / dialect / f"{TEXT_CAPTURES[dialect]}.sse").read_bytes()
+    response = hub.assemble(decode_all(dialects.get(dialect).StreamDecoder(), body))
+    return "".join(b.text for b in response.blocks if b.kind == "text")
+
+
+@contextmanager
+def slow_gateway(keepalive: float, stall: float, idle: float) -> Iterator[Server]:
+    """A gateway whose models ``slow-<dialect>`` replay TEXT_CAPTURES, silent for ``stall``
+    seconds after the first chunk (keep-alives every ``keepalive`` seconds meanwhile)."""
+    from llmbridge import replay
+    from llmbridge.gateway import config, create_app
+    from tests.conftest import CORPUS
+
+    with serving(replay.create_app(CORPUS, seed=1)) as up:
+        models = {f"slow-{d}": (d, f"{name}@stall={stall}") for d, name in TEXT_CAPTURES.items()}
+        raw = replay_config(up.url, models, gateway={"keepalive_seconds": keepalive}, timeouts={"idle": idle})
+        with serving(create_app(config.parse(raw))) as server:
+            yield server

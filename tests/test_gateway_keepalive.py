@@ -19,39 +19,21 @@ from google import genai
 from google.genai import types as genai_types
 
 import llmbridge
-from llmbridge import dialects, hub, replay
-from llmbridge.dialects.base import decode_all
-from llmbridge.gateway import config, create_app
 from llmbridge.gateway.streaming import KEEPALIVE_BYTES
-from tests.conftest import CORPUS
-from tests.gateway_util import replay_config, serving
+from tests.gateway_util import TEXT_CAPTURES, capture_text, slow_gateway
 
 KEEPALIVE = 0.15
 STALL = 0.8  # seconds of upstream silence after the first chunk: five keep-alive intervals
-SOURCES = {  # the text capture of each upstream dialect
-    "openai-chat": "hf-novita-text",
-    "openai-responses": "openai-text",
-    "anthropic-messages": "claude-text-simple",
-    "gemini": "gemini20-text",
-}
+SOURCES = TEXT_CAPTURES
 HI = [{"role": "user", "content": "hi"}]
 HTTP = httpx.Client(timeout=30)
 HTTP2 = httpx2.Client(timeout=30)
 
 
-def source_text(dialect: str) -> str:
-    body = (CORPUS / dialect / f"{SOURCES[dialect]}.sse").read_bytes()
-    response = hub.assemble(decode_all(dialects.get(dialect).StreamDecoder(), body))
-    return "".join(b.text for b in response.blocks if b.kind == "text")
-
-
 @pytest.fixture(scope="module")
 def gw():
-    with serving(replay.create_app(CORPUS, seed=1)) as up:
-        models = {f"slow-{d}": (d, f"{name}@stall={STALL}") for d, name in SOURCES.items()}
-        raw = replay_config(up.url, models, gateway={"keepalive_seconds": KEEPALIVE}, timeouts={"idle": 10})
-        with serving(create_app(config.parse(raw))) as server:
-            yield server
+    with slow_gateway(KEEPALIVE, STALL, idle=10) as server:
+        yield server
 
 
 def cases(client: str) -> list[tuple[str, str]]:
@@ -74,9 +56,9 @@ def test_openai_chat_sdk(gw, source, model):
         for c in client.chat.completions.create(model=model, messages=HI, stream=True)
         if c.choices
     )
-    assert text == source_text(source)
+    assert text == capture_text(source)
     with client.chat.completions.stream(model=model, messages=HI) as stream:
-        assert stream.get_final_completion().choices[0].message.content == source_text(source)
+        assert stream.get_final_completion().choices[0].message.content == capture_text(source)
     body = raw_body(gw, "/v1/chat/completions", {"model": model, "messages": HI, "stream": True})
     assert body.count(KEEPALIVE_BYTES["openai-chat"]) >= 2
 
@@ -85,7 +67,7 @@ def test_openai_chat_sdk(gw, source, model):
 def test_openai_responses_sdk(gw, source, model):
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
     with client.responses.stream(model=model, input="hi") as stream:
-        assert stream.get_final_response().output_text == source_text(source)
+        assert stream.get_final_response().output_text == capture_text(source)
 
 
 @pytest.mark.parametrize(("source", "model"), cases("anthropic-messages"))
@@ -93,14 +75,14 @@ def test_anthropic_sdk(gw, source, model):
     client = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0, http_client=HTTP2)
     with client.messages.stream(model=model, max_tokens=64, messages=HI) as stream:
         message = stream.get_final_message()
-    assert "".join(b.text for b in message.content if b.type == "text") == source_text(source)
+    assert "".join(b.text for b in message.content if b.type == "text") == capture_text(source)
 
 
 @pytest.mark.parametrize(("source", "model"), cases("gemini"))
 def test_google_genai_sdk(gw, source, model):
     client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=gw.url, httpx_client=HTTP))
     text = "".join(chunk.text or "" for chunk in client.models.generate_content_stream(model=model, contents="hi"))
-    assert text == source_text(source)
+    assert text == capture_text(source)
     contents = {"contents": [{"parts": [{"text": "hi"}]}]}
     body = raw_body(gw, f"/v1beta/models/{model}:streamGenerateContent?alt=sse", contents)
     assert body.count(KEEPALIVE_BYTES["gemini"]) >= 2 and b": keep-alive" not in body
@@ -108,7 +90,7 @@ def test_google_genai_sdk(gw, source, model):
     array = raw_body(gw, f"/v1beta/models/{model}:streamGenerateContent", contents)
     chunks = httpx.Response(200, content=array).json()
     parts = [p for c in chunks for cand in c.get("candidates", []) for p in cand.get("content", {}).get("parts", [])]
-    assert "".join(p.get("text", "") for p in parts) == source_text(source)
+    assert "".join(p.get("text", "") for p in parts) == capture_text(source)
 
 
 @pytest.mark.parametrize(("source", "model"), cases("mmsp"))
@@ -127,11 +109,11 @@ def test_mmsp_client(gw, source, model):
         for item in (e.get("content_items") or [])
         if item.get("type") == "text.delta"
     )
-    assert text == source_text(source)
+    assert text == capture_text(source)
 
 
 @pytest.mark.parametrize(("source", "model"), cases("llm-stream"))
 def test_llm_stream_client(gw, source, model):
     with llmbridge.Client(gw.url, dialect="llm-stream") as client:
         completion = client.complete(model, "hi")
-    assert completion.text == source_text(source)
+    assert completion.text == capture_text(source)

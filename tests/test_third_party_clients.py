@@ -18,21 +18,13 @@ import subprocess
 
 import pytest
 
-from llmbridge import dialects, hub, replay
-from llmbridge.dialects.base import decode_all
-from llmbridge.gateway import config, create_app
-from tests.conftest import CORPUS, ROOT
-from tests.gateway_util import replay_config, serving
+from tests.conftest import ROOT
+from tests.gateway_util import TEXT_CAPTURES, capture_text, slow_gateway
 
 PYTHON = ROOT / ".venv-clients" / "bin" / "python"
 JS = ROOT / "tests" / "clients" / "js"
 KEEPALIVE, STALL = 0.15, 0.8
-SOURCES = {
-    "openai-chat": "hf-novita-text",
-    "openai-responses": "openai-text",
-    "anthropic-messages": "claude-text-simple",
-    "gemini": "gemini20-text",
-}
+SOURCES = TEXT_CAPTURES
 # client -> the endpoints (dialects) it speaks
 CLIENTS = {
     "litellm": ["openai-chat", "anthropic-messages", "gemini"],
@@ -49,19 +41,10 @@ CASES = [
 ]
 
 
-def source_text(dialect: str) -> str:
-    body = (CORPUS / dialect / f"{SOURCES[dialect]}.sse").read_bytes()
-    response = hub.assemble(decode_all(dialects.get(dialect).StreamDecoder(), body))
-    return "".join(b.text for b in response.blocks if b.kind == "text")
-
-
 @pytest.fixture(scope="module")
 def gw():
-    with serving(replay.create_app(CORPUS, seed=1)) as up:
-        models = {f"slow-{d}": (d, f"{name}@stall={STALL}") for d, name in SOURCES.items()}
-        raw = replay_config(up.url, models, gateway={"keepalive_seconds": KEEPALIVE}, timeouts={"idle": 20})
-        with serving(create_app(config.parse(raw))) as server:
-            yield server
+    with slow_gateway(KEEPALIVE, STALL, idle=20) as server:
+        yield server
 
 
 def run_client(client: str, endpoint: str, base: str, model: str) -> subprocess.CompletedProcess:
@@ -80,4 +63,4 @@ def run_client(client: str, endpoint: str, base: str, model: str) -> subprocess.
 def test_client_reads_a_slow_stream_through_keepalives(gw, client, endpoint, source):
     done = run_client(client, endpoint, gw.url, f"slow-{source}")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1])["text"] == source_text(source)
+    assert json.loads(done.stdout.strip().splitlines()[-1])["text"] == capture_text(source)
