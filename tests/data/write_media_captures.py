@@ -48,24 +48,59 @@ def openai_images() -> None:
     common = {"size": "1024x1024", "quality": "high", "background": "opaque", "output_format": "png"}
     t = 1764651600
     partials = [
-        sse("image_generation.partial_image", {"type": "image_generation.partial_image", "b64_json": b64(png(16, 16, s)),
-            "created_at": t + i, **common, "partial_image_index": i})
+        sse(
+            "image_generation.partial_image",
+            {
+                "type": "image_generation.partial_image",
+                "b64_json": b64(png(16, 16, s)),
+                "created_at": t + i,
+                **common,
+                "partial_image_index": i,
+            },
+        )
         for i, s in enumerate((0x3F, 0x7F))
     ]
-    usage = {"total_tokens": 4176, "input_tokens": 16, "output_tokens": 4160,
-             "input_tokens_details": {"text_tokens": 16, "image_tokens": 0}}
-    completed = sse("image_generation.completed", {"type": "image_generation.completed",
-                    "b64_json": b64(png(16, 16, 0xFF)), "created_at": t + 3, **common, "usage": usage})
+    usage = {
+        "total_tokens": 4176,
+        "input_tokens": 16,
+        "output_tokens": 4160,
+        "input_tokens_details": {"text_tokens": 16, "image_tokens": 0},
+    }
+    completed = sse(
+        "image_generation.completed",
+        {
+            "type": "image_generation.completed",
+            "b64_json": b64(png(16, 16, 0xFF)),
+            "created_at": t + 3,
+            **common,
+            "usage": usage,
+        },
+    )
     (folder / "gpt-image-stream.sse").write_text("".join(partials) + completed)
     # OpenAI's own stream ends after the completed event, without [DONE]; the spec's has it.
     (folder / "gpt-image-done.sse").write_text("".join(partials) + completed + "data: [DONE]\n\n")
-    moderation = {"type": "error", "error": {"type": "invalid_request_error", "code": "moderation_blocked",
-                  "message": "Your request was rejected by the safety system.", "param": None}}
+    moderation = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "code": "moderation_blocked",
+            "message": "Your request was rejected by the safety system.",
+            "param": None,
+        },
+    }
     (folder / "gpt-image-error.sse").write_text(partials[0] + sse("error", moderation))
     broken = partials[0].replace(b64(png(16, 16, 0x3F))[:40], "!!not*base64!!" + b64(png(16, 16, 0x3F))[14:40])
     (folder / "gpt-image-broken.sse").write_text(broken + completed)
-    jpeg_claims_png = sse("image_generation.completed", {"type": "image_generation.completed",
-                          "b64_json": b64(b"\xff\xd8\xff\xe0" + bytes(60)), "created_at": t, **common, "usage": usage})
+    jpeg_claims_png = sse(
+        "image_generation.completed",
+        {
+            "type": "image_generation.completed",
+            "b64_json": b64(b"\xff\xd8\xff\xe0" + bytes(60)),
+            "created_at": t,
+            **common,
+            "usage": usage,
+        },
+    )
     (folder / "gpt-image-wrong-format.sse").write_text(jpeg_claims_png)
 
 
@@ -77,27 +112,64 @@ def gemini_image() -> None:
     version = "gemini-2.5-flash-image"
     rid = "mD4uaZmFKfGJ1dkP0bSi8Ao"
     chunks = [
-        {"candidates": [{"content": {"parts": [{"text": "Here is a nano banana dish in a fancy restaurant."}],
-                                     "role": "model"}, "index": 0}],
-         "usageMetadata": {"promptTokenCount": 12, "totalTokenCount": 12,
-                           "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 12}]},
-         "modelVersion": version, "responseId": rid},
-        {"candidates": [{"content": {"parts": [{"inlineData": {"mimeType": "image/png",
-                                                               "data": b64(png(24, 16, 0xFF))}}],
-                                     "role": "model"}, "finishReason": "STOP", "index": 0}],
-         "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 1301, "totalTokenCount": 1313,
-                           "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 12}],
-                           "candidatesTokensDetails": [{"modality": "IMAGE", "tokenCount": 1290}]},
-         "modelVersion": version, "responseId": rid},
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "parts": [{"text": "Here is a nano banana dish in a fancy restaurant."}],
+                        "role": "model",
+                    },
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {
+                "promptTokenCount": 12,
+                "totalTokenCount": 12,
+                "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 12}],
+            },
+            "modelVersion": version,
+            "responseId": rid,
+        },
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "parts": [{"inlineData": {"mimeType": "image/png", "data": b64(png(24, 16, 0xFF))}}],
+                        "role": "model",
+                    },
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {
+                "promptTokenCount": 12,
+                "candidatesTokenCount": 1301,
+                "totalTokenCount": 1313,
+                "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 12}],
+                "candidatesTokensDetails": [{"modality": "IMAGE", "tokenCount": 1290}],
+            },
+            "modelVersion": version,
+            "responseId": rid,
+        },
     ]
     (folder / "gemini-image.sse").write_text("".join(sse(None, c) for c in chunks))
     broken = json.loads(json.dumps(chunks))
     broken[1]["candidates"][0]["content"]["parts"][0]["inlineData"]["data"] = "iVBORw0KGgo$$broken$$"
     (folder / "gemini-image-broken.sse").write_text("".join(sse(None, c) for c in broken))
-    refusal = [{"candidates": [{"content": {"parts": [{"text": "I can't create that image."}], "role": "model"},
-                                "finishReason": "STOP", "index": 0}],
-                "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 7, "totalTokenCount": 16},
-                "modelVersion": version, "responseId": rid}]
+    refusal = [
+        {
+            "candidates": [
+                {
+                    "content": {"parts": [{"text": "I can't create that image."}], "role": "model"},
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 7, "totalTokenCount": 16},
+            "modelVersion": version,
+            "responseId": rid,
+        }
+    ]
     (folder / "gemini-image-refusal.sse").write_text("".join(sse(None, c) for c in refusal))
 
 
@@ -107,25 +179,54 @@ def responses_image() -> None:
     folder = HERE / "openai-responses"
     folder.mkdir(exist_ok=True)
     rid, ig = "resp_68ae0e4b1d7c8190a2c3", "ig_68ae0e5a8a0c8190b7d1"
-    base = {"id": rid, "object": "response", "created_at": 1756237387, "model": "gpt-4.1-mini-2025-04-14",
-            "tools": [{"type": "image_generation", "partial_images": 1, "output_format": "png"}]}
+    base = {
+        "id": rid,
+        "object": "response",
+        "created_at": 1756237387,
+        "model": "gpt-4.1-mini-2025-04-14",
+        "tools": [{"type": "image_generation", "partial_images": 1, "output_format": "png"}],
+    }
     final = b64(png(16, 16, 0xFF))
-    item_done = {"id": ig, "type": "image_generation_call", "status": "completed", "background": "opaque",
-                 "output_format": "png", "quality": "medium", "size": "1024x1024", "result": final,
-                 "revised_prompt": "A gray tabby cat hugging an otter with an orange scarf"}
-    usage = {"input_tokens": 2302, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 53,
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 2355}
+    item_done = {
+        "id": ig,
+        "type": "image_generation_call",
+        "status": "completed",
+        "background": "opaque",
+        "output_format": "png",
+        "quality": "medium",
+        "size": "1024x1024",
+        "result": final,
+        "revised_prompt": "A gray tabby cat hugging an otter with an orange scarf",
+    }
+    usage = {
+        "input_tokens": 2302,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 53,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 2355,
+    }
     events = [
         ("response.created", {"response": {**base, "status": "in_progress", "output": [], "usage": None}}),
         ("response.in_progress", {"response": {**base, "status": "in_progress", "output": [], "usage": None}}),
-        ("response.output_item.added", {"output_index": 0, "item": {"id": ig, "type": "image_generation_call",
-                                                                    "status": "in_progress"}}),
+        (
+            "response.output_item.added",
+            {"output_index": 0, "item": {"id": ig, "type": "image_generation_call", "status": "in_progress"}},
+        ),
         ("response.image_generation_call.in_progress", {"output_index": 0, "item_id": ig}),
         ("response.image_generation_call.generating", {"output_index": 0, "item_id": ig}),
-        ("response.image_generation_call.partial_image", {"output_index": 0, "item_id": ig, "partial_image_index": 0,
-                                                          "partial_image_b64": b64(png(16, 16, 0x7F)),
-                                                          "output_format": "png", "size": "1024x1024",
-                                                          "quality": "medium", "background": "opaque"}),
+        (
+            "response.image_generation_call.partial_image",
+            {
+                "output_index": 0,
+                "item_id": ig,
+                "partial_image_index": 0,
+                "partial_image_b64": b64(png(16, 16, 0x7F)),
+                "output_format": "png",
+                "size": "1024x1024",
+                "quality": "medium",
+                "background": "opaque",
+            },
+        ),
         ("response.output_item.done", {"output_index": 0, "item": item_done}),
         ("response.completed", {"response": {**base, "status": "completed", "output": [item_done], "usage": usage}}),
     ]
@@ -145,8 +246,12 @@ def embeddings() -> None:
     folder = HERE / "openai-embeddings"
     folder.mkdir(exist_ok=True)
     data = [{"object": "embedding", "index": i, "embedding": vector(i + 1, 16)} for i in range(3)]
-    body = {"object": "list", "data": data, "model": "text-embedding-3-small",
-            "usage": {"prompt_tokens": 21, "total_tokens": 21}}
+    body = {
+        "object": "list",
+        "data": data,
+        "model": "text-embedding-3-small",
+        "usage": {"prompt_tokens": 21, "total_tokens": 21},
+    }
     (folder / "te3-small-batch3.json").write_text(json.dumps(body, indent=1))
     packed = []
     for item in data:

@@ -70,11 +70,11 @@ class _Block:
         "kind",
         "logprobs",
         "marks",
-        "progress",
         "output_index",
         "part_open",
         "pending_logprobs",
         "prefix",
+        "progress",
         "refusal",
         "stopped",
     )
