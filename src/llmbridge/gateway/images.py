@@ -40,7 +40,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from .. import hub, sse
+from .. import dialects, hub, sse
 from ..dialects.base import json_decode, json_encode
 from ..errors import RequestError
 from . import replies
@@ -220,9 +220,10 @@ def encode_event(ev: ImageEvent, created_at: int) -> bytes:
 
 
 def encode_error(error: hub.Error) -> bytes:
-    """An ``error`` event (OpenAI's error object), then the ``[DONE]`` that ends the stream."""
-    obj = {"type": error.type, "code": error.code, "message": error.message, "param": None}
-    return b"event: error\ndata: " + json_encode({"type": "error", "error": obj}) + b"\n\n" + DONE
+    """An ``error`` event (OpenAI's error object, as its API writes it), then the ``[DONE]``
+    that ends the stream."""
+    _, body = dialects.get(OPENAI).encode_error(error)
+    return b"event: error\ndata: " + json_encode({"type": "error", **body}) + b"\n\n" + DONE
 
 
 def response_body(events: list[ImageEvent], req: ImageRequest, created: int) -> dict[str, Any]:
