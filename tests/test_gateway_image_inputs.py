@@ -21,7 +21,7 @@ from starlette.routing import Route
 from llmbridge import dialects, hub
 from llmbridge.gateway import create_app
 from llmbridge.gateway.config import parse
-from llmbridge.gateway.media import image_problem, sniff
+from llmbridge.media import image_problem, sniff
 from tests.gateway_util import serving
 
 DIALECTS = ["openai-chat", "openai-responses", "anthropic-messages", "gemini", "llm-stream", "mmsp"]

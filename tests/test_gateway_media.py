@@ -18,7 +18,7 @@ from google.genai import types as genai_types
 
 from llmbridge import replay, sse
 from llmbridge.gateway import config, create_app
-from llmbridge.gateway.media import sniff
+from llmbridge.media import sniff
 from tests.gateway_util import replay_config, serving
 from tests.readers import reader
 

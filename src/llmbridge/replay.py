@@ -235,6 +235,7 @@ class Replay:
 
     async def images(self, request: Request) -> Response:
         """OpenAI's Images API from ``openai-images/NAME.sse``."""
+        from . import media
         from .gateway import images
 
         dialect = "openai-chat"
@@ -263,12 +264,12 @@ class Replay:
         if faults.truncate is not None:
             data = data[: faults.truncate]
         if not body.get("stream"):
-            reader = images.OpenAIImageStream(name)
+            reader = media.ImageStreamDecoder(name)
             items = [*reader.feed(data), *reader.close()]
             error = next((i for i in items if isinstance(i, hub.Error)), None)
             if error is not None:
                 return replies.error_response(dialect, error)
-            finals = [i for i in items if i.type == images.COMPLETED]
+            finals = [i for i in items if i.type == media.COMPLETED]
             request_ = images.ImageRequest(name, "replay")
             return replies.json_response(images.response_body(finals, request_, 0))
         rng = random.Random(f"{self.seed}:{model}")

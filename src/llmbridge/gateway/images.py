@@ -36,17 +36,25 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from .. import dialects, hub, sse
-from ..dialects.base import json_decode, json_encode
+from ..dialects.base import json_encode
 from ..errors import RequestError
+from ..media import (
+    COMPLETED,
+    MAX_IMAGE_BYTES,
+    OUTPUT_FORMATS,
+    PARTIAL,
+    ImageEvent,
+    ImageStreamDecoder,
+    image_problem,
+    sniff,
+)
 from . import replies
 from .config import LOCAL, UpstreamConfig
 from .jsonbody import read_object
-from .media import image_problem, sniff
 from .upstream import UpstreamFailed, as_hub_error, retryable
 from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, openai_url
 
@@ -55,18 +63,14 @@ log = logging.getLogger("llmbridge.gateway")
 OPENAI = "openai-chat"  # the error shape of the Images API is OpenAI's
 SIZES = ("auto", "256x256", "512x512", "1024x1024", "1536x1024", "1024x1536", "1792x1024", "1024x1792")
 QUALITIES = ("auto", "low", "medium", "high", "standard", "hd")
-OUTPUT_FORMATS = ("png", "jpeg", "webp")
 BACKGROUNDS = ("auto", "transparent", "opaque")
 RESPONSE_FORMATS = ("b64_json", "url")
 MAX_N = 10
 MAX_PARTIAL_IMAGES = 3
 MAX_PROMPT = 32000  # characters (gpt-image-1's limit)
-MAX_IMAGE_BYTES = 64 * 1024 * 1024  # one image coming back from an upstream
 # OpenAI fields passed to an OpenAI upstream as they are (checked by it, not by us).
 PASSTHROUGH = ("moderation", "output_compression", "style", "user")
 DONE = b"data: [DONE]\n\n"
-PARTIAL = "image_generation.partial_image"
-COMPLETED = "image_generation.completed"
 _ASPECT = {
     "1024x1024": "1:1",
     "256x256": "1:1",
@@ -91,23 +95,6 @@ class ImageRequest:
     partial_images: int = 0
     response_format: str | None = None  # dall-e's "url"|"b64_json"; gpt-image always returns b64_json
     extra: dict[str, Any] = field(default_factory=dict)  # PASSTHROUGH fields present in the request
-
-
-@dataclass
-class ImageEvent:
-    """One partial or final image, in the Images stream's terms."""
-
-    type: str  # PARTIAL | COMPLETED
-    b64_json: str | None
-    index: int = 0  # partial_image_index for a partial; the image's number for a completed one
-    output_format: str = "png"
-    size: str | None = None
-    quality: str | None = None
-    background: str | None = None
-    usage: dict[str, Any] | None = None
-    url: str | None = None  # dall-e answers with URLs when asked
-    revised_prompt: str | None = None
-    raw: bytes | None = None  # the upstream's SSE event, to relay untouched when it checked out
 
 
 # --------------------------------------------------------------------------- the request
@@ -262,97 +249,6 @@ def _add_usage(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- reading upstreams
-
-
-class OpenAIImageStream:
-    """Sans-I/O: an OpenAI Images SSE body in, checked :class:`ImageEvent` (or a hub error) out.
-
-    Each partial and final image is checked (base64, magic number against ``output_format``)
-    and keeps its upstream bytes in ``raw`` so that it is relayed as it came. A missing
-    ``[DONE]`` after a completed image is forgiven (OpenAI's own stream ends without one);
-    a body that ends before any completed image is an ``incomplete_stream`` error.
-    """
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
-        self._sse = sse.Decoder()
-        self.completed = 0
-        self.finished = False  # an error or [DONE] was seen
-
-    def feed(self, chunk: bytes) -> list[ImageEvent | hub.Error]:
-        return self._events(self._sse.feed(chunk))
-
-    def close(self) -> list[ImageEvent | hub.Error]:
-        out = self._events(self._sse.close())
-        if not self.finished and not self.completed:
-            out.append(
-                hub.Error(
-                    f"upstream {self.upstream!r} ended before the image was complete", "incomplete_stream", status=502
-                )
-            )
-            self.finished = True
-        return out
-
-    def _events(self, events: list[sse.Event]) -> list[ImageEvent | hub.Error]:
-        out: list[ImageEvent | hub.Error] = []
-        for e in events:
-            if self.finished:
-                break
-            if e.data == "[DONE]":
-                self.finished = True
-                break
-            try:
-                obj = json_decode(e.data)
-            except msgspec.DecodeError:
-                out.append(self._broken("an event that is not JSON"))
-                break
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            if kind == "error" or e.event == "error":
-                err = obj.get("error") if isinstance(obj, dict) and isinstance(obj.get("error"), dict) else obj
-                err = err if isinstance(err, dict) else {}
-                status = 400 if err.get("type") == "invalid_request_error" else 502
-                out.append(
-                    hub.Error(
-                        str(err.get("message") or "upstream error"),
-                        hub.error_type_for_status(status),
-                        err.get("code"),
-                        status,
-                        body=obj,
-                    )
-                )
-                self.finished = True
-                break
-            if kind not in (PARTIAL, COMPLETED):
-                continue  # other event types: ignore, as the spec says
-            fmt = obj.get("output_format") if obj.get("output_format") in OUTPUT_FORMATS else "png"
-            b64 = obj.get("b64_json")
-            problem = image_problem(b64, f"image/{fmt}", MAX_IMAGE_BYTES) if isinstance(b64, str) else "no b64_json"
-            if problem:
-                out.append(self._broken(f"a broken image ({problem})"))
-                break
-            index = obj.get("partial_image_index", self.completed) if kind == PARTIAL else self.completed
-            raw = b"event: " + kind.encode() + b"\ndata: " + e.data.encode() + b"\n\n"
-            usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
-            out.append(
-                ImageEvent(
-                    kind,
-                    b64,
-                    index if type(index) is int else 0,
-                    fmt,
-                    obj.get("size"),
-                    obj.get("quality"),
-                    obj.get("background"),
-                    usage,
-                    raw=raw,
-                )
-            )
-            if kind == COMPLETED:
-                self.completed += 1
-        return out
-
-    def _broken(self, what: str) -> hub.Error:
-        self.finished = True
-        return hub.Error(f"upstream {self.upstream!r} sent {what}", "protocol_error", "bad_upstream_image", 502)
 
 
 class HubImages:
@@ -633,7 +529,7 @@ def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Image
 
 
 async def _openai_events(response: Any, chunks: AsyncIterator[bytes], upstream: str, total: float | None):
-    decoder = OpenAIImageStream(upstream)
+    decoder = ImageStreamDecoder(upstream)
     try:
         async with asyncio.timeout(total):
             async for chunk in chunks:
