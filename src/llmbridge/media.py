@@ -53,22 +53,51 @@ def decode_base64(text: str | bytes) -> bytes:
             raise ValueError(f"not valid base64 ({exc})") from None
 
 
-def image_problem(data: str, declared: str | None, limit: int) -> str | None:
-    """What is wrong with one base64 image (``None`` if nothing): not base64, over ``limit``
-    decoded bytes, or bytes of another format than the ``declared`` MIME type."""
-    if len(data) // 4 * 3 > limit + 3:  # refuse before decoding: base64 is 4 chars per 3 bytes
-        return f"image is {len(data) // 4 * 3} bytes, over the limit of {limit}"
+_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def base64_size(data: str | bytes) -> int | None:
+    """The decoded size of strict base64 (standard alphabet, padding only at the end, a whole
+    number of quads; whitespace tolerated), or ``None`` when it is not base64.
+
+    One pass in C (``bytes.translate``) and no decoding: a 1 MB image is checked for a few
+    copies' worth of CPU (bench/README.md, Embeddings and images).
+    """
     try:
-        raw = decode_base64(data)
-    except (ValueError, UnicodeEncodeError):
+        raw = data.encode("ascii") if isinstance(data, str) else bytes(data)
+    except UnicodeEncodeError:
+        return None
+    stray = raw.translate(None, _ALPHABET + b"=")
+    if stray:
+        if stray.strip():  # not only whitespace (MIME-style line breaks)
+            return None
+        raw = _SPACE.sub(b"", raw)
+    n = len(raw)
+    if n % 4:
+        return None
+    pad = 2 if raw.endswith(b"==") else 1 if raw.endswith(b"=") else 0
+    if raw.find(b"=", 0, n - pad) != -1:
+        return None
+    return n // 4 * 3 - pad
+
+
+def image_problem(data: str | bytes, declared: str | None, limit: int) -> str | None:
+    """What is wrong with one base64 image (``None`` if nothing): not base64, over ``limit``
+    decoded bytes, empty, or the bytes of another format than the ``declared`` MIME type
+    (told by the magic number of the first decoded bytes)."""
+    if len(data) // 4 * 3 > limit + 3:  # refuse before anything else: base64 is 4 chars per 3 bytes
+        return f"image is over the limit of {limit} bytes ({len(data)} base64 characters)"
+    size = base64_size(data)
+    if size is None:
         return "image data is not valid base64"
-    if len(raw) > limit:
-        return f"image is {len(raw)} bytes, over the limit of {limit}"
-    if not raw:
+    if size > limit:
+        return f"image is {size} bytes, over the limit of {limit}"
+    if not size:
         return "image data is empty"
     mime = _ALIASES.get((declared or "").lower(), (declared or "").lower())
     if mime in CHECKED:
-        actual = sniff(raw)
+        head = data[:32].encode() if isinstance(data, str) else bytes(data[:32])
+        actual = sniff(binascii.a2b_base64(_SPACE.sub(b"", head)[:24]))
         if actual != mime:
             what = f"a {actual.split('/')[1].upper()} image" if actual else "not an image format we recognise"
             return f"declared {declared} but the bytes are {what}"
@@ -108,89 +137,181 @@ class ImageEvent:
 class ImageStreamDecoder:
     """Sans-I/O: an OpenAI Images SSE body in, checked :class:`ImageEvent` (or a hub error) out.
 
-    Each partial and final image is checked (base64, magic number against ``output_format``)
-    and keeps its upstream bytes in ``raw`` so that it is relayed as it came. A missing
-    ``[DONE]`` after a completed image is forgiven (OpenAI's own stream ends without one);
-    a body that ends before any completed image is an ``incomplete_stream`` error.
+    Each partial and final image is checked (strict base64, the magic number against
+    ``output_format``) and keeps its upstream bytes in ``raw`` so that it is relayed as it
+    came. A missing ``[DONE]`` after a completed image is forgiven (OpenAI's own stream ends
+    without one); a body that ends before any completed image is an ``incomplete_stream`` error.
+
+    Events here are large (a partial image is ~1 MB of base64 on one ``data:`` line), so the
+    common framing (LF line ends, one data line) is cut with ``bytes.find`` and the image is
+    sliced out of the JSON rather than parsed as a 1 MB string; anything else (CR line ends,
+    comments, several data lines) goes through the full WHATWG decoder (``llmbridge.sse``).
     """
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self._sse = sse.Decoder()
         self.completed = 0
         self.finished = False  # an error or [DONE] was seen
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._sse: sse.Decoder | None = None  # the slow path, for a body with CR line ends
+        self._seen = 0  # bytes fed on the fast path
 
     def feed(self, chunk: bytes) -> list[ImageEvent | hub.Error]:
-        return self._events(self._sse.feed(chunk))
+        if self.finished:
+            return []
+        # A server that ends lines with CR or CRLF does so from its first bytes on: only the
+        # start of the body is looked at, so a 1 MB event is not scanned once more for it.
+        if self._sse is None and not self._seen and 13 in chunk[:4096]:
+            self._sse = sse.Decoder()
+            pending, self._parts, self._size = b"".join(self._parts), [], 0
+            return self._from_sse(self._sse.feed(pending + chunk))
+        if self._sse is not None:
+            return self._from_sse(self._sse.feed(chunk))
+        self._seen += len(chunk)
+        self._parts.append(chunk)
+        self._size += len(chunk)
+        if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and len(self._parts) > 1):
+            if self._size > MAX_IMAGE_BYTES * 2:
+                return [self._broken("an event larger than any image")]
+            return []
+        # One join per event (its chunks), then only index arithmetic until the image is sliced out.
+        buffer = b"".join(self._parts) if len(self._parts) > 1 else chunk
+        out: list[ImageEvent | hub.Error] = []
+        start = 0
+        while not self.finished:
+            end = buffer.find(b"\n\n", start)
+            if end == -1:
+                break
+            out += self._block(buffer, start, end)
+            start = end + 2
+        rest = buffer[start:] if start < len(buffer) and not self.finished else b""
+        self._parts, self._size = ([rest], len(rest)) if rest else ([], 0)
+        return out
 
     def close(self) -> list[ImageEvent | hub.Error]:
-        out = self._events(self._sse.close())
+        out: list[ImageEvent | hub.Error] = []
+        if self._sse is not None:
+            out = self._from_sse(self._sse.close())
+        elif self._parts and not self.finished:
+            last = b"".join(self._parts).rstrip(b"\n")  # a last event without its blank line
+            out = self._block(last, 0, len(last))
+            if out and isinstance(out[-1], hub.Error) and out[-1].type == "protocol_error":
+                out.pop()  # it was cut short: the body ended mid-event
+                self.finished = False
+        self._parts = []
         if not self.finished and not self.completed:
-            out.append(
-                hub.Error(
-                    f"upstream {self.upstream!r} ended before the image was complete", "incomplete_stream", status=502
-                )
-            )
+            message = f"upstream {self.upstream!r} ended before the image was complete"
+            out.append(hub.Error(message, "incomplete_stream", status=502))
             self.finished = True
         return out
 
-    def _events(self, events: list[sse.Event]) -> list[ImageEvent | hub.Error]:
+    # -- framing
+
+    def _block(self, buffer: bytes, start: int, end: int) -> list[ImageEvent | hub.Error]:
+        """The event in ``buffer[start:end]`` (LF-separated lines, without the blank line)."""
+        event, data = "message", None
+        pos = start
+        while pos < end:
+            nl = buffer.find(b"\n", pos, end)
+            stop = end if nl == -1 else nl
+            if buffer.startswith(b"data:", pos, stop):
+                if data is not None:  # several data lines: let the full decoder join them
+                    return self._from_sse(sse.Decoder().feed(buffer[start:end] + b"\n\n"))
+                first = pos + 5
+                data = (first + 1 if buffer.startswith(b" ", first, stop) else first, stop)
+            elif buffer.startswith(b"event:", pos, stop):
+                event = buffer[pos + 6 : stop].strip().decode("utf-8", "replace")
+            pos = stop + 1
+        if data is None:
+            return []
+        return self._event(event, buffer, data[0], data[1], (start, end + 2))
+
+    def _from_sse(self, events: list[sse.Event]) -> list[ImageEvent | hub.Error]:
         out: list[ImageEvent | hub.Error] = []
         for e in events:
             if self.finished:
                 break
-            if e.data == "[DONE]":
-                self.finished = True
-                break
-            try:
-                obj = json_decode(e.data)
-            except msgspec.DecodeError:
-                out.append(self._broken("an event that is not JSON"))
-                break
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            if kind == "error" or e.event == "error":
-                err = obj.get("error") if isinstance(obj, dict) and isinstance(obj.get("error"), dict) else obj
-                err = err if isinstance(err, dict) else {}
-                status = 400 if err.get("type") == "invalid_request_error" else 502
-                out.append(
-                    hub.Error(
-                        str(err.get("message") or "upstream error"),
-                        hub.error_type_for_status(status),
-                        err.get("code"),
-                        status,
-                        body=obj,
-                    )
-                )
-                self.finished = True
-                break
-            if kind not in (PARTIAL, COMPLETED):
-                continue  # other event types: ignore, as the spec says
-            fmt = obj.get("output_format") if obj.get("output_format") in OUTPUT_FORMATS else "png"
-            b64 = obj.get("b64_json")
-            problem = image_problem(b64, f"image/{fmt}", MAX_IMAGE_BYTES) if isinstance(b64, str) else "no b64_json"
-            if problem:
-                out.append(self._broken(f"a broken image ({problem})"))
-                break
-            index = obj.get("partial_image_index", self.completed) if kind == PARTIAL else self.completed
-            raw = b"event: " + kind.encode() + b"\ndata: " + e.data.encode() + b"\n\n"
-            usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
-            out.append(
-                ImageEvent(
-                    kind,
-                    b64,
-                    index if type(index) is int else 0,
-                    fmt,
-                    obj.get("size"),
-                    obj.get("quality"),
-                    obj.get("background"),
-                    usage,
-                    raw=raw,
-                )
-            )
-            if kind == COMPLETED:
-                self.completed += 1
+            data = e.data.encode()
+            out += self._event(e.event, data, 0, len(data), None)
         return out
+
+    # -- one event
+
+    def _event(
+        self, name: str, buffer: bytes, d0: int, d1: int, raw: tuple[int, int] | None
+    ) -> list[ImageEvent | hub.Error]:
+        """The event whose data is ``buffer[d0:d1]``; ``raw`` is its whole span, to relay."""
+        if d1 - d0 == 6 and buffer.startswith(b"[DONE]", d0):
+            self.finished = True
+            return []
+        b64, obj = _split_image(buffer, d0, d1)
+        if not isinstance(obj, dict):
+            return [self._broken("an event that is not a JSON object")]
+        kind = obj.get("type")
+        if kind == "error" or name == "error":
+            self.finished = True
+            return [_error(obj)]
+        if kind not in (PARTIAL, COMPLETED):
+            return []  # other event types: ignore, as the spec says
+        fmt = obj.get("output_format") if obj.get("output_format") in OUTPUT_FORMATS else "png"
+        problem = image_problem(b64, f"image/{fmt}", MAX_IMAGE_BYTES) if b64 is not None else "no b64_json"
+        if problem:
+            return [self._broken(f"a broken image ({problem})")]
+        assert b64 is not None
+        index = obj.get("partial_image_index", self.completed) if kind == PARTIAL else self.completed
+        if raw is None:
+            wire = b"event: " + kind.encode() + b"\ndata: " + buffer[d0:d1] + b"\n\n"
+        else:
+            wire = buffer[raw[0] : raw[1]]
+        usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
+        event = ImageEvent(
+            kind,
+            b64.decode("ascii"),
+            index if type(index) is int else 0,
+            fmt,
+            obj.get("size"),
+            obj.get("quality"),
+            obj.get("background"),
+            usage,
+            raw=wire,
+        )
+        if kind == COMPLETED:
+            self.completed += 1
+        return [event]
 
     def _broken(self, what: str) -> hub.Error:
         self.finished = True
         return hub.Error(f"upstream {self.upstream!r} sent {what}", "protocol_error", "bad_upstream_image", 502)
+
+
+_KEY = b'"b64_json"'
+
+
+def _split_image(buffer: bytes, d0: int, d1: int) -> tuple[bytes | None, Any]:
+    """``(base64 bytes, the rest of the object)`` of the JSON in ``buffer[d0:d1]``, the image
+    sliced out without scanning it as a JSON string (base64 has no quote to end it early, and
+    an escape in it sends us to the full parse); ``(None, None)`` when it is not JSON."""
+    at = buffer.find(_KEY, d0, d1)
+    if at != -1:
+        quote = buffer.find(b'"', at + len(_KEY), d1)
+        end = buffer.find(b'"', quote + 1, d1) if quote != -1 else -1
+        if end != -1 and buffer[at + len(_KEY) : quote].strip() == b":" and buffer.find(b"\\", quote, end) == -1:
+            try:
+                rest = json_decode(buffer[d0:at] + b'"b64_json":null' + buffer[end + 1 : d1])
+            except msgspec.DecodeError:
+                return None, None
+            return buffer[quote + 1 : end], rest
+    try:
+        obj = json_decode(buffer[d0:d1])
+    except msgspec.DecodeError:
+        return None, None
+    b64 = obj.get("b64_json") if isinstance(obj, dict) else None
+    return (b64.encode() if isinstance(b64, str) else None), obj
+
+
+def _error(obj: dict) -> hub.Error:
+    err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+    status = 400 if err.get("type") == "invalid_request_error" else 502
+    message = str(err.get("message") or "upstream error")
+    return hub.Error(message, hub.error_type_for_status(status), err.get("code"), status, body=obj)
