@@ -355,7 +355,7 @@ def gateway() -> str:
             upstream.stop()
     image = base64.b64encode(b"\x89PNG\r\n\x1a\n" + os.urandom(786_000)).decode()
     payload = image.encode()
-    copy = best_of(lambda: bytes(bytearray(payload)))
+    copy = best_of(lambda: payload[1:])  # one memcpy of the event's size
     wire = (
         "event: image_generation.partial_image\ndata: "
         + json.dumps(
@@ -378,7 +378,7 @@ def gateway() -> str:
     rows = [
         ["gateway process, whole path (HTTP in and out)", per_event * 1000, per_event / copy],
         ["decode + check + re-encode (sans-I/O, in process)", core * 1000, core / copy],
-        ["one 1 MB copy (bytes(bytearray(x)))", copy * 1000, 1.0],
+        ["one 1 MB copy (a bytes slice: one memcpy)", copy * 1000, 1.0],
     ]
     return out + "\n\n" + table(["per partial-image event (1 MB base64)", "CPU ms", "x one copy"], rows)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import binascii
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -112,26 +111,63 @@ OUTPUT_FORMATS = ("png", "jpeg", "webp")
 MAX_IMAGE_BYTES = 64 * 1024 * 1024  # one image in an Images answer
 
 
-@dataclass
 class ImageEvent:
-    """One partial or final image, in the Images stream's terms."""
+    """One partial or final image, in the Images stream's terms.
 
-    type: str  # PARTIAL | COMPLETED
-    b64_json: str | None
-    index: int = 0  # partial_image_index for a partial; the image's number for a completed one
-    output_format: str = "png"
-    size: str | None = None
-    quality: str | None = None
-    background: str | None = None
-    usage: dict[str, Any] | None = None
-    url: str | None = None  # dall-e answers with URLs when asked
-    revised_prompt: str | None = None
-    raw: bytes | None = None  # the upstream's SSE event, to relay untouched when it checked out
+    From :class:`ImageStreamDecoder`, the base64 stays inside ``raw`` (the upstream's SSE
+    event, relayed as it came) and ``b64_json`` is cut out of it only when read: the relay
+    path never makes a second megabyte-sized copy of it.
+    """
+
+    __slots__ = (
+        "_b64",
+        "_span",
+        "background",
+        "index",
+        "output_format",
+        "quality",
+        "raw",
+        "revised_prompt",
+        "size",
+        "type",
+        "url",
+        "usage",
+    )
+
+    def __init__(
+        self,
+        type: str,  # PARTIAL | COMPLETED
+        b64_json: str | None,
+        index: int = 0,  # partial_image_index for a partial; the image's number for a completed one
+        output_format: str = "png",
+        size: str | None = None,
+        quality: str | None = None,
+        background: str | None = None,
+        usage: dict[str, Any] | None = None,
+        url: str | None = None,  # dall-e answers with URLs when asked
+        revised_prompt: str | None = None,
+        raw: bytes | None = None,  # the upstream's SSE event, to relay untouched when it checked out
+        span: tuple[int, int] | None = None,  # where the base64 sits in ``raw``, when b64_json is None
+    ) -> None:
+        self.type, self._b64, self.index, self.output_format = type, b64_json, index, output_format
+        self.size, self.quality, self.background, self.usage = size, quality, background, usage
+        self.url, self.revised_prompt, self.raw, self._span = url, revised_prompt, raw, span
+
+    @property
+    def b64_json(self) -> str | None:
+        if self._b64 is None and self._span is not None and self.raw is not None:
+            self._b64 = self.raw[self._span[0] : self._span[1]].decode("ascii")
+        return self._b64
 
     @property
     def data(self) -> bytes:
         """The image's bytes (empty for a URL-only image)."""
-        return decode_base64(self.b64_json) if self.b64_json else b""
+        b64 = self.b64_json
+        return decode_base64(b64) if b64 else b""
+
+    def __repr__(self) -> str:
+        size = self._span[1] - self._span[0] if self._span else len(self._b64 or "")
+        return f"ImageEvent({self.type!r}, index={self.index}, {self.output_format}, {size} base64 chars)"
 
 
 class ImageStreamDecoder:
@@ -171,7 +207,9 @@ class ImageStreamDecoder:
         self._seen += len(chunk)
         self._parts.append(chunk)
         self._size += len(chunk)
-        if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and len(self._parts) > 1):
+        # (an int membership test is a memchr; a bytes needle is a much slower search, and the
+        # chunks of a base64 line hold no newline at all)
+        if 10 not in chunk or (b"\n\n" not in chunk and not (chunk[:1] == b"\n" and len(self._parts) > 1)):
             if self._size > MAX_IMAGE_BYTES * 2:
                 return [self._broken("an event larger than any image")]
             return []
@@ -179,12 +217,16 @@ class ImageStreamDecoder:
         buffer = b"".join(self._parts) if len(self._parts) > 1 else chunk
         out: list[ImageEvent | hub.Error] = []
         start = 0
+        pos = start
         while not self.finished:
-            end = buffer.find(b"\n\n", start)
-            if end == -1:
+            end = buffer.find(b"\n", pos)  # memchr: a 1 MB line is skipped at memory speed
+            if end == -1 or end + 1 >= len(buffer):
                 break
+            if buffer[end + 1] != 10:
+                pos = end + 1
+                continue
             out += self._block(buffer, start, end)
-            start = end + 2
+            start = pos = end + 2
         rest = buffer[start:] if start < len(buffer) and not self.finished else b""
         self._parts, self._size = ([rest], len(rest)) if rest else ([], 0)
         return out
@@ -245,7 +287,7 @@ class ImageStreamDecoder:
         if d1 - d0 == 6 and buffer.startswith(b"[DONE]", d0):
             self.finished = True
             return []
-        b64, obj = _split_image(buffer, d0, d1)
+        span, obj = _split_image(buffer, d0, d1)
         if not isinstance(obj, dict):
             return [self._broken("an event that is not a JSON object")]
         kind = obj.get("type")
@@ -255,19 +297,33 @@ class ImageStreamDecoder:
         if kind not in (PARTIAL, COMPLETED):
             return []  # other event types: ignore, as the spec says
         fmt = obj.get("output_format") if obj.get("output_format") in OUTPUT_FORMATS else "png"
-        problem = image_problem(b64, f"image/{fmt}", MAX_IMAGE_BYTES) if b64 is not None else "no b64_json"
+        if span is None:
+            problem = "no b64_json"
+        elif isinstance(span, bytes):  # the full parse: the image is its own object
+            problem = image_problem(span, f"image/{fmt}", MAX_IMAGE_BYTES)
+        else:
+            problem = _image_in(buffer, span, f"image/{fmt}")
         if problem:
             return [self._broken(f"a broken image ({problem})")]
-        assert b64 is not None
         index = obj.get("partial_image_index", self.completed) if kind == PARTIAL else self.completed
-        if raw is None:
-            wire = b"event: " + kind.encode() + b"\ndata: " + buffer[d0:d1] + b"\n\n"
-        else:
-            wire = buffer[raw[0] : raw[1]]
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
+        b64: str | None = None
+        where: tuple[int, int] | None = None
+        if isinstance(span, bytes):
+            b64 = span.decode("ascii")
+            wire = b"event: " + kind.encode() + b"\ndata: " + buffer[d0:d1] + b"\n\n"
+        elif raw is not None and raw == (0, len(buffer)):  # the usual case: the event is the buffer
+            wire, where = buffer, span
+        else:
+            first = raw[0] if raw is not None else d0
+            wire = buffer[first : raw[1]] if raw is not None else buffer[d0:d1]
+            where = (span[0] - first, span[1] - first)
+            if raw is None:
+                wire = b"event: " + kind.encode() + b"\ndata: " + wire + b"\n\n"
+                where = (where[0] + len(kind) + 14, where[1] + len(kind) + 14)
         event = ImageEvent(
             kind,
-            b64.decode("ascii"),
+            b64,
             index if type(index) is int else 0,
             fmt,
             obj.get("size"),
@@ -275,6 +331,7 @@ class ImageStreamDecoder:
             obj.get("background"),
             usage,
             raw=wire,
+            span=where,
         )
         if kind == COMPLETED:
             self.completed += 1
@@ -288,10 +345,11 @@ class ImageStreamDecoder:
 _KEY = b'"b64_json"'
 
 
-def _split_image(buffer: bytes, d0: int, d1: int) -> tuple[bytes | None, Any]:
-    """``(base64 bytes, the rest of the object)`` of the JSON in ``buffer[d0:d1]``, the image
-    sliced out without scanning it as a JSON string (base64 has no quote to end it early, and
-    an escape in it sends us to the full parse); ``(None, None)`` when it is not JSON."""
+def _split_image(buffer: bytes, d0: int, d1: int) -> tuple[tuple[int, int] | bytes | None, Any]:
+    """Where the image's base64 is in the JSON of ``buffer[d0:d1]`` (a ``(start, end)`` span;
+    found without scanning it as a JSON string: base64 has no quote to end it early, and an
+    escape in it sends us to the full parse, which returns the base64 as bytes), and the rest
+    of the object; ``(None, None)`` when it is not JSON."""
     at = buffer.find(_KEY, d0, d1)
     if at != -1:
         quote = buffer.find(b'"', at + len(_KEY), d1)
@@ -301,13 +359,36 @@ def _split_image(buffer: bytes, d0: int, d1: int) -> tuple[bytes | None, Any]:
                 rest = json_decode(buffer[d0:at] + b'"b64_json":null' + buffer[end + 1 : d1])
             except msgspec.DecodeError:
                 return None, None
-            return buffer[quote + 1 : end], rest
+            return (quote + 1, end), rest
     try:
         obj = json_decode(buffer[d0:d1])
     except msgspec.DecodeError:
         return None, None
     b64 = obj.get("b64_json") if isinstance(obj, dict) else None
     return (b64.encode() if isinstance(b64, str) else None), obj
+
+
+def _image_in(buffer: bytes, span: tuple[int, int], declared: str) -> str | None:
+    """:func:`image_problem` for the base64 at ``buffer[span]``, without copying it out: one
+    ``translate`` pass over the whole buffer finds every byte outside the base64 alphabet,
+    and those must all lie outside the span (the JSON around it is short)."""
+    a, b = span
+    if (b - a) // 4 * 3 > MAX_IMAGE_BYTES + 3:
+        return f"image is over the limit of {MAX_IMAGE_BYTES} bytes"
+    keep = _ALPHABET + b"="
+    if buffer.translate(None, keep) != buffer[:a].translate(None, keep) + buffer[b:].translate(None, keep):
+        return "image data is not valid base64"
+    n = b - a
+    pad = 2 if buffer.startswith(b"==", b - 2, b) else 1 if buffer.startswith(b"=", b - 1, b) else 0
+    if n % 4 or buffer.find(b"=", a, b - pad) != -1:
+        return "image data is not valid base64"
+    if n == 0:
+        return "image data is empty"
+    return (
+        image_problem(buffer[a : a + min(n, 64)], declared, MAX_IMAGE_BYTES)
+        if n > 64
+        else image_problem(buffer[a:b], declared, MAX_IMAGE_BYTES)
+    )
 
 
 def _error(obj: dict) -> hub.Error:
