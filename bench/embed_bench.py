@@ -257,14 +257,24 @@ def serve_upstream(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
-def _latency(client, url: str, body: dict, n: int) -> float:
-    times = []
+def _paired(direct, via, n: int) -> tuple[float, float, float]:
+    """Median ms of ``direct()`` and ``via()`` and the median of their differences, the two
+    called alternately so that the machine's load (shared, 2 cores) weighs on both alike."""
+    a, b = [], []
     for _ in range(n):
-        t = time.perf_counter()
-        r = client.post(url, json=body)
-        times.append(time.perf_counter() - t)
-        r.raise_for_status()
-    return statistics.median(times) * 1000
+        for fn, out in ((direct, a), (via, b)):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+    diff = statistics.median(y - x for x, y in zip(a, b, strict=True))
+    return statistics.median(a) * 1000, statistics.median(b) * 1000, diff * 1000
+
+
+def _post(client, url: str, body: dict):
+    def call() -> None:
+        client.post(url, json=body).raise_for_status()
+
+    return call
 
 
 def gateway() -> str:
@@ -319,26 +329,22 @@ def gateway() -> str:
             rows = []
             with httpx.Client(timeout=60) as client:
                 body = {"model": "te", "input": ["one short input"]}
-                _latency(client, f"http://127.0.0.1:{up_port}/v1/embeddings", body, 20)  # warm up both paths
-                _latency(client, f"http://127.0.0.1:{gw_port}/v1/embeddings", body, 20)
-                direct = _latency(client, f"http://127.0.0.1:{up_port}/v1/embeddings", body, 200)
-                via = _latency(client, f"http://127.0.0.1:{gw_port}/v1/embeddings", body, 200)
-                rows.append(["fast upstream, 1 input (1536 floats)", direct, via, via - direct])
+                direct = _post(client, f"http://127.0.0.1:{up_port}/v1/embeddings", body)
+                via = _post(client, f"http://127.0.0.1:{gw_port}/v1/embeddings", body)
+                _paired(direct, via, 20)  # warm up both paths
+                rows.append(["fast upstream, 1 input (1536 floats)", *_paired(direct, via, 200)])
                 model = embed.EmbeddingModel()
                 model.embed(["warm up"])
                 local_body = {"model": "local-embed", "input": ["How do I bake bread at home?"]}
-                _latency(client, f"http://127.0.0.1:{gw_port}/v1/embeddings", local_body, 5)
-                times = []
-                for _ in range(50):
-                    t = time.perf_counter()
-                    model.embed(local_body["input"])
-                    times.append(time.perf_counter() - t)
-                in_process = statistics.median(times) * 1000
-                via_local = _latency(client, f"http://127.0.0.1:{gw_port}/v1/embeddings", local_body, 50)
+                via = _post(client, f"http://127.0.0.1:{gw_port}/v1/embeddings", local_body)
+                _paired(lambda: model.embed(local_body["input"]), via, 5)
                 rows.append(
-                    ["local-embed, 1 input (in process vs gateway)", in_process, via_local, via_local - in_process]
+                    [
+                        "local-embed, 1 input (in process vs gateway)",
+                        *_paired(lambda: model.embed(local_body["input"]), via, 50),
+                    ]
                 )
-                out = table(["embeddings request", "direct ms p50", "gateway ms p50", "added ms"], rows)
+                out = table(["embeddings request", "direct ms p50", "gateway ms p50", "added ms (p50 of pairs)"], rows)
 
                 # 3. partial images of 1 MB base64
                 events = 21  # 20 partials + the completed image
