@@ -45,11 +45,16 @@ MODELS = {
     "te3-short": ("openai-chat", "te3-small-short"),
     "gem-embed": ("gemini", "gemini-embedding-batch3"),
     "gem-malformed": ("gemini", "gemini-embedding-malformed"),
+    "mmsp-embed": ("mmsp", "mmsp-embedding-batch3"),
     # fallback: the first upstream is overloaded, the second answers
-    "te3-fallback": (["rep-chat", "rep-gemini"], {"rep-chat": "te3-small-batch3@status=503",
-                                                  "rep-gemini": "gemini-embedding-batch3"}),
-    "gpt-image-fallback": (["rep-chat", "rep-responses"], {"rep-chat": "gpt-image-stream@status=429",
-                                                           "rep-responses": "gpt-image-done"}),
+    "te3-fallback": (
+        ["rep-chat", "rep-gemini"],
+        {"rep-chat": "te3-small-batch3@status=503", "rep-gemini": "gemini-embedding-batch3"},
+    ),
+    "gpt-image-fallback": (
+        ["rep-chat", "rep-responses"],
+        {"rep-chat": "gpt-image-stream@status=429", "rep-responses": "gpt-image-done"},
+    ),
     # a Responses image_generation call, asked for on the chat endpoints
     "responses-image": ("openai-responses", "responses-image-gen"),
 }
@@ -62,8 +67,14 @@ def gateway():
         for name, (ups, targets) in MODELS.items():
             if isinstance(ups, list):
                 raw["models"].append({"name": name, "upstreams": ups, "upstream_model": targets})
-        raw["models"].append({"name": "vectors", "upstream": "rep-gemini", "upstream_model": "gemini-embedding-batch3",
-                              "kind": "embedding"})
+        raw["models"].append(
+            {
+                "name": "vectors",
+                "upstream": "rep-gemini",
+                "upstream_model": "gemini-embedding-batch3",
+                "kind": "embedding",
+            }
+        )
         raw["gateway"] = {"max_image_bytes": 4096, "keepalive_seconds": 30}
         with serving(create_app(config.parse(raw))) as gw:
             yield gw
@@ -196,30 +207,51 @@ def test_models_without_images(gateway):
 
 
 def test_a_responses_image_reaches_every_client_dialect_in_its_form(gateway):
-    final = json.loads(next(line for line in (DATA / "openai-responses" / "responses-image-gen.sse").read_text()
-                            .splitlines() if '"response.output_item.done"' in line)[6:])["item"]["result"]
+    final = json.loads(
+        next(
+            line
+            for line in (DATA / "openai-responses" / "responses-image-gen.sse").read_text().splitlines()
+            if '"response.output_item.done"' in line
+        )[6:]
+    )["item"]["result"]
     # Gemini: an inlineData part, read by google-genai
     client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=gateway.url))
-    parts = [p for chunk in client.models.generate_content_stream(model="responses-image", contents="draw")
-             for c in chunk.candidates or [] if c.content for p in c.content.parts or []]
+    parts = [
+        p
+        for chunk in client.models.generate_content_stream(model="responses-image", contents="draw")
+        for c in chunk.candidates or []
+        if c.content
+        for p in c.content.parts or []
+    ]
     blobs = [p.inline_data for p in parts if p.inline_data]
     assert len(blobs) == 1 and blobs[0].mime_type == "image/png" and blobs[0].data == base64.b64decode(final)
     # MMSP: one inline_data item, read by MMSP's own assembler
-    r = HTTP.post(gateway.url + "/mmsp/v1/stream", json={"model": "responses-image", "messages": [
-        {"role": "user", "content_items": [{"type": "text.done", "text": "draw"}]}]})
+    r = HTTP.post(
+        gateway.url + "/mmsp/v1/stream",
+        json={
+            "model": "responses-image",
+            "messages": [{"role": "user", "content_items": [{"type": "text.done", "text": "draw"}]}],
+        },
+    )
     uni = [json.loads(e.data) for e in events(r.content) if e.data != "[DONE]"]
     items = [i for u in uni for i in u["content_items"] if i["type"] == "inline_data.done"]
     assert len(items) == 1 and items[0]["mime_type"] == "image/png" and items[0]["data"] == final
     assert reader("mmsp").read(r.content).error is None  # MMSP's own assembler reads the stream
     # LLM-Stream: the image in the draft's extension fields (docs/llm-stream.md)
-    r = HTTP.post(gateway.url + "/v1/stream", json={"model": "responses-image", "messages": [
-        {"role": "user", "content": "draw"}]}, headers={"content-type": "application/llm-request+json"})
+    r = HTTP.post(
+        gateway.url + "/v1/stream",
+        json={"model": "responses-image", "messages": [{"role": "user", "content": "draw"}]},
+        headers={"content-type": "application/llm-request+json"},
+    )
     data = [json.loads(e.data) for e in events(r.content) if e.event == "content.delta"]
     assert "".join(d["delta"].get("llmbridge:data", "") for d in data) == final
     assert any((d.get("llmbridge:block") or {}).get("mime_type") == "image/png" for d in data)
     # Responses itself: relayed, the image_generation_call item as the upstream sent it
-    done = [i for i in oai(gateway).responses.create(model="responses-image", input="draw").output
-            if i.type == "image_generation_call"]
+    done = [
+        i
+        for i in oai(gateway).responses.create(model="responses-image", input="draw").output
+        if i.type == "image_generation_call"
+    ]
     assert len(done) == 1 and done[0].result == final
 
 
@@ -250,9 +282,23 @@ def test_embeddings_translate_any_to_any(gateway):
     assert len(result.embeddings) == 3 and len(result.embeddings[0].values) == 16
     # both API versions the SDK may use, and single embedContent
     for version in ("v1", "v1beta"):
-        r = HTTP.post(f"{gateway.url}/{version}/models/gem-embed:batchEmbedContents",
-                      json={"requests": [{"content": {"parts": [{"text": t}]}} for t in "abc"]})
+        r = HTTP.post(
+            f"{gateway.url}/{version}/models/gem-embed:batchEmbedContents",
+            json={"requests": [{"content": {"parts": [{"text": t}]}} for t in "abc"]},
+        )
         assert r.status_code == 200 and len(r.json()["embeddings"]) == 3
+
+
+def test_an_mmsp_embedding_stream_serves_openai_and_gemini_clients(gateway):
+    got = oai(gateway).embeddings.create(model="mmsp-embed", input=["a", "b", "c"])
+    assert [len(d.embedding) for d in got.data] == [16] * 3 and got.usage.prompt_tokens == 9
+    r = HTTP.post(
+        gateway.url + "/v1beta/models/mmsp-embed:batchEmbedContents",
+        json={"requests": [{"content": {"parts": [{"text": t}]}} for t in "abc"]},
+    )
+    assert r.status_code == 200 and r.json()["usageMetadata"]["promptTokenCount"] == 9
+    r = HTTP.post(gateway.url + "/v1/embeddings", json={"model": "mmsp-embed", "input": ["only one"]})
+    assert r.status_code == 502 and "expected 1 embeddings" in r.json()["error"]["message"]
 
 
 def test_malformed_upstream_embeddings_are_a_502_in_the_clients_shape(gateway):
@@ -291,8 +337,10 @@ def test_bad_gemini_embedding_requests_are_400_in_googles_shape(gateway):
 
 
 def test_mmsp_embedding_stream_from_an_upstream(gateway):
-    r = HTTP.post(gateway.url + "/mmsp/v1/stream", json={"model": "vectors", "messages": [
-        {"role": "user", "content": m} for m in ("a", "b", "c")]})
+    r = HTTP.post(
+        gateway.url + "/mmsp/v1/stream",
+        json={"model": "vectors", "messages": [{"role": "user", "content": m} for m in ("a", "b", "c")]},
+    )
     uni = [json.loads(e.data) for e in events(r.content) if e.data != "[DONE]"]
     kinds = [u["content_items"][0]["type"] if u["content_items"] else u["event_type"] for u in uni]
     assert kinds == ["embedding.delta", "embedding.done"] * 3 + ["stop"]
@@ -317,8 +365,11 @@ def test_local_embed_is_listed_and_served_with_no_config(local):
     assert "local-embed" in [m.id for m in oai(local).models.list()]
     got = oai(local).embeddings.create(
         model="local-embed",
-        input=["How do I bake bread at home?", "Instructions for making a homemade loaf.",
-               "How do I fix my car at home?"],
+        input=[
+            "How do I bake bread at home?",
+            "Instructions for making a homemade loaf.",
+            "How do I fix my car at home?",
+        ],
     )
     v = [d.embedding for d in got.data]
     assert len(v[0]) == 384 and all(abs(math.sqrt(sum(x * x for x in e)) - 1) < 1e-3 for e in v)
@@ -330,12 +381,25 @@ def test_local_embed_through_gemini_and_mmsp(local):
     client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url=local.url))
     result = client.models.embed_content(model="local-embed", contents=["one", "two"])
     assert [len(e.values) for e in result.embeddings] == [384, 384]
-    r = HTTP.post(local.url + "/mmsp/v1/stream", json={"model": "local-embed", "messages": [
-        {"role": "user", "content_items": [{"type": "text.done", "text": "first"}, {"type": "text.done", "text": "x"}]},
-        {"role": "user", "content": "second"}]})
+    r = HTTP.post(
+        local.url + "/mmsp/v1/stream",
+        json={
+            "model": "local-embed",
+            "messages": [
+                {
+                    "role": "user",
+                    "content_items": [{"type": "text.done", "text": "first"}, {"type": "text.done", "text": "x"}],
+                },
+                {"role": "user", "content": "second"},
+            ],
+        },
+    )
     uni = [json.loads(e.data) for e in events(r.content) if e.data != "[DONE]"]
-    done = [u["content_items"][0]["embedding"] for u in uni if u["content_items"]
-            and u["content_items"][0]["type"] == "embedding.done"]
+    done = [
+        u["content_items"][0]["embedding"]
+        for u in uni
+        if u["content_items"] and u["content_items"][0]["type"] == "embedding.done"
+    ]
     assert len(done) == 2 and uni[-1]["event_type"] == "stop" and uni[-1]["usage_metadata"]["prompt_tokens"] > 0
     single = oai(local).embeddings.create(model="local-embed", input="second", encoding_format="float").data[0]
     assert max(abs(x - y) for x, y in zip(done[1], single.embedding, strict=True)) < 1e-5
@@ -346,8 +410,10 @@ def test_local_embed_limits(local):
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     r = HTTP.post(local.url + "/v1/embeddings", json={"model": "local-embed", "input": "x", "dimensions": 128})
     assert r.status_code == 400 and "384" in r.json()["error"]["message"]
-    r = HTTP.post(local.url + "/v1/chat/completions", json={"model": "local-embed", "messages": [
-        {"role": "user", "content": "hi"}]})
+    r = HTTP.post(
+        local.url + "/v1/chat/completions",
+        json={"model": "local-embed", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert r.status_code == 400 and "embedding model" in r.json()["error"]["message"]
     r = HTTP.post(local.url + "/v1/embeddings", json={"model": "local", "input": "x"})
     assert r.status_code == 400 and "local-embed" in r.json()["error"]["message"]

@@ -267,8 +267,40 @@ def embeddings() -> None:
     (folder / "gemini-embedding-malformed.json").write_text(json.dumps(nan, indent=1))
 
 
+def mmsp_embeddings() -> None:
+    """MMSP's embedding stream (seed 001, Embeddings): one ``embedding.delta`` and one
+    ``embedding.done`` per message sent, in order, then ``stop`` with the usage."""
+    folder = HERE / "mmsp"
+    folder.mkdir(exist_ok=True)
+    out = []
+    t = 1764651600000
+    for i in range(3):
+        v = vector(i + 21, 16)
+        for kind in ("embedding.delta", "embedding.done"):
+            event = {
+                "role": "assistant",
+                "event_type": "delta",
+                "content_items": [{"type": kind, "embedding": v}],
+                "usage_metadata": None,
+                "finish_reason": None,
+                "created_at": t + i,
+            }
+            out.append(sse(None, event))
+    stop = {
+        "role": "assistant",
+        "event_type": "stop",
+        "content_items": [],
+        "usage_metadata": {"cached_tokens": 0, "prompt_tokens": 9, "thoughts_tokens": None, "response_tokens": 0},
+        "finish_reason": "stop",
+        "created_at": t + 5,
+    }
+    out.append(sse(None, stop))
+    (folder / "mmsp-embedding-batch3.sse").write_text("".join(out) + "data: [DONE]\n\n")
+
+
 if __name__ == "__main__":
     openai_images()
     gemini_image()
     responses_image()
     embeddings()
+    mmsp_embeddings()

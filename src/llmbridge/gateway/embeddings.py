@@ -7,7 +7,8 @@ request (the model's upstreams in order, falling back on 429/5xx), and the
 
 * a ``local`` upstream serves ``local-embed`` in process (``llmbridge.local.embed``);
 * an ``openai-chat``/``openai-responses`` upstream's ``{base_url}/embeddings``;
-* a ``gemini`` upstream's ``models/{m}:batchEmbedContents`` (in batches of 100, its limit).
+* a ``gemini`` upstream's ``models/{m}:batchEmbedContents`` (in batches of 100, its limit);
+* an ``mmsp`` upstream's embedding stream (one message per input, seed 001).
 
 The parse and encode functions are pure (dicts in, dicts out); :class:`EmbeddingsService`
 is the I/O shell.
@@ -35,7 +36,7 @@ from ..errors import RequestError
 from . import replies
 from .config import LOCAL, LOCAL_EMBED, ModelConfig
 from .jsonbody import read_object
-from .upstream import UpstreamFailed, retryable
+from .upstream import UpstreamFailed, as_hub_error, retryable
 from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, gemini_url, openai_url
 
 log = logging.getLogger("llmbridge.gateway")
@@ -282,6 +283,36 @@ def read_gemini_upstream(data: Any, count: int) -> EmbedResult:
     return EmbedResult(vectors, tokens if type(tokens) is int else None)
 
 
+class HubVectors:
+    """Sans-I/O: the vectors of an embedding stream in hub form (the mmsp decoder's ``native``
+    blocks named ``embedding``), in order, with the usage and the error if one came."""
+
+    def __init__(self) -> None:
+        self.vectors: list[Any] = []
+        self.usage: hub.Usage | None = None
+        self.error: hub.Error | None = None
+
+    def feed(self, event: hub.Event) -> None:
+        kind = type(event)
+        if kind is hub.BlockStart and event.kind == "native":
+            own = (event.extensions or {}).get("mmsp")
+            if isinstance(own, dict) and own.get("type") == "embedding":
+                self.vectors.append(own.get("embedding"))
+        elif kind is hub.Usage:
+            self.usage = hub.merge_usage(self.usage, event)
+        elif kind is hub.Error:
+            self.error = event
+
+    def result(self, count: int) -> EmbedResult:
+        """The vectors; raises ValueError when there are not ``count`` of them or one is not a vector."""
+        if len(self.vectors) != count:
+            raise ValueError(f"expected {count} embeddings, got {len(self.vectors)}")
+        for n, v in enumerate(self.vectors):
+            if not isinstance(v, list) or not all(isinstance(x, int | float) for x in v):
+                raise ValueError(f"embedding {n} is not a vector")
+        return EmbedResult(self.vectors, self.usage.input_tokens if self.usage else None)
+
+
 # --------------------------------------------------------------------------- the local model
 
 
@@ -473,9 +504,28 @@ class EmbeddingsService:
                 vectors += part.vectors
                 tokens = None if tokens is None or part.input_tokens is None else tokens + part.input_tokens
             return EmbedResult(vectors, tokens)
+        if cfg.format == "mmsp" and upstream in self.gateway.upstreams:
+            return await self._mmsp(self.gateway.upstreams[upstream], upstream_model, req)
         raise UpstreamFailed(
             hub.Error(f"upstream {upstream!r} ({cfg.format}) serves no embeddings", "invalid_request", status=400)
         )
+
+    async def _mmsp(self, upstream: Any, upstream_model: str, req: EmbedRequest) -> EmbedResult:
+        """An MMSP server's embedding stream: one message per input, one vector per message."""
+        hreq = hub.Request(
+            model=upstream_model, stream=True, messages=[hub.Message("user", [hub.TextPart(t)]) for t in req.inputs]
+        )
+        reader = HubVectors()
+        try:
+            async for event in upstream.stream(hreq):
+                reader.feed(event)
+        except UpstreamFailed:
+            raise
+        except Exception as exc:
+            raise UpstreamFailed(as_hub_error(exc, upstream.name)) from exc
+        if reader.error is not None:
+            raise UpstreamFailed(reader.error)
+        return _checked(lambda r, n: r.result(n), reader, len(req.inputs), upstream.name)
 
     async def aclose(self) -> None:
         if self._http is not None:
