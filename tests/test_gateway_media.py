@@ -417,3 +417,32 @@ def test_local_embed_limits(local):
     assert r.status_code == 400 and "embedding model" in r.json()["error"]["message"]
     r = HTTP.post(local.url + "/v1/embeddings", json={"model": "local", "input": "x"})
     assert r.status_code == 400 and "local-embed" in r.json()["error"]["message"]
+
+
+def test_a_gemini_image_reaches_responses_chat_and_messages_clients(gateway):
+    body = (DATA / "gemini" / "gemini-image.sse").read_text()
+    final = next(json.loads(line[6:]) for line in body.splitlines() if "inlineData" in line)
+    final = final["candidates"][0]["content"]["parts"][0]["inlineData"]["data"]
+    # Responses: the image_generation tool's own item, read by the openai SDK
+    response = oai(gateway).responses.create(model="nano", input="draw a banana")
+    items = [i for i in response.output if i.type == "image_generation_call"]
+    assert len(items) == 1 and items[0].result == final and items[0].status == "completed"
+    with oai(gateway).responses.stream(model="nano", input="draw a banana") as stream:
+        done = [i for i in stream.get_final_response().output if i.type == "image_generation_call"]
+    assert done[0].result == final
+    # Chat Completions and Messages have no image output: our extension, which their SDKs ignore
+    r = HTTP.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": "nano", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+    )
+    chunks = [json.loads(e.data) for e in events(r.content) if e.data != "[DONE]"]
+    carried = [c["choices"][0]["llmbridge"] for c in chunks if c.get("choices") and "llmbridge" in c["choices"][0]]
+    assert any((b.get("block") or {}).get("mime_type") == "image/png" for b in carried)
+    assert "".join(b["delta"] for b in carried if "delta" in b) == final
+    r = HTTP.post(
+        gateway.url + "/v1/messages",
+        json={"model": "nano", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]},
+        headers={"anthropic-version": "2023-06-01"},
+    )
+    blocks = r.json()["content"]
+    assert any(b["type"] == "llmbridge" for b in blocks), blocks
