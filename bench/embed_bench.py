@@ -257,6 +257,55 @@ def serve_upstream(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
+def serve_relay(port: int, upstream_port: int) -> None:
+    """The floor for the image relay: Starlette + httpx passing the upstream's image stream
+    through untouched (no parsing, no checks), with the same servers the gateway uses."""
+    import httpx
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    client = httpx.AsyncClient(timeout=None)
+
+    async def images(request):
+        body = await request.body()
+        req = client.build_request(
+            "POST",
+            f"http://127.0.0.1:{upstream_port}/v1/images/generations",
+            content=body,
+            headers={"content-type": "application/json"},
+        )
+        upstream = await client.send(req, stream=True)
+
+        async def relay():
+            try:
+                async for chunk in upstream.aiter_raw():
+                    yield chunk
+            finally:
+                await upstream.aclose()
+
+        return StreamingResponse(relay(), media_type="text/event-stream")
+
+    app = Starlette(
+        routes=[
+            Route("/v1/images", images, methods=["POST"]),
+            Route("/health", lambda r: Response("ok"), methods=["GET"]),
+        ]
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def _image_cpu(client, server, url: str, body: dict, events: int, runs: int = 5) -> float:
+    """CPU seconds of ``server`` per image event over ``runs`` streamed requests."""
+    client.post(url, json=body).raise_for_status()  # warm up
+    cpu0 = server.cpu()
+    for _ in range(runs):
+        r = client.post(url, json=body)
+        assert r.status_code == 200 and r.content.count(b"event: image_generation") == events
+    return (server.cpu() - cpu0) / (runs * events)
+
+
 def _paired(direct, via, n: int) -> tuple[float, float, float]:
     """Median ms of ``direct()`` and ``via()`` and the median of their differences, the two
     called alternately so that the machine's load (shared, 2 cores) weighs on both alike."""
@@ -346,16 +395,27 @@ def gateway() -> str:
                 )
                 out = table(["embeddings request", "direct ms p50", "gateway ms p50", "added ms (p50 of pairs)"], rows)
 
-                # 3. partial images of 1 MB base64
+                # 3. partial images of 1 MB base64, through the gateway and through a plain relay
                 events = 21  # 20 partials + the completed image
                 image_body = {"model": "img-20", "prompt": "x", "stream": True, "partial_images": 3}
-                client.post(f"http://127.0.0.1:{gw_port}/v1/images", json=image_body).raise_for_status()
-                cpu0 = gw.cpu()
-                runs = 5
-                for _ in range(runs):
-                    r = client.post(f"http://127.0.0.1:{gw_port}/v1/images", json=image_body)
-                    assert r.status_code == 200 and r.content.count(b"event: image_generation") == events
-                per_event = (gw.cpu() - cpu0) / (runs * events)
+                relay_port = _port()
+                relay = _start(
+                    "relay",
+                    [sys.executable, "-m", "bench.embed_bench", "--relay", str(relay_port), str(up_port)],
+                    f"http://127.0.0.1:{relay_port}/health",
+                    tmp,
+                    {"PYTHONPATH": str(ROOT)},
+                )
+                try:
+                    per_event = relay_event = 0.0
+                    for _ in range(2):  # alternate, so that load weighs on both alike
+                        per_event += _image_cpu(client, gw, f"http://127.0.0.1:{gw_port}/v1/images", image_body, events)
+                        relay_event += _image_cpu(
+                            client, relay, f"http://127.0.0.1:{relay_port}/v1/images", image_body, events
+                        )
+                    per_event, relay_event = per_event / 2, relay_event / 2
+                finally:
+                    relay.stop()
         finally:
             gw.stop()
             upstream.stop()
@@ -383,6 +443,7 @@ def gateway() -> str:
     core = best_of(sans_io)
     rows = [
         ["gateway process, whole path (HTTP in and out)", per_event * 1000, per_event / copy],
+        ["plain relay process (httpx -> uvicorn, no checks): the floor", relay_event * 1000, relay_event / copy],
         ["decode + check + re-encode (sans-I/O, in process)", core * 1000, core / copy],
         ["one 1 MB copy (a bytes slice: one memcpy)", copy * 1000, 1.0],
     ]
@@ -396,5 +457,7 @@ def run() -> str:
 if __name__ == "__main__":
     if sys.argv[1] == "--child":
         print(json.dumps(_child(sys.argv[2], sys.argv[3])))
+    elif sys.argv[1] == "--relay":
+        serve_relay(int(sys.argv[2]), int(sys.argv[3]))
     elif sys.argv[1] == "--upstream":
         serve_upstream(int(sys.argv[2]))
