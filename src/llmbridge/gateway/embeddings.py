@@ -31,7 +31,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import dialects, hub
-from ..dialects.base import json_encode
 from ..errors import RequestError
 from . import replies
 from .config import LOCAL, LOCAL_EMBED, ModelConfig
@@ -547,7 +546,6 @@ __all__ = [
     "LocalEmbedder",
     "gemini_body",
     "hub_events",
-    "json_encode",
     "mmsp_inputs",
     "openai_body",
     "parse_gemini",

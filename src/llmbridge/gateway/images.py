@@ -264,6 +264,7 @@ class HubImages:
         self.req = req
         self.index = first_index
         self._blocks: dict[int, tuple[str, list[str]]] = {}
+        self._texts: set[int] = set()  # the open text blocks (not thinking, not tool calls)
         self._text: list[str] = []
         self._pending: ImageEvent | None = None  # the last image waits for the usage
         self.usage: hub.Usage | None = None
@@ -275,11 +276,13 @@ class HubImages:
         if kind is hub.BlockStart:
             if event.kind == "data" and (event.mime_type or "image/").startswith("image/"):
                 self._blocks[event.index] = (event.mime_type or "", [])
+            elif event.kind == "text":
+                self._texts.add(event.index)
         elif kind is hub.Delta:
             block = self._blocks.get(event.index)
             if block is not None:
                 block[1].append(event.text)
-            elif event.text:
+            elif event.index in self._texts:
                 self._text.append(event.text)
         elif kind is hub.BlockStop:
             block = self._blocks.pop(event.index, None)

@@ -1,4 +1,5 @@
-"""The embedded local model: SmolLM2-135M-Instruct in process, through llama-cpp-python.
+"""The embedded local models: SmolLM2-135M-Instruct in process, through llama-cpp-python, and
+all-MiniLM-L6-v2 for embeddings (``embed``, numpy).
 
 See docs/local-model.md.  The model loads at the first request (or
 ``await LocalUpstream().load()``).
@@ -21,6 +22,7 @@ if "llama_cpp" not in sys.modules:
 if "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from .embed import EmbeddingModel
 from .upstream import LocalUpstream
 
-__all__ = ["LocalUpstream"]
+__all__ = ["EmbeddingModel", "LocalUpstream"]
