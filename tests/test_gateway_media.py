@@ -446,3 +446,16 @@ def test_a_gemini_image_reaches_responses_chat_and_messages_clients(gateway):
     )
     blocks = r.json()["content"]
     assert any(b["type"] == "llmbridge" for b in blocks), blocks
+
+
+def test_config_keys_for_media():
+    base = {"upstreams": {"u": {"format": "openai-chat", "base_url": "http://x/v1"}}}
+    parsed = config.parse({**base, "gateway": {"max_image_bytes": 1024},
+                           "models": [{"name": "e", "upstream": "u", "kind": "embedding"}]})
+    assert parsed.gateway.max_image_bytes == 1024 and parsed.models["e"].kind == "embedding"
+    with pytest.raises(config.ConfigError, match=r"models\[0\]\.kind"):
+        config.parse({**base, "models": [{"name": "e", "upstream": "u", "kind": "vectors"}]})
+    with pytest.raises(config.ConfigError, match=r"gateway\.max_image_bytes"):
+        config.parse({**base, "gateway": {"max_image_bytes": 0}})
+    default = config.default_config()
+    assert default.models["local-embed"].kind == "embedding" and default.models["local"].kind == "chat"
