@@ -98,6 +98,7 @@ def _child(runtime: str, gguf_dir: str) -> dict:
             pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
             verbose=False,
             n_threads=1,
+            n_threads_batch=1,
         )
 
         def vectors(texts: list[str]) -> list[list[float]]:
@@ -105,15 +106,17 @@ def _child(runtime: str, gguf_dir: str) -> dict:
 
     vectors(["warm up"])
     load = time.perf_counter() - t0
+    # Vectors per CPU second (both runtimes run on one thread here): steadier than wall time
+    # on the shared machine, where a run can wait for the CPU half of the time.
     singles = BATCH_TEXTS[:32]
-    t = time.perf_counter()
+    t = time.process_time()
     for text in singles:
         vectors([text])
-    b1 = len(singles) / (time.perf_counter() - t)
-    rounds, t = 3, time.perf_counter()
+    b1 = len(singles) / (time.process_time() - t)
+    rounds, t = 3, time.process_time()
     for _ in range(rounds):
         vectors(BATCH_TEXTS[:32])
-    b32 = 32 * rounds / (time.perf_counter() - t)
+    b32 = 32 * rounds / (time.process_time() - t)
     flat = [s for triple in SIMILARITY for s in triple]
     got = vectors(flat)
     return {"runtime": runtime, "load_s": load, "rss_mb": (_rss() - rss0) / 2**20, "b1": b1, "b32": b32, "vectors": got}
@@ -150,9 +153,13 @@ def runtimes() -> str:
         convert(Path(tmp) / "minilm-f32.gguf")
         f32_s = time.perf_counter() - t
         convert(Path(tmp) / "minilm-f16.gguf", f16=True)
-        results = []
-        for runtime in RUNTIMES:
-            env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+        results: list[dict] = []
+        for runtime in (*RUNTIMES, *RUNTIMES):  # twice, alternating; the better run of each is kept
+            env = {
+                **os.environ,
+                "OPENBLAS_NUM_THREADS": "1",
+                "OMP_WAIT_POLICY": "passive",
+            }  # one thread each, no spinning
             out = subprocess.run(
                 [sys.executable, "-m", "bench.embed_bench", "--child", runtime, tmp],
                 cwd=ROOT,
@@ -161,7 +168,14 @@ def runtimes() -> str:
                 env=env,
                 check=True,
             ).stdout
-            results.append(json.loads(out.strip().splitlines()[-1]))
+            got = json.loads(out.strip().splitlines()[-1])
+            best = next((r for r in results if r["runtime"] == runtime), None)
+            if best is None:
+                results.append(got)
+            else:
+                for key in ("b1", "b32"):
+                    best[key] = max(best[key], got[key])
+                best["load_s"] = min(best["load_s"], got["load_s"])
     reference = results[0]["vectors"]
     for r in results:
         wins, margin = _quality(r["vectors"])
@@ -183,8 +197,8 @@ def runtimes() -> str:
         "runtime",
         "load s",
         "RSS MB",
-        "vec/s b1",
-        "vec/s b32",
+        "vec/CPU-s b1",
+        "vec/CPU-s b32",
         "b32 vs numpy",
         "paraphrase wins",
         "mean margin",
