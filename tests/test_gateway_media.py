@@ -450,8 +450,9 @@ def test_a_gemini_image_reaches_responses_chat_and_messages_clients(gateway):
 
 def test_config_keys_for_media():
     base = {"upstreams": {"u": {"format": "openai-chat", "base_url": "http://x/v1"}}}
-    parsed = config.parse({**base, "gateway": {"max_image_bytes": 1024},
-                           "models": [{"name": "e", "upstream": "u", "kind": "embedding"}]})
+    parsed = config.parse(
+        {**base, "gateway": {"max_image_bytes": 1024}, "models": [{"name": "e", "upstream": "u", "kind": "embedding"}]}
+    )
     assert parsed.gateway.max_image_bytes == 1024 and parsed.models["e"].kind == "embedding"
     with pytest.raises(config.ConfigError, match=r"models\[0\]\.kind"):
         config.parse({**base, "models": [{"name": "e", "upstream": "u", "kind": "vectors"}]})
@@ -459,3 +460,26 @@ def test_config_keys_for_media():
         config.parse({**base, "gateway": {"max_image_bytes": 0}})
     default = config.default_config()
     assert default.models["local-embed"].kind == "embedding" and default.models["local"].kind == "chat"
+
+
+def test_media_endpoints_need_the_key_when_one_is_set():
+    raw = {
+        "gateway": {"api_keys": ["sekret"]},
+        "upstreams": {"local": {"format": "local"}},
+        "models": [{"name": "local-embed", "upstream": "local", "kind": "embedding"}],
+    }
+    with serving(create_app(config.parse(raw))) as gw:
+        for path, body in (
+            ("/v1/embeddings", {"model": "local-embed", "input": "x"}),
+            ("/v1/images", {"model": "local-embed", "prompt": "x"}),
+        ):
+            r = HTTP.post(gw.url + path, json=body)
+            assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        r = HTTP.post(gw.url + "/v1beta/models/local-embed:embedContent", json={"content": {"parts": [{"text": "x"}]}})
+        assert r.status_code == 401 and r.json()["error"]["status"] == "UNAUTHENTICATED"
+        r = HTTP.post(
+            gw.url + "/v1/embeddings",
+            json={"model": "local-embed", "input": "x"},
+            headers={"authorization": "Bearer sekret"},
+        )
+        assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == 384
