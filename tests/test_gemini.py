@@ -286,6 +286,9 @@ def test_other_dialects_through_gemini(dialect, path):
     if body.count(b"\n\ndata: ") > SDK_MAX_CHUNKS:
         return  # long streams: the hub check above; the SDK path is the lead's matrix (test_matrix.py)
     got, want = reader.read(body), expected(events)
+    if path.stem == "openai-image-generation-partial-image":  # its fixture elides the image's base64 ("...")
+        assert "base64" in (got.error or "")  # which google-genai rightly refuses in an inlineData part
+        return
     if a.error is not None:
         assert got.error and got.error.split(":")[0] in ("ClientError", "ServerError", "APIError")
         got.error = want.error

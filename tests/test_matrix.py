@@ -25,6 +25,9 @@ SOURCES = {
     "gemini-interactions": [p for p in corpus_files("other") if p.name.startswith("gemini-interactions-")],
 }
 CASES = [(dialect, path) for dialect, paths in SOURCES.items() for path in paths]
+# Captures whose image base64 the source fixture elided ("..." in the middle): an image reaches
+# Gemini as a native inlineData part, whose bytes google-genai decodes, and rightly refuses.
+ELIDED_IMAGE = {"openai-image-generation-partial-image"}
 IDS = [f"{path.parent.name}/{path.stem}" for _, path in CASES]
 
 
@@ -42,6 +45,9 @@ def test_sdk_reads_translation(source, path, target):
     events = decode(source, path.read_bytes())
     want = expected(events)
     got = reader(target).read(encode(target, events))
+    if target == "gemini" and path.stem in ELIDED_IMAGE:
+        assert "base64" in (got.error or ""), got.error
+        return
     cut_off = [name for name, args in want.tool_calls if args is None]  # arguments cut short by max_tokens
     if want.error or (cut_off and target == "mmsp"):
         # MMSP's stream grammar: arguments that do not parse raise ToolCallArgumentParseError in place of the .done
@@ -101,4 +107,8 @@ def test_round_trip_keeps_hub_content(source, path, via):
     events = decode(source, path.read_bytes())
     there = decode(via, encode(via, events))
     back = decode(source, encode(source, there))
-    assert content(back) == content(events)
+    want, got = content(events), content(back)
+    if via == "mmsp" and path.stem in ELIDED_IMAGE:  # MMSP carries bytes: base64 that does not decode cannot
+        for blocks in (want["blocks"], got["blocks"]):  # come back as it was
+            blocks[:] = [(*b[:2], "", *b[3:]) if b[1] == "data" else b for b in blocks]
+    assert got == want

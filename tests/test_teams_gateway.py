@@ -17,7 +17,7 @@ from llmbridge.dialects.base import decode_all
 from llmbridge.gateway import config, create_app
 from llmbridge.gateway.teams import connect, keys
 from tests.conftest import CORPUS
-from tests.gateway_util import replay_config, serving
+from tests.gateway_util import replay_config, serving, wait_for
 from tests.teams_util import postgres_server
 from tests.test_gateway_faults import request_for
 
@@ -167,8 +167,8 @@ def check_key_lifecycle(gw) -> None:
     assert ask(gw, "openai-chat", "chat", secret).status_code == 401
     assert ask(gw, "openai-chat", "chat", rotated).status_code == 200
 
-    got = HTTP.get(gw.url + f"/admin/keys/{kid}", headers=ADMIN).json()
-    assert got["spend_usd"] > 0  # two priced requests
+    # two priced requests; a stream is settled just after its last byte reaches the client
+    assert wait_for(lambda: HTTP.get(gw.url + f"/admin/keys/{kid}", headers=ADMIN).json()["spend_usd"] > 0)
 
     r = HTTP.delete(gw.url + f"/admin/keys/{kid}", headers=ADMIN)
     assert r.status_code == 200 and r.json()["revoked"] is True

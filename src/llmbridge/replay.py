@@ -14,6 +14,12 @@ Fault injection through suffixes of the model name, combinable (``NAME@truncate=
 ``@delay-ms=D``  sleep D milliseconds before each chunk
 ``@chunk=N``     chunks of at most N bytes (default 256)
 
+Images and embeddings (``tests/data``): ``POST /v1/images/generations`` serves
+``openai-images/NAME.sse`` (OpenAI's Images stream; not streaming, its completed images as an
+``ImagesResponse``); ``POST /v1/embeddings`` serves ``openai-embeddings/NAME.json`` and
+Gemini's ``:embedContent`` / ``:batchEmbedContents`` serve ``gemini-embeddings/NAME.json``,
+as they are (the faults above apply to these too, except ``@stall`` and ``@chunk``).
+
 ``stats`` on the app records what happened (requests, completed and cancelled streams), so
 tests can see a client disconnect arrive here.
 """
@@ -37,6 +43,7 @@ from .gateway.app import ENDPOINTS, GEMINI, GEMINI_VERSIONS
 from .gateway.streaming import StreamResponse
 
 DEFAULT_CHUNK = 256
+EMBEDDING_FOLDERS = ("openai-embeddings", "gemini-embeddings")
 
 
 @dataclass
@@ -101,6 +108,11 @@ def chunks(data: bytes, rng: random.Random, largest: int) -> list[bytes]:
 class Replay:
     def __init__(self, directory: str | Path, seed: int = 0, dialect: str | None = None, delay_ms: float = 0.0):
         self.files = index(directory, dialect)
+        # name -> path of JSON answers, per shape ("openai-embeddings", "gemini-embeddings")
+        self.answers: dict[str, dict[str, Path]] = {}
+        for path in sorted(Path(directory).rglob("*.json")):
+            if path.parent.name in EMBEDDING_FOLDERS:
+                self.answers.setdefault(path.parent.name, {})[path.stem] = path
         self.seed = seed
         self.delay_ms = delay_ms
         self.stats = Stats()
@@ -128,6 +140,8 @@ class Replay:
 
     async def gemini(self, request: Request) -> Response:
         model, _, action = request.path_params["target"].rpartition(":")
+        if action in ("embedContent", "batchEmbedContents"):
+            return await self.answer(request, GEMINI, "gemini-embeddings", model.removeprefix("models/"))
         if action not in ("generateContent", "streamGenerateContent"):
             return replies.error(GEMINI, f"unknown method {action!r}", "not_found")
         return await self.serve_request(request, GEMINI, model.removeprefix("models/"), action != "generateContent")
@@ -186,6 +200,82 @@ class Replay:
             self.stats.active -= 1
             (self.stats.completed if done else self.stats.cancelled).append(model)
 
+    async def embeddings(self, request: Request) -> Response:
+        return await self.answer(request, "openai-chat", "openai-embeddings", None)
+
+    async def answer(self, request: Request, dialect: str, folder: str, model: str | None) -> Response:
+        """A captured JSON answer (embeddings), after the model name's faults."""
+        try:
+            body = json_decode(await request.body())
+        except Exception:
+            return replies.error(dialect, "request body is not valid JSON", "invalid_request")
+        model = model or (body.get("model") if isinstance(body, dict) else None)
+        if not isinstance(model, str):
+            return replies.error(dialect, "no model in the request", "invalid_request")
+        self.stats.requests.append(model)
+        try:
+            name, faults = parse_model(model)
+        except ValueError as exc:
+            return replies.error(dialect, str(exc), "invalid_request")
+        if faults.status is not None:
+            error = hub.Error(
+                f"injected status {faults.status}", hub.error_type_for_status(faults.status), status=faults.status
+            )
+            return replies.error_response(dialect, error)
+        path = self.answers.get(folder, {}).get(name)
+        if path is None:
+            return replies.error(dialect, f"model {name!r} not found (no {folder}/{name}.json)", "not_found")
+        data = path.read_bytes()
+        if faults.truncate is not None:
+            data = data[: faults.truncate]
+        if faults.delay_ms:
+            await asyncio.sleep(faults.delay_ms / 1000)
+        self.stats.completed.append(model)
+        return Response(data, media_type="application/json")
+
+    async def images(self, request: Request) -> Response:
+        """OpenAI's Images API from ``openai-images/NAME.sse``."""
+        from . import media
+        from .gateway import images
+
+        dialect = "openai-chat"
+        try:
+            body = json_decode(await request.body())
+        except Exception:
+            return replies.error(dialect, "request body is not valid JSON", "invalid_request")
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str):
+            return replies.error(dialect, "no model in the request", "invalid_request")
+        self.stats.requests.append(model)
+        try:
+            name, faults = parse_model(model)
+        except ValueError as exc:
+            return replies.error(dialect, str(exc), "invalid_request")
+        if faults.status is not None:
+            error = hub.Error(
+                f"injected status {faults.status}", hub.error_type_for_status(faults.status), status=faults.status
+            )
+            headers = {"retry-after": "1"} if faults.status in (429, 503, 529) else None
+            return replies.error_response(dialect, error, headers)
+        found = next((p for folder, p in self.files.get(name, []) if p.parent.name == "openai-images"), None)
+        if found is None:
+            return replies.error(dialect, f"model {name!r} not found (no openai-images/{name}.sse)", "not_found")
+        data = found.read_bytes()
+        if faults.truncate is not None:
+            data = data[: faults.truncate]
+        if not body.get("stream"):
+            reader = media.ImageStreamDecoder(name)
+            items = [*reader.feed(data), *reader.close()]
+            error = next((i for i in items if isinstance(i, hub.Error)), None)
+            if error is not None:
+                return replies.error_response(dialect, error)
+            finals = [i for i in items if i.type == media.COMPLETED]
+            request_ = images.ImageRequest(name, "replay")
+            return replies.json_response(images.response_body(finals, request_, 0))
+        rng = random.Random(f"{self.seed}:{model}")
+        pieces = chunks(data, rng, faults.chunk)
+        return StreamResponse(self.paced(model, pieces, faults), media_type="text/event-stream")
+
     def assembled(self, dialect: str, data: bytes) -> Response:
         codec = dialects.get(dialect)
         response = hub.assemble(decode_all(codec.StreamDecoder(), data))
@@ -203,6 +293,8 @@ def create_app(directory: str | Path, seed: int = 0, dialect: str | None = None,
         Route("/v1/models", replay.models, methods=["GET"]),
         Route("/v1beta/models", replay.models, methods=["GET"]),
         Route("/mmsp/v1/models", replay.models, methods=["GET"]),
+        Route("/v1/images/generations", replay.images, methods=["POST"]),
+        Route("/v1/embeddings", replay.embeddings, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.replay = replay

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._async import AsyncClient, AsyncConversation, AsyncStream
 from ._core import Completion
+from ._media import Embeddings
 from ._request import build_request, to_messages
 from ._sync import Client, Conversation, Stream
 from .tools import Tool, ToolRegistry, ToolRun, tool
@@ -19,6 +20,7 @@ __all__ = [
     "Client",
     "Completion",
     "Conversation",
+    "Embeddings",
     "Stream",
     "Tool",
     "ToolRegistry",

@@ -14,8 +14,11 @@ from typing import Any
 import httpx
 
 from .. import dialects, hub
+from ..dialects.base import json_decode, json_encode
 from ..errors import ConversationBusyError, ToolLoopError, TransportError, UpstreamError
+from ..media import ImageEvent, ImageStreamDecoder
 from ..unievent import ToolCall, UniEvent
+from . import _media
 from . import tools as _tools
 from ._core import (
     RETRY_STATUSES,
@@ -196,6 +199,53 @@ class AsyncClient:
     ) -> AsyncStream:
         request = build_request(model, messages, system=system, tools=tools, tool_choice=tool_choice, **params)
         return AsyncStream(self, request)
+
+    def images(self, model: str, prompt: str, *, stream: bool = True, **options: Any) -> AsyncIterator[ImageEvent]:
+        """See :meth:`Client.images`; iterate with ``async for``."""
+        url, body = _media.images_request(self.dialect, self.base_url, model, prompt, stream, options)
+        headers = _media.auth_headers(self.dialect, self.api_key, self.headers)
+        return self._images(url, headers, body, stream)
+
+    async def _images(self, url: str, headers: dict[str, str], body: dict, stream: bool) -> AsyncIterator[ImageEvent]:
+        try:
+            async with self._http.stream("POST", url, headers=headers, content=json_encode(body)) as response:
+                if response.status_code >= 400:
+                    raise upstream_error(dialects.get("openai-chat"), response.status_code, await response.aread())
+                if not stream:
+                    for item in _media.images_from_body(json_decode(await response.aread())):
+                        yield item
+                    return
+                decoder = ImageStreamDecoder("the server")
+                async for chunk in response.aiter_bytes():
+                    for event in decoder.feed(chunk):
+                        if isinstance(event, hub.Error):
+                            _media.raise_error(event)
+                        yield event  # type: ignore[misc]
+                    if decoder.finished:
+                        return
+                for event in decoder.close():
+                    if isinstance(event, hub.Error):
+                        _media.raise_error(event)
+                    yield event  # type: ignore[misc]
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"timed out waiting for the images: {exc}", type="timeout") from exc
+        except httpx.TransportError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc} ({url})") from exc
+
+    async def embed(self, model: str, input: str | list[str], *, dimensions: int | None = None) -> _media.Embeddings:
+        """See :meth:`Client.embed`."""
+        url, body, count = _media.embed_request(self.dialect, self.base_url, model, input, dimensions)
+        headers = _media.auth_headers(self.dialect, self.api_key, self.headers)
+        codec = dialects.get("gemini" if self.dialect == "gemini" else "openai-chat")
+        try:
+            response = await self._http.post(url, headers=headers, content=json_encode(body))
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"timed out waiting for the embeddings: {exc}", type="timeout") from exc
+        except httpx.TransportError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc} ({url})") from exc
+        if response.status_code >= 400:
+            raise upstream_error(codec, response.status_code, response.content)
+        return _media.read_embeddings(self.dialect, json_decode(response.content), count)
 
     async def complete(self, model: str, messages: Any = None, **kwargs: Any) -> Completion:
         async with self.stream(model, messages, **kwargs) as s:

@@ -13,8 +13,11 @@ from typing import Any
 import httpx
 
 from .. import dialects, hub
+from ..dialects.base import json_decode, json_encode
 from ..errors import ConversationBusyError, ToolLoopError, TransportError, UpstreamError
+from ..media import ImageEvent, ImageStreamDecoder
 from ..unievent import ToolCall, UniEvent
+from . import _media
 from . import tools as _tools
 from ._core import (
     RETRY_STATUSES,
@@ -216,6 +219,66 @@ class Client:
         """A streamed call; see :class:`Stream`.  ``params``: max_tokens, temperature, stop ..."""
         request = build_request(model, messages, system=system, tools=tools, tool_choice=tool_choice, **params)
         return Stream(self, request)
+
+    def images(self, model: str, prompt: str, *, stream: bool = True, **options: Any) -> Iterator[ImageEvent]:
+        """Generate images (OpenAI's Images API, which the gateway serves for every upstream).
+
+        Iterate for :class:`~llmbridge.media.ImageEvent`: streaming, the partial images as they
+        form (``type == "image_generation.partial_image"``, up to ``partial_images=N``) and then
+        each final one (``"image_generation.completed"``, with ``usage``); not streaming, the
+        final images only. ``options`` are the API's fields (``n``, ``size``, ``quality``,
+        ``output_format``, ``background``, ``partial_images`` …). Nothing is sent before the
+        first ``next()``. Raises :class:`UpstreamError` for an error answer or error event,
+        :class:`TransportError` when the server cannot be reached.
+        """
+        url, body = _media.images_request(self.dialect, self.base_url, model, prompt, stream, options)
+        headers = _media.auth_headers(self.dialect, self.api_key, self.headers)
+        return self._images(url, headers, body, stream)
+
+    def _images(self, url: str, headers: dict[str, str], body: dict, stream: bool) -> Iterator[ImageEvent]:
+        try:
+            with self._http.stream("POST", url, headers=headers, content=json_encode(body)) as response:
+                if response.status_code >= 400:
+                    raise upstream_error(dialects.get("openai-chat"), response.status_code, response.read())
+                if not stream:
+                    yield from _media.images_from_body(json_decode(response.read()))
+                    return
+                decoder = ImageStreamDecoder("the server")
+                for chunk in response.iter_bytes():
+                    for item in decoder.feed(chunk):
+                        if isinstance(item, hub.Error):
+                            _media.raise_error(item)
+                        yield item  # type: ignore[misc]
+                    if decoder.finished:
+                        return
+                for item in decoder.close():
+                    if isinstance(item, hub.Error):
+                        _media.raise_error(item)
+                    yield item  # type: ignore[misc]
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"timed out waiting for the images: {exc}", type="timeout") from exc
+        except httpx.TransportError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc} ({url})") from exc
+
+    def embed(self, model: str, input: str | list[str], *, dimensions: int | None = None) -> _media.Embeddings:
+        """Embedding vectors for ``input`` (one string or a list), in order, with usage.
+
+        Speaks OpenAI's ``/embeddings`` (Gemini's ``:batchEmbedContents`` when this client's
+        dialect is ``gemini``). Raises :class:`UpstreamError` for an error answer,
+        :class:`~llmbridge.errors.ProtocolError` for a malformed one.
+        """
+        url, body, count = _media.embed_request(self.dialect, self.base_url, model, input, dimensions)
+        headers = _media.auth_headers(self.dialect, self.api_key, self.headers)
+        codec = dialects.get("gemini" if self.dialect == "gemini" else "openai-chat")
+        try:
+            response = self._http.post(url, headers=headers, content=json_encode(body))
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"timed out waiting for the embeddings: {exc}", type="timeout") from exc
+        except httpx.TransportError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc} ({url})") from exc
+        if response.status_code >= 400:
+            raise upstream_error(codec, response.status_code, response.content)
+        return _media.read_embeddings(self.dialect, json_decode(response.content), count)
 
     def complete(self, model: str, messages: Any = None, **kwargs: Any) -> Completion:
         """The assembled message of one call (streamed underneath)."""

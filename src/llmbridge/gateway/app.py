@@ -25,6 +25,10 @@ from .. import dialects, errors, hub
 from ..dialects.base import json_decode
 from . import extensions, limits, negotiation, replies, teams
 from .config import Config, default_config
+from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
+from .embeddings import EmbeddingsService
+from .images import ImagesService
+from .media import check_images
 from .record import Recorder
 from .relay import relay_filter
 from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
@@ -65,6 +69,8 @@ class Gateway:
         # Recent exchanges for the console's Traffic page; prompt text only when recording anyway.
         self.traffic = TrafficLog(config.gateway.ui_traffic, keep_prompts=self.record_dir is not None)
         self.teams = teams.create(config, self.api_keys)  # virtual keys, limits, ledger, metrics; None: all off
+        self.embeddings = EmbeddingsService(self)  # /v1/embeddings, :embedContent, MMSP vectors
+        self.images = ImagesService(self)  # /v1/images
 
     # -- plumbing
 
@@ -75,6 +81,11 @@ class Gateway:
                 return teams.Principal(teams.STATIC if self.api_keys else teams.OPEN)
             return teams.Refusal(hub.Error("invalid or missing API key", "authentication", status=401))
         return await self.teams.authenticate(teams.presented_key(request.headers, request.query_params))
+
+    async def refusal(self, request: Request) -> hub.Error | None:
+        """Why ``request``'s key is refused (``None``: accepted), for endpoints outside ``handle``."""
+        who = await self.principal(request)
+        return who.error if isinstance(who, teams.Refusal) else None
 
     def authorized(self, request: Request) -> bool:
         if not self.api_keys:
@@ -143,6 +154,8 @@ class Gateway:
     async def gemini(self, request: Request) -> Response:
         target = request.path_params["target"]
         model, _, action = target.rpartition(":")
+        if action in GEMINI_EMBED_ACTIONS and model:
+            return await self.embeddings.gemini(request, model, action)
         if action not in ("generateContent", "streamGenerateContent") or not model:
             return replies.error(GEMINI, f"unknown method {target!r}", "not_found")
         stream = action == "streamGenerateContent"
@@ -218,6 +231,9 @@ class Gateway:
             return replies.error(out_dialect, f"malformed request: {type(exc).__name__}: {exc}", "invalid_request")
         if url_model and not hreq.model:
             hreq.model = url_model
+        bad_image = check_images(hreq, self.config.gateway.max_image_bytes)
+        if bad_image is not None:
+            return replies.error(out_dialect, bad_image, "invalid_request")
         if stream is not None:
             hreq.stream = stream
         if out_dialect == negotiation.STANDARD and negotiation.wants_standard_stream(request.headers.get("accept")):
@@ -229,6 +245,8 @@ class Gateway:
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
+        if model.kind == "embedding":  # vectors over MMSP's stream (not yet in the teams ledger)
+            return await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid)
         ours = extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions)
         ticket = None
         if self.teams is not None:  # limits before anything goes upstream; settled when the answer ends
@@ -372,6 +390,9 @@ class Gateway:
     async def aclose(self) -> None:
         if self.teams is not None:
             await self.teams.stop()
+        for service in (self.embeddings, self.images):
+            with contextlib.suppress(Exception):
+                await service.aclose()
         for upstream in self.upstreams.values():
             aclose = getattr(upstream, "aclose", None)
             if aclose is not None:
@@ -503,6 +524,9 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
         *admin_routes(gateway.teams),
+        Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
+        Route("/v1/images", gateway.images.generate, methods=["POST"]),
+        Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),
     ]
     routes += Console(gateway, gateway.traffic).routes()  # the web console at /ui (docs/ui.md)
 

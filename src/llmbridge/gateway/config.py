@@ -18,6 +18,8 @@ from .teams import pricing as _pricing
 from .teams import settings as _teams
 
 LOCAL = "local"  # the format of the in-process local model upstream
+LOCAL_EMBED = "local-embed"  # the in-process embedding model, served by any "local" upstream
+MODEL_KINDS = ("chat", "embedding")
 FORMATS = (*dialects.NAMES, LOCAL)
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -65,6 +67,7 @@ class ModelConfig:
     name: str  # what clients ask for
     routes: tuple[Route, ...]  # tried in order (fallback)
     price: _pricing.Price | None = None  # USD per million tokens, for the ledger's cost
+    kind: str = "chat"  # "chat" | "embedding": an embedding model answers MMSP's stream with vectors
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class GatewayConfig:
     ui_key: str | None = None
     ui_traffic: int = 200  # recent requests kept in memory for the console's Traffic page
     teams: _teams.TeamsSettings = field(default_factory=_teams.TeamsSettings)  # keys, ledger, metrics
+    max_image_bytes: int = 20 * 1024 * 1024  # decoded size of one base64 image in a request (OpenAI's limit)
 
 
 @dataclass(frozen=True)
@@ -100,10 +104,13 @@ class Config:
 
 
 def default_config() -> Config:
-    """No config file: the embedded local model, served as model ``local``."""
+    """No config file: the embedded local models, ``local`` (chat) and ``local-embed`` (embeddings)."""
     return Config(
         upstreams={LOCAL: UpstreamConfig(LOCAL, LOCAL)},
-        models={LOCAL: ModelConfig(LOCAL, (Route(LOCAL, LOCAL),))},
+        models={
+            LOCAL: ModelConfig(LOCAL, (Route(LOCAL, LOCAL),)),
+            LOCAL_EMBED: ModelConfig(LOCAL_EMBED, (Route(LOCAL, LOCAL_EMBED),), kind="embedding"),
+        },
     )
 
 
@@ -164,6 +171,7 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
             "ui",
             "ui_key",
             "ui_traffic",
+            "max_image_bytes",
             *_teams.KEYS,
         },
     )
@@ -181,7 +189,10 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     if record_dir is not None and not isinstance(record_dir, str):
         raise ConfigError("gateway.record_dir", "must be a string (a directory path)")
     ints = {}
-    for key, default in (("max_json_depth", 128), ("max_connections", 1000), ("max_event_bytes", 32 * 1024 * 1024)):
+    for key, default in (
+        ("max_json_depth", 128), ("max_connections", 1000), ("max_event_bytes", 32 * 1024 * 1024),
+        ("max_image_bytes", 20 * 1024 * 1024),
+    ):
         ints[key] = t.get(key, default)
         if type(ints[key]) is not int or ints[key] <= 0:
             raise ConfigError(f"gateway.{key}", "must be a positive integer")
@@ -248,7 +259,10 @@ def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
 
 
 def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
-    _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "price"})
+    _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "price", "kind"})
+    kind = t.get("kind", "chat")
+    if kind not in MODEL_KINDS:
+        raise ConfigError(f"{where}.kind", f"must be one of {', '.join(MODEL_KINDS)}")
     name = t.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name", "missing (the model name clients ask for)")
@@ -280,7 +294,7 @@ def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelCo
         price = _pricing.parse_price(t["price"], f"{where}.price") if "price" in t else None
     except ValueError as exc:
         raise ConfigError(*exc.args) from None
-    return ModelConfig(name, tuple(routes), price)
+    return ModelConfig(name, tuple(routes), price, kind)
 
 
 # --------------------------------------------------------------------------- helpers

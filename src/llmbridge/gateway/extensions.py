@@ -29,8 +29,9 @@ HEADER = "x-llmbridge-extensions"
 VENDOR_DIALECTS = frozenset({"openai-chat", "openai-responses", "anthropic-messages", "gemini", "mmsp"})
 _MARK = b'"' + EXTENSION_KEY.encode() + b'"'
 # Dialects with no wire form for a data block (inline bytes such as a generated image) in an
-# answer: their encoders carry it under our key only (Gemini and MMSP have their own).
-_NO_DATA_BLOCKS = frozenset({"openai-chat", "openai-responses", "anthropic-messages"})
+# answer: their encoders carry it under our key only (Gemini and MMSP have their own, and
+# Responses writes an image as its image_generation_call item).
+_NO_DATA_BLOCKS = frozenset({"openai-chat", "anthropic-messages"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 

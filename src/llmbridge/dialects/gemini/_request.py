@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mimetypes
 import re
 from typing import Any
 
@@ -356,7 +357,15 @@ def _media_part(p: hub.ImagePart | hub.FilePart) -> dict:
     out = {"fileUri": p.url or "", **extra}
     if p.media_type:
         out = {"mimeType": p.media_type, **out}
+    elif isinstance(p, hub.ImagePart):  # Gemini needs the type of a fileData; most dialects send none with a URL
+        out = {"mimeType": _image_type_of_url(p.url or ""), **out}
     return {"fileData": out}
+
+
+def _image_type_of_url(url: str) -> str:
+    """The image MIME type a URL's extension names; JPEG (the usual photo) when it names none."""
+    guessed = mimetypes.guess_type(url.split("?", 1)[0])[0]
+    return guessed if guessed and guessed.startswith("image/") else "image/jpeg"
 
 
 def _response_of(part: hub.ToolResultPart) -> tuple[dict, list[dict]]:

@@ -4,6 +4,11 @@ One hub block per output item, except messages: one text block per content part.
 Reasoning summary parts (or ``reasoning_text`` parts) of one item form one thinking
 block, joined by a blank line.  Items the hub does not model become ``native``
 blocks whose progress events travel as block-level :class:`hub.Extension` events.
+An ``image_generation_call`` item with its final image becomes a ``data`` block (the
+image's base64, its MIME type from ``output_format``), opened when the item is done, so
+that every dialect shows it as an image; its progress events (partial images included)
+wait for it and travel as the block's extensions, in order, so the encoder writes them
+back where they were.
 """
 
 from __future__ import annotations
@@ -18,6 +23,18 @@ from ..base import SSEStreamDecoder, json_decode, json_encode
 from ._common import EXT_KEY, INCOMPLETE_FINISH, NAME, POSITIONAL, error_type, uncarry, usage_from
 
 PART_SEPARATOR = "\n\n"  # between the summary parts of one reasoning item
+IMAGE_ITEM = "image_generation_call"
+IMAGE_FORMATS = ("png", "jpeg", "webp")
+
+
+def _sniff_mime(b64: str) -> str:
+    """The image type of base64 data by its first bytes (PNG when unknown: the tool's default)."""
+    head = b64[:16]
+    if head.startswith("/9j/"):
+        return "image/jpeg"
+    if head.startswith("UklGR"):
+        return "image/webp"
+    return "image/png"
 
 # Response-object fields the hub models, or that must not travel (the system prompt, the tool list).
 _RESPONSE_MODELED = frozenset(
@@ -68,6 +85,7 @@ class _Item:
         "last_key",
         "out",
         "parts",
+        "progress",
         "streamed",
         "text_kind",
         "type",
@@ -85,6 +103,7 @@ class _Item:
         self.done_keys: set = set()  # reasoning parts that have text
         self.text_kind = "summary"
         self.ext: dict | None = None  # message: block extensions shared by its parts
+        self.progress: list[dict] = []  # image_generation_call: its events until its block opens
 
 
 class StreamDecoder(SSEStreamDecoder):
@@ -277,6 +296,9 @@ class StreamDecoder(SSEStreamDecoder):
                 fidelity=hub.merge_dicts({NAME: fidelity} if fidelity else None, own.get("fidelity")),
                 extensions=own.get("extensions"),
             )
+        elif kind == IMAGE_ITEM:  # its data block opens when the final image is there (_close_item)
+            # An image our encoder wrote for another dialect's data block: no item of ours to keep.
+            state.ext = None if own.get("image") == "foreign" else {}
         else:
             state.index = self._start_block("native", id=item_id, name=kind, extensions={NAME: item})
         return state
@@ -334,6 +356,8 @@ class StreamDecoder(SSEStreamDecoder):
             fidelity = hub.merge_dicts({NAME: fields} if fields else None, own.get("fidelity"))
             self._annotate(state.index, own)
             self._stop_block(state.index, fidelity, own.get("extensions"))
+        elif kind == IMAGE_ITEM:
+            self._close_image(state, item)
         elif kind == "function_call" or kind == "custom_tool_call":
             if not state.streamed and own.get("arguments") != "":
                 self._arguments(state, item.get("arguments" if kind == "function_call" else "input") or "")
@@ -342,6 +366,34 @@ class StreamDecoder(SSEStreamDecoder):
             self._stop_block(state.index, own.get("fidelity"), own.get("extensions"))
         else:
             self._stop_block(state.index, None, {NAME: item})
+
+    def _close_image(self, state: _Item, item: dict) -> None:
+        """The final image as one data block; an item without one (failed) as a native block."""
+        result = item.get("result")
+        own = item.get(EXT_KEY) if isinstance(item.get(EXT_KEY), dict) else {}
+        meta = {k: v for k, v in item.items() if k not in ("result", EXT_KEY)}
+        if state.ext is None:  # another dialect's image: its progress events and item were ours
+            state.progress = []
+            fidelity, extensions = own.get("fidelity"), own.get("extensions")
+        else:
+            fidelity, extensions = None, {NAME: meta}
+        if not isinstance(result, str) or (not result and state.ext is not None):
+            state.index = self._start_block("native", id=state.id, name=IMAGE_ITEM, extensions={NAME: meta})
+            self._progress(state)
+            self._stop_block(state.index, None, {NAME: item})
+            return
+        fmt = item.get("output_format")
+        mime = f"image/{fmt}" if fmt in IMAGE_FORMATS else _sniff_mime(result)
+        state.index = self._start_block("data", id=state.id, mime_type=mime, extensions=extensions)
+        self._progress(state)
+        self.emit(hub.Delta(state.index, result))
+        self._annotate(state.index, own)
+        self._stop_block(state.index, fidelity)
+
+    def _progress(self, state: _Item) -> None:
+        for event in state.progress:
+            self.emit(hub.Extension(NAME, event, state.index))
+        state.progress = []
 
     # ------------------------------------------------------------------ message parts
 
@@ -582,7 +634,9 @@ class StreamDecoder(SSEStreamDecoder):
         state = self._items.get(out) if type(out) is int else None
         if state is None and obj.get("item_id") in self._by_id:
             state = self._items[self._by_id[obj["item_id"]]]
-        if state is not None and state.index in self._open_blocks:
+        if state is not None and state.type == IMAGE_ITEM and state.index == -1:
+            state.progress.append(_positionless(obj))
+        elif state is not None and state.index in self._open_blocks:
             self.emit(hub.Extension(NAME, _positionless(obj), state.index))
         else:
             self.emit(hub.Extension(NAME, {k: v for k, v in obj.items() if k != "sequence_number"}))

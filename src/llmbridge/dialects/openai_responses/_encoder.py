@@ -74,6 +74,7 @@ class _Block:
         "part_open",
         "pending_logprobs",
         "prefix",
+        "progress",
         "refusal",
         "stopped",
     )
@@ -97,6 +98,7 @@ class _Block:
         self.content_mode = False
         self.stopped = False
         self.marks: dict = {}  # ids we made up, so the decoder leaves them out of the hub
+        self.progress = False  # an image item's own progress events were written (from its source)
 
 
 class StreamEncoder:
@@ -222,6 +224,8 @@ class StreamEncoder:
     def _block_start(self, event: hub.BlockStart) -> bytes:
         kind = event.kind
         own_ext = (event.extensions or {}).get(NAME)
+        if kind == "data" and event.choice == 0 and (event.mime_type or "").startswith("image/"):
+            return self._image_start(event)
         if (
             event.choice != 0
             or kind not in ("text", "thinking", "tool_call", "native")
@@ -322,6 +326,42 @@ class StreamEncoder:
         block.prefix = b'"item_id":' + json_encode(item["id"]) + b',"output_index":' + str(block.output_index).encode()
         return out
 
+    def _image_start(self, event: hub.BlockStart) -> bytes:
+        """An image (inline data) is the image_generation tool's item: added now, its base64 in
+        ``result`` when the block stops."""
+        block = _Block("image")
+        self._blocks[event.index] = block
+        block.fidelity, block.extensions = event.fidelity, event.extensions
+        own = (event.extensions or {}).get(NAME)
+        item_id = event.id if event.id and event.id.startswith("ig_") else self._id("ig")
+        item: dict[str, Any] = {"id": item_id, "type": "image_generation_call", "status": "in_progress"}
+        if not isinstance(own, dict):  # another dialect's image: mark what we made up, for our decoder
+            item[EXT_KEY] = {"image": "foreign", **({} if item_id == event.id else {"id": None})}
+        out = self._new_item(block, item)
+        block.prefix = b'"item_id":' + json_encode(item_id) + b',"output_index":' + str(block.output_index).encode()
+        meta = {k: v for k, v in own.items() if k not in ("id", "type", "status", "result")} if own else {}
+        meta.setdefault("output_format", (event.mime_type or "image/png").split("/", 1)[1])
+        block.item = {**item, **meta}
+        return out
+
+    def _image_stop(self, block: _Block, event: hub.BlockStop) -> bytes:
+        item = {**block.item, "status": "completed", "result": "".join(block.chunks)}
+        _, foreign = _split(hub.merge_dicts(block.fidelity, event.fidelity))
+        _, foreign_ext = _split(block.extensions)
+        extra = {
+            k: v
+            for k, v in (("fidelity", foreign), ("extensions", foreign_ext), ("annotations", block.foreign))
+            if v
+        }
+        if extra or EXT_KEY in item:
+            item[EXT_KEY] = {**item.get(EXT_KEY, {}), **extra}
+        out = b""
+        if not block.progress:  # an image from another dialect: the tool's own events
+            out = self._item_event("response.image_generation_call.in_progress", block)
+            out += self._item_event("response.image_generation_call.completed", block)
+        block.item = item
+        return out + self._done_item(block.output_index, item)
+
     def _delta(self, event: hub.Delta) -> bytes:
         block = self._blocks.get(event.index)
         if block is None:
@@ -395,7 +435,8 @@ class StreamEncoder:
                 if kind == "response.output_text.annotation.added":
                     block.annotations.append(data.get("annotation"))
                     return self._part_event(kind, block, **{k: v for k, v in data.items() if k != "type"})
-                if block.kind == "native":
+                if block.kind == "native" or block.kind == "image":  # the item's own progress events
+                    block.progress = True
                     return self._item_event(kind, block, **{k: v for k, v in data.items() if k != "type"})
             elif block.kind == "text" and isinstance(data.get("logprobs"), list):
                 block.pending_logprobs.extend(data["logprobs"])
@@ -414,6 +455,8 @@ class StreamEncoder:
         if block.stopped:
             return b""
         block.stopped = True
+        if block.kind == "image":
+            return self._image_stop(block, event)
         fidelity = hub.merge_dicts(block.fidelity, event.fidelity)
         own_fid, foreign_fid = _split(fidelity)
         own_fid = own_fid if isinstance(own_fid, dict) else {}

@@ -1,0 +1,597 @@
+"""``POST /v1/images`` and ``/v1/images/generations``: OpenAI's Images generations API.
+
+The request is OpenAI's (``prompt``, ``n``, ``size``, ``quality``, ``output_format``,
+``background``, ``stream``, ``partial_images`` …), routed by model like every endpoint.
+A streamed answer is the gateway spec's (seed 004, Images)::
+
+    event: image_generation.partial_image   (0..partial_images per image, as it forms)
+    event: image_generation.completed       (the final image, with usage)
+    data: [DONE]
+
+and an ``error`` event can replace either (then ``data: [DONE]``). Not streaming, the
+answer is OpenAI's ``ImagesResponse`` (``created``, ``data[].b64_json``, ``usage`` …).
+
+Upstreams, with no new upstream formats:
+
+* ``openai-chat`` / ``openai-responses``: ``{base_url}/images/generations`` (its stream is
+  checked event by event and relayed; not streaming, its body is checked and passed on);
+* ``gemini`` (and any other HTTP dialect): a generation request with image response
+  modalities through the dialect's own codec; every ``inlineData`` image part (a hub
+  ``data`` block) becomes one ``image_generation.completed`` (Gemini sends no partials);
+* ``local``: no image model, a 400.
+
+Every image an upstream sends is checked (base64, the bytes' magic against the declared
+format) before the client sees it: a broken one ends the stream with an ``error`` event.
+The functions that read requests and write events are pure; :class:`ImagesService` is the
+I/O shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from .. import dialects, hub, sse
+from ..dialects.base import json_encode
+from ..errors import RequestError
+from ..media import (
+    COMPLETED,
+    MAX_IMAGE_BYTES,
+    OUTPUT_FORMATS,
+    PARTIAL,
+    ImageEvent,
+    ImageStreamDecoder,
+    image_problem,
+    sniff,
+)
+from . import replies
+from .config import LOCAL, UpstreamConfig
+from .jsonbody import read_object
+from .upstream import UpstreamFailed, as_hub_error, retryable
+from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, openai_url
+
+log = logging.getLogger("llmbridge.gateway")
+
+OPENAI = "openai-chat"  # the error shape of the Images API is OpenAI's
+SIZES = ("auto", "256x256", "512x512", "1024x1024", "1536x1024", "1024x1536", "1792x1024", "1024x1792")
+QUALITIES = ("auto", "low", "medium", "high", "standard", "hd")
+BACKGROUNDS = ("auto", "transparent", "opaque")
+RESPONSE_FORMATS = ("b64_json", "url")
+MAX_N = 10
+MAX_PARTIAL_IMAGES = 3
+MAX_PROMPT = 32000  # characters (gpt-image-1's limit)
+# OpenAI fields passed to an OpenAI upstream as they are (checked by it, not by us).
+PASSTHROUGH = ("moderation", "output_compression", "style", "user")
+DONE = b"data: [DONE]\n\n"
+_ASPECT = {
+    "1024x1024": "1:1",
+    "256x256": "1:1",
+    "512x512": "1:1",
+    "1536x1024": "3:2",
+    "1024x1536": "2:3",
+    "1792x1024": "16:9",
+    "1024x1792": "9:16",
+}
+
+
+@dataclass
+class ImageRequest:
+    model: str
+    prompt: str
+    n: int = 1
+    size: str = "auto"
+    quality: str = "auto"
+    output_format: str = "png"
+    background: str = "auto"
+    stream: bool = False
+    partial_images: int = 0
+    response_format: str | None = None  # dall-e's "url"|"b64_json"; gpt-image always returns b64_json
+    extra: dict[str, Any] = field(default_factory=dict)  # PASSTHROUGH fields present in the request
+
+
+# --------------------------------------------------------------------------- the request
+
+
+def parse_request(body: dict[str, Any]) -> ImageRequest:
+    """OpenAI's ``images.generate`` body; raises :class:`RequestError` naming the bad field."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("required, a model name", "model")
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise RequestError("required, a non-empty string", "prompt")
+    if len(prompt) > MAX_PROMPT:
+        raise RequestError(f"at most {MAX_PROMPT} characters, not {len(prompt)}", "prompt")
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if type(n) is not int or not 1 <= n <= MAX_N:
+        raise RequestError(f"must be an integer from 1 to {MAX_N}, not {n!r}", "n")
+    req = ImageRequest(model, prompt, n)
+    for key, allowed in (
+        ("size", SIZES),
+        ("quality", QUALITIES),
+        ("output_format", OUTPUT_FORMATS),
+        ("background", BACKGROUNDS),
+    ):
+        value = body.get(key)
+        if value is None:
+            continue
+        if value not in allowed:
+            raise RequestError(f"unknown value {value!r}; one of {', '.join(allowed)}", key)
+        setattr(req, key, value)
+    if req.background == "transparent" and req.output_format == "jpeg":
+        raise RequestError("a transparent background needs png or webp", "background")
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError("must be true or false", "stream")
+    req.stream = bool(stream)
+    partial = body.get("partial_images", 0)
+    if partial is None:
+        partial = 0
+    if type(partial) is not int or not 0 <= partial <= MAX_PARTIAL_IMAGES:
+        raise RequestError(f"must be an integer from 0 to {MAX_PARTIAL_IMAGES}", "partial_images")
+    req.partial_images = partial
+    rf = body.get("response_format")
+    if rf is not None:
+        if rf not in RESPONSE_FORMATS:
+            raise RequestError(f"must be 'b64_json' or 'url', not {rf!r}", "response_format")
+        if req.stream and rf == "url":
+            raise RequestError("a streamed answer carries b64_json only", "response_format")
+        req.response_format = rf
+    req.extra = {k: body[k] for k in PASSTHROUGH if body.get(k) is not None}
+    return req
+
+
+def openai_upstream_body(req: ImageRequest, upstream_model: str) -> dict[str, Any]:
+    """The request for an OpenAI ``/images/generations`` upstream: only what the client set."""
+    body: dict[str, Any] = {"model": upstream_model, "prompt": req.prompt}
+    if req.n != 1:
+        body["n"] = req.n
+    for key, default in (("size", "auto"), ("quality", "auto"), ("background", "auto"), ("output_format", "png")):
+        value = getattr(req, key)
+        if value != default:
+            body[key] = value
+    if req.response_format:
+        body["response_format"] = req.response_format
+    if req.stream:
+        body["stream"] = True
+        if req.partial_images:
+            body["partial_images"] = req.partial_images
+    body.update(req.extra)
+    return body
+
+
+def hub_request(req: ImageRequest, upstream: UpstreamConfig, upstream_model: str) -> hub.Request:
+    """A generation request asking a chat-dialect upstream (Gemini) for an image."""
+    hreq = hub.Request(model=upstream_model, stream=True, messages=[hub.Message("user", [hub.TextPart(req.prompt)])])
+    if upstream.format == "gemini":
+        gen: dict[str, Any] = {"responseModalities": ["TEXT", "IMAGE"]}
+        if req.size in _ASPECT:
+            gen["imageConfig"] = {"aspectRatio": _ASPECT[req.size]}
+        hreq.extensions["gemini:generationConfig"] = gen
+    return hreq
+
+
+# --------------------------------------------------------------------------- the answer
+
+
+def event_json(ev: ImageEvent, created_at: int) -> dict[str, Any]:
+    """One Images stream event's data object."""
+    out: dict[str, Any] = {"type": ev.type, "b64_json": ev.b64_json, "created_at": created_at}
+    for key in ("size", "quality", "background"):
+        value = getattr(ev, key)
+        if value is not None:
+            out[key] = value
+    out["output_format"] = ev.output_format
+    if ev.type == PARTIAL:
+        out["partial_image_index"] = ev.index
+    elif ev.usage is not None:
+        out["usage"] = ev.usage
+    return out
+
+
+def encode_event(ev: ImageEvent, created_at: int) -> bytes:
+    """The SSE bytes of one image event (the upstream's own, when it was relayed)."""
+    if ev.raw is not None:
+        return ev.raw
+    return b"event: " + ev.type.encode() + b"\ndata: " + json_encode(event_json(ev, created_at)) + b"\n\n"
+
+
+def encode_error(error: hub.Error) -> bytes:
+    """An ``error`` event (OpenAI's error object, as its API writes it), then the ``[DONE]``
+    that ends the stream."""
+    _, body = dialects.get(OPENAI).encode_error(error)
+    return b"event: error\ndata: " + json_encode({"type": "error", **body}) + b"\n\n" + DONE
+
+
+def response_body(events: list[ImageEvent], req: ImageRequest, created: int) -> dict[str, Any]:
+    """OpenAI's ``ImagesResponse`` from the final images (usage summed over them)."""
+    data = []
+    usage: dict[str, Any] | None = None
+    for ev in events:
+        item: dict[str, Any] = {"url": ev.url} if ev.url else {"b64_json": ev.b64_json}
+        if ev.revised_prompt:
+            item["revised_prompt"] = ev.revised_prompt
+        data.append(item)
+        if ev.usage:
+            usage = _add_usage(usage, ev.usage)
+    body: dict[str, Any] = {"created": created, "data": data}
+    last = events[-1] if events else None
+    if last is not None:
+        for key in ("background", "quality", "size"):
+            if getattr(last, key) is not None:
+                body[key] = getattr(last, key)
+        body["output_format"] = last.output_format
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def _add_usage(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    if a is None:
+        return b
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, int) and isinstance(out.get(key), int):
+            out[key] += value
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _add_usage(out[key], value)
+    return out
+
+
+# --------------------------------------------------------------------------- reading upstreams
+
+
+class HubImages:
+    """Sans-I/O: hub events of a chat-dialect answer (Gemini's ``inlineData`` parts) in,
+    one completed :class:`ImageEvent` per image block out, with the stream's usage on the last.
+
+    Text the model wrote alongside is kept as the ``revised_prompt`` of the next image, and
+    quoted in the error when no image came (a refusal usually explains itself in text).
+    """
+
+    def __init__(self, upstream: str, req: ImageRequest, first_index: int = 0) -> None:
+        self.upstream = upstream
+        self.req = req
+        self.index = first_index
+        self._blocks: dict[int, tuple[str, list[str]]] = {}
+        self._texts: set[int] = set()  # the open text blocks (not thinking, not tool calls)
+        self._text: list[str] = []
+        self._pending: ImageEvent | None = None  # the last image waits for the usage
+        self.usage: hub.Usage | None = None
+        self.images = 0
+
+    def feed(self, event: hub.Event) -> list[ImageEvent | hub.Error]:
+        out: list[ImageEvent | hub.Error] = []
+        kind = type(event)
+        if kind is hub.BlockStart:
+            if event.kind == "data" and (event.mime_type or "image/").startswith("image/"):
+                self._blocks[event.index] = (event.mime_type or "", [])
+            elif event.kind == "text":
+                self._texts.add(event.index)
+        elif kind is hub.Delta:
+            block = self._blocks.get(event.index)
+            if block is not None:
+                block[1].append(event.text)
+            elif event.index in self._texts:
+                self._text.append(event.text)
+        elif kind is hub.BlockStop:
+            block = self._blocks.pop(event.index, None)
+            if block is not None:
+                done = self._image(*block)
+                if isinstance(done, hub.Error):
+                    return [done]
+                if self._pending is not None:
+                    out.append(self._pending)
+                self._pending = done
+        elif kind is hub.Usage:
+            self.usage = hub.merge_usage(self.usage, event)
+        elif kind is hub.Error:
+            return [event]
+        elif kind is hub.ResponseEnd:
+            if self._pending is not None:
+                self._pending.usage = self._usage()
+                out.append(self._pending)
+                self._pending = None
+            elif not self.images:
+                said = "".join(self._text).strip()
+                message = f"upstream {self.upstream!r} returned no image" + (f": {said[:500]}" if said else "")
+                out.append(hub.Error(message, "api_error", "no_image", 502))
+        return out
+
+    def _image(self, mime: str, parts: list[str]) -> ImageEvent | hub.Error:
+        b64 = "".join(parts)
+        problem = image_problem(b64, mime or None, MAX_IMAGE_BYTES)
+        if problem:
+            return hub.Error(
+                f"upstream {self.upstream!r} sent a broken image ({problem})",
+                "protocol_error",
+                "bad_upstream_image",
+                502,
+            )
+        actual = mime or sniff(_head(b64)) or "image/png"
+        fmt = actual.split("/", 1)[1] if actual.split("/", 1)[1] in OUTPUT_FORMATS else "png"
+        said = "".join(self._text).strip() or None
+        self._text.clear()
+        ev = ImageEvent(
+            COMPLETED,
+            b64,
+            self.index,
+            fmt,
+            self.req.size if self.req.size != "auto" else None,
+            self.req.quality if self.req.quality != "auto" else None,
+            None,
+            revised_prompt=said,
+        )
+        self.index += 1
+        self.images += 1
+        return ev
+
+    def _usage(self) -> dict[str, Any] | None:
+        u = self.usage
+        if u is None:
+            return None
+        i, o = u.input_tokens or 0, u.output_tokens or 0
+        return {
+            "total_tokens": u.total_tokens or i + o,
+            "input_tokens": i,
+            "output_tokens": o,
+            "input_tokens_details": {"text_tokens": i, "image_tokens": 0},
+        }
+
+
+def _head(b64: str) -> bytes:
+    import base64
+
+    return base64.b64decode(b64[:32] + "=" * (-len(b64[:32]) % 4))
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class ImagesService:
+    """Endpoints, routing and upstream calls for images. ``gateway`` is the app's Gateway."""
+
+    def __init__(self, gateway: Any, http: UpstreamHTTP | None = None) -> None:
+        self.gateway = gateway
+        self._http = http
+
+    @property
+    def http(self) -> UpstreamHTTP:
+        if self._http is None:
+            self._http = UpstreamHTTP()
+        return self._http
+
+    async def generate(self, request: Request) -> Response:
+        """``POST /v1/images`` and ``/v1/images/generations``."""
+        refusal = await self.gateway.refusal(request)  # static or virtual keys, as on every endpoint
+        if refusal is not None:
+            return replies.error_response(OPENAI, refusal)
+        body = await read_object(request, self.gateway.config.gateway.max_body_bytes, OPENAI)
+        if isinstance(body, Response):
+            return body
+        try:
+            req = parse_request(body)
+        except RequestError as exc:
+            return replies.error(OPENAI, str(exc), exc.type, exc.status)
+        model = self.gateway.config.models.get(req.model)
+        if model is None:
+            return replies.error(OPENAI, f"model {req.model!r} not found", "not_found")
+        last: hub.Error | None = None
+        for n, route in enumerate(model.routes):
+            try:
+                source = await self._open(route.upstream, route.upstream_model, req)
+            except UpstreamFailed as exc:
+                last = exc.error
+                if not retryable(last) or n == len(model.routes) - 1:
+                    break
+                log.info("images: upstream %s failed (%s), trying the next", route.upstream, last.message)
+                continue
+            if req.stream:
+                return StreamingResponse(self._stream(source), media_type="text/event-stream")
+            return await self._collect(source, req)
+        assert last is not None
+        return replies.error_response(OPENAI, last)
+
+    async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> AsyncIterator[Any]:
+        """The image events of one upstream; :class:`UpstreamFailed` when it cannot start."""
+        cfg = self.gateway.config.upstreams.get(upstream)
+        if cfg is None or cfg.format == LOCAL:
+            what = "the local model" if cfg is not None else f"upstream {upstream!r}"
+            raise UpstreamFailed(hub.Error(f"{what} has no image model", "invalid_request", "no_image_model", 400))
+        if cfg.format in OPENAI_FORMATS:
+            url, headers = openai_url(cfg, "images/generations")
+            body = openai_upstream_body(req, upstream_model)
+            if not req.stream:
+                data = await self.http.post_json(cfg, url, headers, body)
+                return _once(_read_openai_body(data, upstream, req))
+            response, chunks = await self.http.open_stream(cfg, url, headers, body)
+            return _openai_events(response, chunks, upstream, cfg.timeouts.total)
+        upstream_obj = self.gateway.upstreams.get(upstream)
+        if upstream_obj is None:
+            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
+        return await _hub_events(upstream_obj, cfg, upstream_model, req)
+
+    async def _stream(self, source: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+        """The client's SSE body; a keep-alive comment while the upstream is silent (an image
+        takes tens of seconds to form)."""
+        created = int(time.time())
+        keepalive = self.gateway.config.gateway.keepalive_seconds
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # bounded: at most two images in flight
+        end = object()
+
+        async def pump() -> None:
+            try:
+                async for item in source:
+                    await queue.put(item)
+            except Exception as exc:  # the upstream broke mid-body: an error event, never a traceback
+                await queue.put(as_hub_error(exc, "upstream"))
+            finally:
+                await queue.put(end)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), keepalive)
+                except TimeoutError:
+                    yield sse.encode_comment("keep-alive")
+                    continue
+                if item is end:
+                    yield DONE
+                    return
+                if isinstance(item, hub.Error):
+                    yield encode_error(item)
+                    return
+                yield encode_event(item, created)
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    async def _collect(self, source: AsyncIterator[Any], req: ImageRequest) -> Response:
+        finals: list[ImageEvent] = []
+        try:
+            async for item in source:
+                if isinstance(item, hub.Error):
+                    return replies.error_response(OPENAI, item)
+                if item.type == COMPLETED:
+                    finals.append(item)
+        except UpstreamFailed as exc:
+            return replies.error_response(OPENAI, exc.error)
+        except Exception as exc:
+            return replies.error_response(OPENAI, as_hub_error(exc, "upstream"))
+        return replies.json_response(response_body(finals, req, int(time.time())))
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+
+async def _once(items: list[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[ImageEvent | hub.Error]:
+    """An upstream ``ImagesResponse``: each image checked, or one error."""
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        return [hub.Error(f"upstream {upstream!r} sent no images", "protocol_error", status=502)]
+    fmt = data.get("output_format") if data.get("output_format") in OUTPUT_FORMATS else req.output_format
+    out: list[ImageEvent | hub.Error] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            return [hub.Error(f"upstream {upstream!r} sent a malformed image entry", "protocol_error", status=502)]
+        b64, url = item.get("b64_json"), item.get("url")
+        if isinstance(b64, str):
+            problem = image_problem(b64, f"image/{fmt}", MAX_IMAGE_BYTES)
+            if problem:
+                return [
+                    hub.Error(
+                        f"upstream {upstream!r} sent a broken image ({problem})",
+                        "protocol_error",
+                        "bad_upstream_image",
+                        502,
+                    )
+                ]
+        elif not isinstance(url, str):
+            return [
+                hub.Error(
+                    f"upstream {upstream!r} sent an image with neither b64_json nor url", "protocol_error", status=502
+                )
+            ]
+        usage = data.get("usage") if i == len(items) - 1 and isinstance(data.get("usage"), dict) else None
+        out.append(
+            ImageEvent(
+                COMPLETED,
+                b64 if isinstance(b64, str) else None,
+                i,
+                fmt,
+                data.get("size"),
+                data.get("quality"),
+                data.get("background"),
+                usage,
+                url=url if isinstance(url, str) else None,
+                revised_prompt=item.get("revised_prompt"),
+            )
+        )
+    return out
+
+
+async def _openai_events(response: Any, chunks: AsyncIterator[bytes], upstream: str, total: float | None):
+    decoder = ImageStreamDecoder(upstream)
+    try:
+        async with asyncio.timeout(total):
+            async for chunk in chunks:
+                for item in decoder.feed(chunk):
+                    yield item
+                if decoder.finished:
+                    return
+            for item in decoder.close():
+                yield item
+    except TimeoutError:
+        yield hub.Error(f"upstream {upstream!r} timed out", "timeout", status=504)
+    finally:
+        await response.aclose()
+
+
+async def _hub_events(upstream: Any, cfg: UpstreamConfig, upstream_model: str, req: ImageRequest) -> AsyncIterator[Any]:
+    """Images from a chat-dialect upstream: ``n`` generation requests, one after another (Gemini
+    image models make one image per call). The first request is opened here, so that a failure
+    to start raises :class:`UpstreamFailed` and the next route can be tried."""
+    hreq = hub_request(req, cfg, upstream_model)
+    first = upstream.stream(hreq)
+    try:
+        head = await anext(first)
+    except StopAsyncIteration:
+        head = None
+    except UpstreamFailed:
+        raise
+    except Exception as exc:
+        raise UpstreamFailed(as_hub_error(exc, cfg.name)) from exc
+
+    async def events() -> AsyncIterator[Any]:
+        made = 0
+        stream = first
+        pending = [head] if head is not None else []
+        for call in range(req.n):
+            if call:
+                stream = upstream.stream(hreq)
+                pending = []
+            reader = HubImages(cfg.name, req, made)
+            try:
+                for event in pending:
+                    for item in reader.feed(event):
+                        yield item
+                        if isinstance(item, hub.Error):
+                            return
+                async for event in stream:
+                    for item in reader.feed(event):
+                        yield item
+                        if isinstance(item, hub.Error):
+                            return
+            except Exception as exc:
+                yield as_hub_error(exc, cfg.name)
+                return
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose()
+            made = reader.index
+
+    return events()
