@@ -116,6 +116,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from . import gateway
     except ImportError as exc:
         raise CLIError(f"the gateway is not available in this build ({exc})", EXIT_UNAVAILABLE) from None
+    if args.http2 or args.certfile:
+        from .gateway import http2
+
+        http2.serve(args.config, args.host, args.port, certfile=args.certfile, keyfile=args.keyfile)
+        return EXIT_OK
     gateway.serve(args.config, args.host, args.port)
     return EXIT_OK
 
@@ -163,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, metavar="FILE", help="TOML config; none serves the embedded model")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--http2", action="store_true", help="serve HTTP/2 (h2c, or h2 over TLS) besides HTTP/1.1")
+    p.add_argument("--certfile", default=None, help="TLS certificate (PEM); with --keyfile serves https")
+    p.add_argument("--keyfile", default=None, help="TLS private key (PEM)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("replay", help="serve recorded streams (a directory of bodies) as a fake upstream")
@@ -173,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default=None, metavar="DIALECT")
     p.add_argument("--delay-ms", type=float, default=0.0, help="pause before each chunk (pacing)")
     p.set_defaults(func=cmd_replay)
+
+    from .conformance._cli import add_parser as add_conformance
+
+    add_conformance(sub)
 
     p = sub.add_parser("dialects", help="list the dialect names")
     p.set_defaults(func=cmd_dialects)

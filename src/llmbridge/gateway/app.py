@@ -18,15 +18,16 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from .. import dialects, errors, hub
 from ..dialects.base import json_decode
-from . import negotiation, replies
+from . import binding, negotiation, replies
 from .config import Config, default_config
 from .record import Recorder
 from .streaming import Exchange, Puller, StreamResponse, event_batches, http_batches
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, as_hub_error, build, retryable, timeouts_of
+from .websocket import WebSocketEndpoint
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -172,6 +173,10 @@ class Gateway:
         out_dialect = negotiation.response_dialect(endpoint, request_dialect, request.headers.get("accept"))
         if out_dialect != endpoint:
             json_array = False  # the standard stream is SSE
+        accept = request.headers.get("accept")
+        if endpoint == negotiation.STANDARD and not binding.acceptable(accept):  # llm-stream-bindings §2.1
+            return replies.error(out_dialect, f"cannot answer with any of {accept!r}", "invalid_request", 406)
+        binary = out_dialect == negotiation.STANDARD and binding.wants_binary(accept)
         try:
             raw = await self.read_body(request)
         except _BodyTooLarge:
@@ -202,7 +207,8 @@ class Gateway:
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
-        return await _unless_disconnected(request, self.route(hreq, model.routes, out_dialect, rid, json_array))
+        response = await _unless_disconnected(request, self.route(hreq, model.routes, out_dialect, rid, json_array))
+        return binding.as_binary(response) if binary else response
 
     async def route(
         self, hreq: hub.Request, routes: Any, out_dialect: str, request_id: str | None, json_array: bool
@@ -418,6 +424,8 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
     ]
+    websocket = WebSocketEndpoint(gateway)  # llm-stream-bindings §3; app.state.websocket tunes it
+    routes.append(WebSocketRoute("/v1/stream", websocket.handle))
 
     async def no_route(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)
@@ -430,4 +438,5 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=[Middleware(RequestIdMiddleware)]
     )
     app.state.gateway = gateway
+    app.state.websocket = websocket
     return app
