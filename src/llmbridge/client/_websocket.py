@@ -60,14 +60,23 @@ class WebSocketTransport:
         self.headers = _headers(api_key, headers)
         self.timeout = timeout
         self._ws: Any = None
+        self._stack = contextlib.ExitStack()
 
     def _connect(self) -> Any:
         if self._ws is None:
             from websockets.sync.client import connect
 
             try:
-                self._ws = connect(self.url, subprotocols=[SUBPROTOCOL], additional_headers=self.headers,
-                                   max_size=None, open_timeout=self.timeout)
+                self._stack = contextlib.ExitStack()
+                self._ws = self._stack.enter_context(
+                    connect(
+                        self.url,
+                        subprotocols=[SUBPROTOCOL],
+                        additional_headers=self.headers,
+                        max_size=None,
+                        open_timeout=self.timeout,
+                    )
+                )
             except Exception as exc:
                 raise TransportError(f"cannot open {self.url}: {exc}") from exc
         return self._ws
@@ -115,7 +124,7 @@ class WebSocketTransport:
         ws, self._ws = self._ws, None
         if ws is not None:
             with contextlib.suppress(Exception):
-                ws.close()
+                self._stack.close()
 
 
 class AsyncWebSocketTransport:
@@ -132,8 +141,13 @@ class AsyncWebSocketTransport:
             from websockets.asyncio.client import connect
 
             try:
-                self._ws = await connect(self.url, subprotocols=[SUBPROTOCOL], additional_headers=self.headers,
-                                         max_size=None, open_timeout=self.timeout)
+                self._ws = await connect(
+                    self.url,
+                    subprotocols=[SUBPROTOCOL],
+                    additional_headers=self.headers,
+                    max_size=None,
+                    open_timeout=self.timeout,
+                )
             except Exception as exc:
                 raise TransportError(f"cannot open {self.url}: {exc}") from exc
         return self._ws

@@ -27,9 +27,16 @@ _ALL = [
     Check("request.unknown-parameters", "§4.5", "MUST", "unknown generation parameters are ignored"),
     Check("request.unknown-extensions", "§4.7", "MUST", "unknown extension namespaces are ignored"),
     Check("negotiation.415", "§7.2", "SHOULD", "an unsupported request media type gets 415"),
-    Check("negotiation.profile", "§7.3", "SHOULD", 'Accept: text/event-stream; profile="llm-stream-1.0" gets the stream'),
+    Check(
+        "negotiation.profile", "§7.3", "SHOULD", 'Accept: text/event-stream; profile="llm-stream-1.0" gets the stream'
+    ),
     Check("negotiation.406", "B§2.1", "SHOULD", "an Accept header that admits no answer format gets 406"),
-    Check("errors.bad-request", "B§4", "SHOULD", "a malformed request gets a 4xx with a JSON error body, before any stream"),
+    Check(
+        "errors.bad-request",
+        "B§4",
+        "SHOULD",
+        "a malformed request gets a 4xx with a JSON error body, before any stream",
+    ),
     Check("errors.unknown-model", "B§4", "SHOULD", "an unknown model gets a 4xx with a JSON error body"),
     Check("errors.large-request", "B§4", "MUST", "a large request is streamed or refused with a 4xx, never a 5xx"),
     # -- the stream (§4.9, §5)
@@ -37,7 +44,7 @@ _ALL = [
     Check("stream.utf8", "§5.1", "MUST", "the body is UTF-8"),
     Check("stream.sse-lines", "§5.1", "MUST", "every line is an SSE field or comment (keep-alives are comments)"),
     Check("stream.one-json-object", "§5.1", "MUST", "each event's data is exactly one complete JSON object"),
-    Check("envelope.fields", "§5.2", "MUST", "every event carries v (\"1.x\"), seq (integer) and type (string)"),
+    Check("envelope.fields", "§5.2", "MUST", 'every event carries v ("1.x"), seq (integer) and type (string)'),
     Check("envelope.event-name", "§5.2", "MUST", "the SSE event name equals the envelope's type"),
     Check("seq.order", "§5.2", "MUST", "seq starts at 0 and grows by exactly 1 (no gap, no repeat)"),
     Check("seq.safe", "§8.4", "SHOULD", "seq stays below 2^53"),
@@ -55,7 +62,12 @@ _ALL = [
     Check("tool.shape", "§4.8", "MUST", "tool.call has string id and name and arguments holding a JSON object"),
     Check("tool.stop-reason", "§4.8", "SHOULD", "a tool.call turn ends with content.stop stop_reason tool_use"),
     Check("tool.declared", "§8.2", "SHOULD", "tool.call names a tool declared in the request"),
-    Check("cancel.server-survives", "§5.4", "SHOULD", "after a client closes mid-stream the server serves the next request"),
+    Check(
+        "cancel.server-survives",
+        "§5.4",
+        "SHOULD",
+        "after a client closes mid-stream the server serves the next request",
+    ),
     # -- binary binding (docs/llm-stream-bindings.md §2)
     Check("binary.content-type", "B§2.1", "MUST", "Accept application/llm-stream+binary gets that Content-Type"),
     Check("binary.framing", "B§2.3", "MUST", "the body is whole frames: known type bytes, lengths within the data"),

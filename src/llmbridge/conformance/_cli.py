@@ -18,6 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("url", metavar="URL", help="the server root, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", default="local", help="the model to ask for (default: local)")
     p.add_argument("--tool-model", default=None, metavar="M", help="model for the tool-call check (default: --model)")
+    p.add_argument(
+        "--cancel-model", default=None, metavar="M", help="model for the cancellation checks (default: --model)"
+    )
     p.add_argument("--api-key", default=None, metavar="K", help="sent as Authorization: Bearer K")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--junit", default=None, metavar="FILE", help="also write JUnit XML to FILE")
@@ -35,6 +38,7 @@ def command(args: argparse.Namespace) -> int:
         args.model,
         api_key=args.api_key,
         tool_model=args.tool_model,
+        cancel_model=args.cancel_model,
         timeout=args.timeout,
         http2=args.http2,
         verify=not args.insecure,

@@ -183,7 +183,9 @@ class StreamChecker:
             self._fail("error.last", f"{kind!r} after the error event")
         if kind == "content.delta":
             index, delta = obj.get("index"), obj.get("delta")
-            if not f.check("delta.shape", type(index) is int and type(delta) is dict, f"index={index!r} delta={delta!r}"):
+            if not f.check(
+                "delta.shape", type(index) is int and type(delta) is dict, f"index={index!r} delta={delta!r}"
+            ):
                 return
             if index in self.stopped:
                 self._fail("lifecycle.content-stop", f"content.delta for block {index} after its content.stop")

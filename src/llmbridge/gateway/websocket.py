@@ -176,20 +176,15 @@ class _Turn:
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
+        # A cancelled task ends here without a terminal message: cancel() sends it (or the
+        # connection is going away and nobody is listening).
         try:
             await self._stream()
-        except asyncio.CancelledError:
-            raise
         except _SlowClient:
-            pass
+            self.done = True
         except Exception:
             log.exception("websocket turn failed")
-            error = hub.Error("internal gateway error", "api_error", status=500)
-            await self._end(error)
-        finally:
-            if not self.done:
-                self.done = True
-                self.conn.session.turn_over()
+            await self._end(hub.Error("internal gateway error", "api_error", status=500))
 
     async def _stream(self) -> None:
         gateway = self.conn.gateway
@@ -275,4 +270,3 @@ class _Turn:
         self.abandon()
         with contextlib.suppress(BaseException):
             await self.task
-
