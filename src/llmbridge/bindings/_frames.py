@@ -88,6 +88,8 @@ def type_byte_for(event_type: str) -> int:
 
 def encode_frame(type_byte: int, payload: bytes) -> bytes:
     """One frame.  Raises ``ValueError`` for a type byte outside 0-255 or a payload over 2^32-1 bytes."""
+    if not 0 <= type_byte <= 255:
+        raise ValueError(f"type byte {type_byte} is not in 0-255")
     if len(payload) > MAX_LENGTH:
         raise ValueError(f"payload of {len(payload)} bytes does not fit a 4-byte length")
     return _HEADER.pack(type_byte, len(payload)) + payload
