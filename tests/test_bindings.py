@@ -264,6 +264,7 @@ def test_json_that_is_not_one_object_is_the_sse_rule():
 def test_empty_input_is_incomplete():
     events, violations = decode(b"")
     assert last_error(events).type == "incomplete_stream"
+    assert "end-missing" in [v.rule for v in violations]
 
 
 # --------------------------------------------------------------------------- the WebSocket session machine

@@ -175,7 +175,8 @@ class Gateway:
             json_array = False  # the standard stream is SSE
         accept = request.headers.get("accept")
         if endpoint == negotiation.STANDARD and not binding.acceptable(accept):  # llm-stream-bindings §2.1
-            return replies.error(out_dialect, f"cannot answer with any of {accept!r}", "invalid_request", 406)
+            message = f"cannot answer with any of {accept!r}"
+            return replies.error(out_dialect, message, "invalid_request", 406, "not_acceptable")
         binary = out_dialect == negotiation.STANDARD and binding.wants_binary(accept)
         try:
             raw = await self.read_body(request)
