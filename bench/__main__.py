@@ -10,6 +10,7 @@ BENCHES = {
     "translate": "bench.translate_bench",
     "gateway": "bench.gateway_bench",
     "local": "bench.local_bench",
+    "bindings": "bench.bindings_bench",
 }
 
 

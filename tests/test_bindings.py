@@ -319,3 +319,32 @@ def test_turn_end_is_a_whole_stream():
     assert [json.loads(t)["seq"] for t in texts] == [0, 1, 2]
     mid = b.turn_end(hub.Error("bye", "cancelled", "cancelled"), 7, started=True)
     assert [json.loads(t)["type"] for t in mid] == ["error", "stream.end"] and json.loads(mid[0])["seq"] == 7
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=300), min_size=1, max_size=40),
+    st.sampled_from([b"\n", b"\r\n"]),
+    st.booleans(),
+)
+def test_reframing_fast_path_equals_the_general_decoder(cuts, newline, extras):
+    """Any SSE shape (CRLF, multi-line data, ids, comments, a last event without its blank
+    line), split anywhere, frames to the events the WHATWG decoder sees."""
+    from llmbridge import sse
+
+    body = SEED_EXAMPLE
+    if extras:
+        body = b": keep-alive\n\n" + body.replace(b"data: {", b"id: 7\ndata: {", 1) + b'event: x\ndata: {"a":\ndata: 1}'
+    body = body.replace(b"\n", newline)
+    pieces, pos = [], 0
+    for c in cuts:
+        pieces.append(body[pos : pos + c])
+        pos += c
+    pieces.append(body[pos:])
+    framing = b.BinaryFraming()
+    out = b"".join(framing.feed(p) for p in pieces) + framing.close()
+    frames = b.FrameDecoder().feed(out)
+    d = sse.Decoder()
+    events = d.feed(body) + d.close()
+    assert [f.payload.decode() for f in frames] == [e.data for e in events]
+    assert [f.type for f in frames] == [b.EVENT_TYPE_BYTES.get(e.event, b.T_NAMED) for e in events]

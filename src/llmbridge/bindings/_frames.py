@@ -187,33 +187,90 @@ class BinaryFraming:
 
     The interface of the gateway's response framings (``JSONArrayFraming``).  Each SSE event
     becomes one frame, its ``data`` the payload unchanged; SSE comments (keep-alives) become
-    keep-alive frames.  The event name picks the type byte (the gateway's encoder always
-    names events after their JSON ``type``).
+    one keep-alive frame per chunk.  The event name picks the type byte (the gateway's
+    encoder always names events after their JSON ``type``).
+
+    Fast path: the gateway's own encoder writes every event as ``event: X\ndata: Y\n\n``,
+    which is cut with two ``find`` calls; any other shape (a relayed upstream's multi-line
+    data, ``id:`` fields, CR line ends) goes through the full WHATWG decoder, so the result
+    is the same for any input.
     """
 
-    __slots__ = ("_comments", "_sse")
+    __slots__ = ("_comments", "_pending", "_sse")
 
     def __init__(self) -> None:
-        self._sse = sse.Decoder()
+        self._sse: sse.Decoder | None = None  # the general decoder, once the input needed it
+        self._pending = b""
         self._comments = 0
 
     def feed(self, data: bytes) -> bytes:
-        return self._frames(self._sse.feed(data))
+        if self._sse is not None:
+            return self._general(self._sse.feed(data))
+        if 13 in data or data.startswith(b"\xef\xbb\xbf"):  # CR line ends or a BOM: the general decoder
+            self._sse = sse.Decoder()
+            pending, self._pending = self._pending, b""
+            return self._general(self._sse.feed(pending + data))
+        buf = self._pending + data if self._pending else data
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._pending = buf
+            return b""
+        self._pending = buf[end + 2 :]
+        parts = []
+        pack = _HEADER.pack
+        get = EVENT_TYPE_BYTES.get
+        keepalive = False
+        for block in buf[:end].split(b"\n\n"):
+            if block.startswith(b"event: "):
+                nl = block.find(b"\ndata: ")
+                if nl > 0 and block.find(b"\n", nl + 7) < 0 and block.find(b"\n", 0, nl) < 0:
+                    payload = block[nl + 7 :]
+                    parts.append(pack(get(block[7:nl].decode(), T_NAMED), len(payload)))
+                    parts.append(payload)
+                    continue
+            elif block.startswith(b":") and b"\n" not in block:
+                keepalive = True
+                continue
+            elif not block.strip(b"\n"):
+                continue
+            # any other shape: the general decoder, one block at a time (events are independent)
+            decoder = sse.Decoder()
+            events = decoder.feed(block + b"\n\n")
+            keepalive = keepalive or decoder.comments > 0
+            for event in events:
+                payload = event.data.encode()
+                parts.append(pack(get(event.event, T_NAMED), len(payload)))
+                parts.append(payload)
+        if keepalive:
+            parts.insert(0, KEEPALIVE_FRAME)
+        return b"".join(parts)
 
     def close(self) -> bytes:
-        return self._frames(self._sse.close())
+        if self._sse is not None:
+            return self._general(self._sse.close())
+        pending, self._pending = self._pending, b""
+        if not pending.strip():
+            return b""
+        decoder = sse.Decoder()  # a last event without its blank line (the SSE decoder dispatches it)
+        return self._with(decoder, decoder.feed(pending) + decoder.close())
 
     def keepalive(self) -> bytes:
         """The bytes of one keep-alive (for a shell that sends keep-alives itself)."""
         return KEEPALIVE_FRAME
 
-    def _frames(self, events: list[sse.Event]) -> bytes:
-        parts = []
+    def _general(self, events: list[sse.Event]) -> bytes:
+        assert self._sse is not None
         comments = self._sse.comments
-        if comments != self._comments:
-            # keep-alive comments in this chunk; one frame says the same as many
-            self._comments = comments
-            parts.append(KEEPALIVE_FRAME)
+        out = self._frames(events, comments != self._comments)
+        self._comments = comments
+        return out
+
+    def _with(self, decoder: sse.Decoder, events: list[sse.Event]) -> bytes:
+        return self._frames(events, decoder.comments > 0)
+
+    @staticmethod
+    def _frames(events: list[sse.Event], keepalive: bool) -> bytes:
+        parts = [KEEPALIVE_FRAME] if keepalive else []
         pack = _HEADER.pack
         get = EVENT_TYPE_BYTES.get
         for event in events:
@@ -286,7 +343,7 @@ class BinaryStreamDecoder(llm_stream.StreamDecoder):
             # event-name violation; in this binding it is fatal (§2.3).
             before = len(self.violations)
             self._dispatch(sse.Event(name, data))
-            if any(v.rule == "event-name" for v in self.violations[before:]):
+            if len(self.violations) != before and any(v.rule == "event-name" for v in self.violations[before:]):
                 self._frame_error(FrameError("type_mismatch", "type byte disagrees with the JSON 'type'"))
                 return
 

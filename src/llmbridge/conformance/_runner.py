@@ -364,12 +364,17 @@ class _Suite:
         url = "ws" + self.endpoint[4:] if self.endpoint.startswith("http") else self.endpoint
         headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         ssl = None
-        if url.startswith("wss:") and self.verify is False:
+        if url.startswith("wss:") and self.verify is not True:
             import ssl as _ssl
 
-            ssl = _ssl.create_default_context()
-            ssl.check_hostname = False
-            ssl.verify_mode = _ssl.CERT_NONE
+            if isinstance(self.verify, _ssl.SSLContext):
+                ssl = self.verify
+            elif isinstance(self.verify, str):  # a CA bundle, as httpx takes it
+                ssl = _ssl.create_default_context(cafile=self.verify)
+            else:
+                ssl = _ssl.create_default_context()
+                ssl.check_hostname = False
+                ssl.verify_mode = _ssl.CERT_NONE
         stack = contextlib.ExitStack()
         try:
             ws = stack.enter_context(
