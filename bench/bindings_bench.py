@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -134,9 +133,12 @@ def client_decode() -> str:
             d.close()
 
     rows = []
-    for label, fns in (("framing only", (sse_frames, bin_frames, ws_frames)), ("whole decode", (sse_full, bin_full, ws_full))):
+    for label, fns in (
+        ("framing only", (sse_frames, bin_frames, ws_frames)),
+        ("whole decode", (sse_full, bin_full, ws_full)),
+    ):
         for chunked in (False, True):
-            times = [best_of(lambda f=f: f(chunked), repeat=3, min_time=0.3) for f in fns]
+            times = [best_of(lambda f=f, c=chunked: f(c), repeat=3, min_time=0.3) for f in fns]
             per = [t / n_events * 1e9 for t in times]
             rows.append(
                 [f"{label}, {'64-byte pieces' if chunked else 'whole bodies'}", *per, per[1] / per[0], per[2] / per[0]]
@@ -149,8 +151,9 @@ def client_decode() -> str:
     for size in (16, 256, 4096, 65536):
         text = "x" * size
         body = b"".join(
-            llm_stream._frame("content.delta", {"v": "1.0", "seq": i, "type": "content.delta", "index": 0,
-                                                "delta": {"text": text}})
+            llm_stream._frame(
+                "content.delta", {"v": "1.0", "seq": i, "type": "content.delta", "index": 0, "delta": {"text": text}}
+            )
             for i in range(200)
         )
         f = bindings.BinaryFraming()
@@ -287,8 +290,9 @@ async def _load(url: str, mode: str, streams: int, concurrency: int) -> dict:
         nonlocal started, got, errors
         from websockets.asyncio.client import connect
 
-        async with connect(url.replace("http", "ws") + "/v1/stream", additional_headers={"authorization": "Bearer k"},
-                           max_size=None) as ws:
+        async with connect(
+            url.replace("http", "ws") + "/v1/stream", additional_headers={"authorization": "Bearer k"}, max_size=None
+        ) as ws:
             while started < streams:
                 started += 1
                 await ws.send(body.decode())
@@ -314,8 +318,12 @@ def served() -> str:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         up_port = _port()
-        upstream = _start("upstream", [sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "serve", str(up_port)],
-                          f"http://127.0.0.1:{up_port}/v1/models", tmp)
+        upstream = _start(
+            "upstream",
+            [sys.executable, str(ROOT / "bench" / "fast_upstream.py"), "serve", str(up_port)],
+            f"http://127.0.0.1:{up_port}/v1/models",
+            tmp,
+        )
         cfg = tmp / "gw.toml"
         cfg.write_text(
             f'[gateway]\napi_keys = ["k"]\n[upstreams.fast]\nformat = "openai-chat"\n'
@@ -333,10 +341,24 @@ def served() -> str:
             for label, kind, modes in plans:
                 port = _port()
                 if kind == "granian":
-                    argv = [str(Path(sys.executable).parent / "granian"), "--interface", "asgi", "--factory",
-                            "--host", "127.0.0.1", "--port", str(port), "--http", "auto", "--workers", "1",
-                            "--ws", "--log-level", "warning",
-                            "bench.bindings_bench:granian_app"]
+                    argv = [
+                        str(Path(sys.executable).parent / "granian"),
+                        "--interface",
+                        "asgi",
+                        "--factory",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--http",
+                        "auto",
+                        "--workers",
+                        "1",
+                        "--ws",
+                        "--log-level",
+                        "warning",
+                        "bench.bindings_bench:granian_app",
+                    ]
                 else:
                     argv = [sys.executable, "-m", "bench.bindings_bench", "serve", kind, str(port), str(cfg)]
                 try:
@@ -362,8 +384,10 @@ def served() -> str:
                     server.stop()
         finally:
             upstream.stop()
-    head = (f"{STREAMS} llm-stream streams of {TOKENS} tokens, {CONCURRENCY} concurrent, gateway CPU per stream; "
-            "ratio against uvicorn SSE (HTTP/1.1)")
+    head = (
+        f"{STREAMS} llm-stream streams of {TOKENS} tokens, {CONCURRENCY} concurrent, gateway CPU per stream; "
+        "ratio against uvicorn SSE (HTTP/1.1)"
+    )
     return head + "\n" + table(["server", "binding", "CPU ms/stream", "streams/s", "vs uvicorn SSE", "errors"], rows)
 
 

@@ -516,6 +516,10 @@ def run(
     suite cancels; default ``model`` for both); ``http2``: let httpx negotiate HTTP/2; ``verify``: TLS verification
     as httpx takes it (``False`` for a self-signed test server).
     """
+    if isinstance(verify, str):  # a CA bundle: one context for httpx and the WebSocket client
+        import ssl
+
+        verify = ssl.create_default_context(cafile=verify)
     suite = _Suite(url, model, api_key, tool_model, cancel_model, timeout, http2, verify, log)
     try:
         for name in SCENARIOS:
