@@ -313,7 +313,21 @@ async def _load(url: str, mode: str, streams: int, concurrency: int) -> dict:
     return {"wall": time.monotonic() - t0, "bytes": got, "errors": errors}
 
 
-def served() -> str:
+PLANS = [
+    ("uvicorn (h11/httptools)", "uvicorn-websockets", ["sse", "binary", "ws"]),
+    ("uvicorn, ws=wsproto", "uvicorn-wsproto", ["ws"]),
+    ("hypercorn", "hypercorn", ["sse", "h2", "ws"]),
+    ("granian", "granian", ["sse", "h2", "ws"]),
+]
+WS_AB = [
+    ("uvicorn, ws=websockets", "uvicorn-websockets", ["ws"]),
+    ("uvicorn, ws=wsproto", "uvicorn-wsproto", ["ws"]),
+]
+
+
+def served(plans: list | None = None, rounds: int = 1) -> str:
+    """Part 3 (``plans``: (label, server kind, modes); ``rounds`` > 1 alternates the plans)."""
+    plans = (plans or PLANS) * rounds
     rows = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
@@ -330,12 +344,6 @@ def served() -> str:
             f'base_url = "http://127.0.0.1:{up_port}/v1"\n[[models]]\nname = "fast-{TOKENS}-0"\nupstream = "fast"\n'
         )
         env = {"PYTHONPATH": str(ROOT), "LLMBRIDGE_BENCH_CONFIG": str(cfg)}
-        plans = [
-            ("uvicorn (h11/httptools)", "uvicorn-websockets", ["sse", "binary", "ws"]),
-            ("uvicorn, ws=wsproto", "uvicorn-wsproto", ["ws"]),
-            ("hypercorn", "hypercorn", ["sse", "h2", "ws"]),
-            ("granian", "granian", ["sse", "h2", "ws"]),
-        ]
         baseline = None
         try:
             for label, kind, modes in plans:
@@ -392,7 +400,8 @@ def served() -> str:
 
 
 def run() -> str:
-    return "\n\n".join([client_decode(), gateway_encode(), served()])
+    ab = "WebSocket server protocol A/B, alternating, 3 rounds (ratio against the first row)\n" + served(WS_AB, 3)
+    return "\n\n".join([client_decode(), gateway_encode(), served(), ab])
 
 
 if __name__ == "__main__":

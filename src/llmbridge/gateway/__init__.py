@@ -16,6 +16,4 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
         app = create_app(load(config_path) if config_path else default_config())
     except (ConfigError, RuntimeError) as exc:  # a bad config or a missing extra: say so, no traceback
         raise SystemExit(f"llmbridge serve: {exc}") from None
-    # wsproto for the WebSocket binding: less CPU per stream than uvicorn's websockets protocol
-    # (docs/llm-stream-bindings.md §6)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_keep_alive=30, ws="wsproto")
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_keep_alive=30)
