@@ -46,6 +46,10 @@ class _SlowClient(Exception):
     pass
 
 
+class _Cancelled(Exception):
+    """The client's cancel, raised between two sends (never inside one)."""
+
+
 class WebSocketEndpoint:
     """``/v1/stream`` over WebSocket for one :class:`~llmbridge.gateway.app.Gateway`.
 
@@ -172,6 +176,8 @@ class _Turn:
         self.sent = 0  # events sent (the next seq, the gateway's encoder numbering from 0 without gaps)
         self.request_id: str | None = None
         self.done = False
+        self.sending = False  # a message is being written: a cancel waits for it (seq stays exact)
+        self.cancel_requested = False
         self._sse = sse.Decoder()
         self.task = asyncio.ensure_future(self._run())
 
@@ -182,6 +188,8 @@ class _Turn:
             await self._stream()
         except _SlowClient:
             self.done = True
+        except _Cancelled:
+            pass  # cancel() sends error + stream.end
         except Exception:
             log.exception("websocket turn failed")
             await self._end(hub.Error("internal gateway error", "api_error", status=500))
@@ -239,8 +247,16 @@ class _Turn:
         if not events or self.done:
             return
         for event in events:  # one at a time: a cancel between two sends must know the next seq
-            await self.conn.send_all([event.data])
+            if self.cancel_requested:
+                raise _Cancelled
+            self.sending = True
+            try:
+                await self.conn.send_all([event.data])
+            finally:
+                self.sending = False
             self.sent += 1
+            if self.cancel_requested and event.event not in ("error", "stream.end"):  # a stream ending anyway
+                raise _Cancelled
         if events[-1].event == "stream.end":
             self.done = True
             self.conn.session.turn_over()
@@ -256,7 +272,9 @@ class _Turn:
         """The client's cancel: stop the upstream, end the turn with ``error`` (cancelled) + ``stream.end``."""
         if self.done or self.task.done():
             return
-        self.task.cancel()
+        self.cancel_requested = True
+        if not self.sending:  # waiting on the upstream: interrupt it (mid-send, _forward stops after it)
+            self.task.cancel()
         with contextlib.suppress(BaseException):
             await self.task
         if not self.done:
