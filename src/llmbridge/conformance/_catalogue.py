@@ -33,12 +33,12 @@ _ALL = [
     Check("negotiation.406", "B§2.1", "SHOULD", "an Accept header that admits no answer format gets 406"),
     Check(
         "errors.bad-request",
-        "B§4",
+        "B§1.3",
         "SHOULD",
         "a malformed request gets a 4xx with a JSON error body, before any stream",
     ),
-    Check("errors.unknown-model", "B§4", "SHOULD", "an unknown model gets a 4xx with a JSON error body"),
-    Check("errors.large-request", "B§4", "MUST", "a large request is streamed or refused with a 4xx, never a 5xx"),
+    Check("errors.unknown-model", "B§1.3", "SHOULD", "an unknown model gets a 4xx with a JSON error body"),
+    Check("errors.large-request", "B§1.3", "MUST", "a large request is streamed or refused with a 4xx, never a 5xx"),
     # -- the stream (§4.9, §5)
     Check("stream.content-type", "§4.9", "MUST", "the stream's Content-Type is text/event-stream"),
     Check("stream.utf8", "§5.1", "MUST", "the body is UTF-8"),
@@ -79,7 +79,7 @@ _ALL = [
     Check("ws.turns", "B§3.3", "MUST", "several turns on one connection, each from seq 0"),
     Check("ws.cancel", "B§3.4", "MUST", "a cancel message ends the turn with error then stream.end"),
     Check("ws.bad-request", "B§3.5", "MUST", "a malformed request is answered by a failed turn, the connection kept"),
-    Check("ws.binary-message", "B§3.6", "MUST", "a binary client message closes the connection with 1003"),
+    Check("ws.binary-message", "B§3.2", "MUST", "a binary client message closes the connection with 1003"),
 ]
 
 CHECKS: dict[str, Check] = {c.id: c for c in _ALL}
