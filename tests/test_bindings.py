@@ -348,3 +348,26 @@ def test_reframing_fast_path_equals_the_general_decoder(cuts, newline, extras):
     events = d.feed(body) + d.close()
     assert [f.payload.decode() for f in frames] == [e.data for e in events]
     assert [f.type for f in frames] == [b.EVENT_TYPE_BYTES.get(e.event, b.T_NAMED) for e in events]
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def cli(*args: str, stdin: bytes = b""):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "llmbridge", *args], input=stdin, capture_output=True, timeout=60)
+
+
+def test_cli_translates_to_and_from_binary_and_validates():
+    sse_body = (Path(__file__).parent / "data" / "llm-stream" / "seed-example.sse").read_bytes()
+    framed = cli("translate", "--from", "llm-stream", "--to", "llm-stream-binary", stdin=sse_body)
+    assert framed.returncode == 0 and framed.stdout == SEED_FRAMES
+    assert cli("validate", "--format", "llm-stream-binary", stdin=framed.stdout).returncode == 0
+    back = cli("translate", "--from", "llm-stream-binary", "--to", "llm-stream", stdin=framed.stdout)
+    assert back.returncode == 0 and back.stdout == sse_body
+    cut = cli("validate", "--format", "llm-stream-binary", stdin=framed.stdout[:-20])
+    assert cut.returncode == 1 and b"frame: input ended inside a frame" in cut.stdout
+    bad = cli("validate", "--format", "llm-stream-binary", stdin=b"\x99\x00\x00\x00\x02{}")
+    assert bad.returncode == 1 and b"unknown_type" in bad.stdout

@@ -27,6 +27,10 @@ class CLIError(Exception):
 
 def _dialect(name: str, *needs: str) -> ModuleType:
     """Dialect ``name``'s module, which must have the attributes ``needs`` (modules land one by one)."""
+    if name == "llm-stream-binary":  # LLM-Stream's binary binding (docs/llm-stream-bindings.md §2)
+        from .bindings import BinaryDialect
+
+        return BinaryDialect  # type: ignore[return-value]
     try:
         module = dialects.get(name)
     except KeyError as exc:

@@ -25,8 +25,10 @@ __all__ = [
     "TYPE_EVENT_NAMES",
     "T_KEEPALIVE",
     "T_NAMED",
+    "BinaryDialect",
     "BinaryFraming",
     "BinaryStreamDecoder",
+    "BinaryStreamEncoder",
     "Frame",
     "FrameDecoder",
     "FrameError",
@@ -364,3 +366,30 @@ def _json_type(data: str) -> str | None:
         return None
     value = obj.get("type") if type(obj) is dict else None
     return value if type(value) is str else None
+
+
+class BinaryStreamEncoder:
+    """Hub events to binary frames: the llm-stream encoder, re-framed (what the gateway sends).
+
+    ``encode(event) -> bytes`` like every dialect's ``StreamEncoder``; the frames of the
+    stream's last event come out with ``ResponseEnd``.
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        self._encoder = llm_stream.StreamEncoder(**kwargs)  # type: ignore[arg-type]
+        self._framing = BinaryFraming()
+
+    def encode(self, event: hub.Event) -> bytes:
+        out = self._framing.feed(self._encoder.encode(event))
+        if type(event) is hub.ResponseEnd:
+            out += self._framing.close()
+        return out
+
+
+class BinaryDialect:
+    """``llm-stream-binary`` for the CLI (``translate``, ``validate``): the binary binding seen
+    through the dialect surface (``NAME``, ``StreamDecoder``, ``StreamEncoder``)."""
+
+    NAME = "llm-stream-binary"
+    StreamDecoder = BinaryStreamDecoder
+    StreamEncoder = BinaryStreamEncoder
