@@ -238,3 +238,33 @@ def test_certfile_without_keyfile_is_a_clean_error():
     )
     assert done.returncode != 0 and "--certfile and --keyfile go together" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_conformance_cli_over_h2c(servers, tmp_path):
+    _, h2c, _, _ = servers
+    junit = tmp_path / "h2c.xml"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmbridge",
+            "conformance",
+            h2c.url,
+            "--model",
+            "claude-text-simple",
+            "--tool-model",
+            "tool",
+            "--cancel-model",
+            "slow",
+            "--http2",
+            "--junit",
+            str(junit),
+            "--timeout",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(conformance.CHECKS)} passed, 0 failed (0 MUST), 0 skipped" in done.stdout

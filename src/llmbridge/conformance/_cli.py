@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, metavar="K", help="sent as Authorization: Bearer K")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--junit", default=None, metavar="FILE", help="also write JUnit XML to FILE")
-    p.add_argument("--http2", action="store_true", help="negotiate HTTP/2 (h2c needs --http2-prior-knowledge)")
+    p.add_argument("--http2", action="store_true", help="HTTP/2: h2c with prior knowledge on http://, ALPN on https://")
     p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
     p.set_defaults(func=command)

@@ -107,7 +107,9 @@ class _Suite:
         self.log = log or (lambda _: None)
         self.timeout = timeout
         self.verify = verify
-        self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10), http2=http2, verify=verify)
+        # HTTP/2 on http:// is h2c with prior knowledge (httpx does no Upgrade: h2c); on https://, ALPN
+        h2c = http2 and url.startswith("http://")
+        self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10), http1=not h2c, http2=http2, verify=verify)
 
     # -- helpers
 
@@ -525,8 +527,8 @@ def run(
 
     Returns the :class:`Report`; never raises for what the server does (a refused
     connection is a failed check).  ``tool_model``: the model for the tool-call scenario,
-    ``cancel_model``: for the cancellation scenarios (it must still be streaming when the
-    suite cancels; default ``model`` for both); ``http2``: let httpx negotiate HTTP/2; ``verify``: TLS verification
+    ``cancel_model``: for the cancellation scenarios (default ``model`` for both); ``http2``:
+    HTTP/2 — h2c with prior knowledge on ``http://``, ALPN on ``https://``; ``verify``: TLS verification
     as httpx takes it (``False`` for a self-signed test server).
     """
     if isinstance(verify, str):  # a CA bundle: one context for httpx and the WebSocket client
