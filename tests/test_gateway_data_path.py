@@ -318,3 +318,34 @@ def test_the_relay_still_notes_usage_and_finish(gw, caplog, model):
     assert lines and "finish=end_turn" in lines[-1], lines
     if model == "usage-then-done":
         assert "tokens in=3 out=1" in lines[-1]
+
+
+def test_an_in_process_upstream_waits_for_a_slow_client():
+    # Back-pressure: the pump that moves an in-process upstream's events stops once
+    # EVENTS_AHEAD are waiting, so a fast upstream cannot run ahead of its client into memory.
+    from llmbridge.gateway.streaming import EVENTS_AHEAD, EventSource
+
+    produced = 0
+
+    async def firehose():
+        nonlocal produced
+        yield hub.ResponseStart()
+        yield hub.BlockStart(0, "text")
+        while True:
+            produced += 1
+            yield hub.Delta(0, "x")
+
+    async def run() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        source = EventSource(firehose(), "fast", config.Timeouts(), loop.time())
+        await asyncio.sleep(0.2)  # nobody takes
+        held = produced
+        source.inbox.take()
+        await asyncio.sleep(0.05)
+        more = produced
+        await source.aclose()
+        return held, more
+
+    held, more = asyncio.run(run())
+    assert held <= EVENTS_AHEAD + 1
+    assert more > held  # taking makes room: it carries on

@@ -27,6 +27,10 @@ class CLIError(Exception):
 
 def _dialect(name: str, *needs: str) -> ModuleType:
     """Dialect ``name``'s module, which must have the attributes ``needs`` (modules land one by one)."""
+    if name == "llm-stream-binary":  # LLM-Stream's binary binding (docs/llm-stream-bindings.md §2)
+        from .bindings import BinaryDialect
+
+        return BinaryDialect  # type: ignore[return-value]
     try:
         module = dialects.get(name)
     except KeyError as exc:
@@ -118,6 +122,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CLIError(f"the gateway is not available in this build ({exc})", EXIT_UNAVAILABLE) from None
     if args.workers < 1:
         raise CLIError("--workers must be at least 1", EXIT_MALFORMED)
+    if args.http2 or args.certfile:
+        from .gateway import http2
+
+        http2.serve(args.config, args.host, args.port, certfile=args.certfile, keyfile=args.keyfile)
+        return EXIT_OK
     gateway.serve(args.config, args.host, args.port, args.workers)
     return EXIT_OK
 
@@ -189,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workers", type=int, default=1, help="processes serving the port (each loads the local model if used)"
     )
+    p.add_argument("--http2", action="store_true", help="serve HTTP/2 (h2c, or h2 over TLS) besides HTTP/1.1")
+    p.add_argument("--certfile", default=None, help="TLS certificate (PEM); with --keyfile serves https")
+    p.add_argument("--keyfile", default=None, help="TLS private key (PEM)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("replay", help="serve recorded streams (a directory of bodies) as a fake upstream")
@@ -207,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", default=None, help="RFC 3339 time, a date, or a span back like 24h or 7d")
     p.add_argument("--json", action="store_true", help="JSON rows, as GET /admin/usage serves them")
     p.set_defaults(func=cmd_usage)
+
+    from .conformance._cli import add_parser as add_conformance
+
+    add_conformance(sub)
 
     p = sub.add_parser("dialects", help="list the dialect names")
     p.set_defaults(func=cmd_dialects)

@@ -26,6 +26,7 @@ from ._core import (
     StreamCore,
     backoff,
     base_url_for,
+    binding_headers,
     media_kind,
     parse_json_body,
     prepare,
@@ -33,6 +34,7 @@ from ._core import (
 )
 from ._request import build_request, to_messages
 from ._sync import RETRYABLE
+from ._websocket import AsyncWebSocketTransport
 
 
 class AsyncStream:
@@ -51,7 +53,8 @@ class AsyncStream:
         self._on_stop = on_stop
         self._on_end = on_end
         self._response: httpx.Response | None = None
-        self._chunks: AsyncIterator[bytes] | None = None
+        self._chunks: AsyncIterator[bytes] | AsyncIterator[str] | None = None
+        self._started = False
         self._buffer: deque[UniEvent] = deque()
         self._body_done = False
         self.completion: Completion | None = None
@@ -83,6 +86,9 @@ class AsyncStream:
             self._on_end()
         if self._response is not None:
             await self._response.aclose()
+        close_turn = getattr(self._chunks, "aclose", None)
+        if close_turn is not None and self._client._ws is not None:
+            await close_turn()  # a WebSocket turn: sends cancel, reads the turn to its end
 
     close = abort = aclose
 
@@ -102,7 +108,12 @@ class AsyncStream:
         return self.completion
 
     async def _start(self) -> None:
-        if self._response is not None or self.closed:
+        if self._started or self.closed:
+            return
+        self._started = True
+        ws = self._client._ws
+        if ws is not None:  # the WebSocket binding: the request envelope as a text message
+            self._chunks = ws.turn(json_encode(self._client.codec.encode_request(self.request)).decode())
             return
         try:
             response = await self._client._send(self.request)
@@ -110,6 +121,7 @@ class AsyncStream:
             await self.aclose()
             raise
         self._response = response
+        self._core.use_binding(response.headers.get("content-type"))
         if media_kind(response.headers.get("content-type")) == "json":
             body = await response.aread()
             self._buffer.extend(self._core.whole(parse_json_body(body, self._core)))
@@ -121,7 +133,7 @@ class AsyncStream:
         if self.closed:  # closed or aborted: nothing more, even what was already decoded
             raise StopAsyncIteration
         while not self._buffer:
-            if self._response is None:
+            if not self._started:
                 await self._start()
                 continue
             if self._body_done:
@@ -142,7 +154,10 @@ class AsyncStream:
                 raise UpstreamError(f"read timed out: {exc}", type="timeout", partial=self.partial) from exc
             except httpx.TransportError as exc:
                 raise TransportError(f"connection failed mid-stream: {exc}", partial=self.partial) from exc
-            self._buffer.extend(self._core.feed(chunk))
+            if type(chunk) is str:
+                self._buffer.extend(self._core.feed_message(chunk))
+            else:
+                self._buffer.extend(self._core.feed(chunk))  # type: ignore[arg-type]
         event = self._buffer.popleft()
         if event.event_type == "stop":
             self.completion = Completion.of(self._core.view.message)
@@ -166,13 +181,18 @@ class AsyncClient:
         max_retries: int = 2,
         headers: dict[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
+        binding: str = "sse",
     ) -> None:
         self.codec = dialects.get(dialect)
         self.dialect = dialect
+        self.binding = binding
         self.base_url = base_url_for(self.codec, base_url)
         self.api_key = api_key
         self.max_retries = max_retries
-        self.headers = dict(headers or {})
+        self.headers = {**binding_headers(self.codec, binding), **(headers or {})}
+        self._ws = (
+            AsyncWebSocketTransport(self.base_url, api_key, self.headers, timeout) if binding == "websocket" else None
+        )
         self._own_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=connect_timeout))
         self.tools = _tools.ToolRegistry()
@@ -184,6 +204,8 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._ws is not None:
+            await self._ws.aclose()
         if self._own_http:
             await self._http.aclose()
 

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .. import hub
+from ..bindings import BINARY_MEDIA_TYPE, BinaryStreamDecoder, MessageStreamDecoder
 from ..dialects.base import json_decode, json_encode
 from ..errors import LLMBridgeError, ProtocolError, UpstreamError
 from ..unievent import FINISH_FROM_MMSP, UniEvent, UniEventView
@@ -90,6 +91,19 @@ class StreamCore:
     def feed(self, data: bytes) -> list[UniEvent]:
         self._raise_pending()
         return self._run(self.decoder.feed(data))
+
+    def use_binding(self, content_type: str | None) -> None:
+        """Switch to the binary frame decoder when the answer is ``application/llm-stream+binary``
+        (before the first :meth:`feed`)."""
+        if (content_type or "").split(";", 1)[0].strip().lower() == BINARY_MEDIA_TYPE:
+            self.decoder = BinaryStreamDecoder()
+
+    def feed_message(self, text: str) -> list[UniEvent]:
+        """One WebSocket message (one event envelope) of a turn."""
+        self._raise_pending()
+        if not isinstance(self.decoder, MessageStreamDecoder):
+            self.decoder = MessageStreamDecoder()
+        return self._run(self.decoder.feed_message(text))
 
     def close(self) -> list[UniEvent]:
         """End of body; call again until it returns ``[]`` (it raises a deferred error)."""
@@ -183,6 +197,20 @@ def backoff(attempt: int, retry_after: str | None = None) -> float:
         except ValueError:
             pass
     return min(0.1 * 2**attempt, MAX_BACKOFF)
+
+
+BINDINGS = ("sse", "binary", "websocket")
+
+
+def binding_headers(codec: ModuleType, binding: str) -> dict[str, str]:
+    """Extra request headers of an HTTP ``binding``; raises ``ValueError`` for a binding the dialect lacks."""
+    if binding not in BINDINGS:
+        raise ValueError(f"unknown binding {binding!r} (known: {', '.join(BINDINGS)})")
+    if binding != "sse" and codec.NAME != "llm-stream":
+        raise ValueError(f"the {binding} binding is LLM-Stream's; dialect {codec.NAME!r} has SSE only")
+    if binding == "binary":
+        return {"accept": f"{BINARY_MEDIA_TYPE}, text/event-stream;q=0.5"}
+    return {}
 
 
 def media_kind(content_type: str | None) -> str:

@@ -25,12 +25,14 @@ from ._core import (
     StreamCore,
     backoff,
     base_url_for,
+    binding_headers,
     media_kind,
     parse_json_body,
     prepare,
     upstream_error,
 )
 from ._request import build_request, to_messages
+from ._websocket import WebSocketTransport
 
 # Failures where the server has not seen the request (or answered nothing): safe to send again.
 RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
@@ -57,7 +59,8 @@ class Stream:
         self._on_stop = on_stop
         self._on_end = on_end
         self._response: httpx.Response | None = None
-        self._chunks: Iterator[bytes] | None = None
+        self._chunks: Iterator[bytes] | Iterator[str] | None = None
+        self._started = False
         self._buffer: deque[UniEvent] = deque()
         self._body_done = False
         self.completion: Completion | None = None
@@ -89,6 +92,9 @@ class Stream:
         self.closed = True
         if self._response is not None:
             self._response.close()
+        close_turn = getattr(self._chunks, "close", None)
+        if close_turn is not None and self._client._ws is not None:
+            close_turn()  # a WebSocket turn: sends cancel, reads the turn to its end
         if self._on_end is not None:
             self._on_end()
 
@@ -118,7 +124,12 @@ class Stream:
     # -- internals
 
     def _start(self) -> None:
-        if self._response is not None or self.closed:
+        if self._started or self.closed:
+            return
+        self._started = True
+        ws = self._client._ws
+        if ws is not None:  # the WebSocket binding: the request envelope as a text message
+            self._chunks = ws.turn(json_encode(self._client.codec.encode_request(self.request)).decode())
             return
         try:
             response = self._client._send(self.request)
@@ -126,6 +137,7 @@ class Stream:
             self.close()
             raise
         self._response = response
+        self._core.use_binding(response.headers.get("content-type"))
         kind = media_kind(response.headers.get("content-type"))
         if kind == "json":  # a server that answered whole: same events, same grammar
             body = response.read()
@@ -138,7 +150,7 @@ class Stream:
         if self.closed:  # closed or aborted: nothing more, even what was already decoded
             raise StopIteration
         while not self._buffer:
-            if self._response is None:
+            if not self._started:
                 self._start()
                 continue
             if self._body_done:
@@ -159,7 +171,10 @@ class Stream:
                 raise UpstreamError(f"read timed out: {exc}", type="timeout", partial=self.partial) from exc
             except httpx.TransportError as exc:
                 raise TransportError(f"connection failed mid-stream: {exc}", partial=self.partial) from exc
-            self._buffer.extend(self._core.feed(chunk))
+            if type(chunk) is str:
+                self._buffer.extend(self._core.feed_message(chunk))
+            else:
+                self._buffer.extend(self._core.feed(chunk))  # type: ignore[arg-type]
         event = self._buffer.popleft()
         if event.event_type == "stop":
             self.completion = Completion.of(self._core.view.message)
@@ -183,13 +198,16 @@ class Client:
         max_retries: int = 2,
         headers: dict[str, str] | None = None,
         http_client: httpx.Client | None = None,
+        binding: str = "sse",
     ) -> None:
         self.codec = dialects.get(dialect)
         self.dialect = dialect
+        self.binding = binding
         self.base_url = base_url_for(self.codec, base_url)
         self.api_key = api_key
         self.max_retries = max_retries
-        self.headers = dict(headers or {})
+        self.headers = {**binding_headers(self.codec, binding), **(headers or {})}
+        self._ws = WebSocketTransport(self.base_url, api_key, self.headers, timeout) if binding == "websocket" else None
         self._own_http = http_client is None
         self._http = http_client or httpx.Client(timeout=httpx.Timeout(timeout, connect=connect_timeout))
         self.tools = _tools.ToolRegistry()
@@ -201,6 +219,8 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        if self._ws is not None:
+            self._ws.close()
         if self._own_http:
             self._http.close()
 

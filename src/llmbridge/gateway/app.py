@@ -19,11 +19,11 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from .. import dialects, errors, hub
 from ..dialects.base import json_decode
-from . import extensions, limits, negotiation, replies, teams
+from . import binding, extensions, limits, negotiation, replies, teams
 from .config import Config, default_config
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import EmbeddingsService
@@ -35,6 +35,7 @@ from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, Stre
 from .teams.admin import routes as admin_routes
 from .ui import Console, TrafficLog
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, retryable, timeouts_of
+from .websocket import WebSocketEndpoint
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -201,6 +202,11 @@ class Gateway:
         out_dialect = negotiation.response_dialect(endpoint, request_dialect, request.headers.get("accept"))
         if out_dialect != endpoint:
             json_array = False  # the standard stream is SSE
+        accept = request.headers.get("accept")
+        if endpoint == negotiation.STANDARD and not binding.acceptable(accept):  # llm-stream-bindings §2.1
+            message = f"cannot answer with any of {accept!r}"
+            return replies.error(out_dialect, message, "invalid_request", 406, "not_acceptable")
+        binary = out_dialect == negotiation.STANDARD and binding.wants_binary(accept)
         try:
             raw = await self.read_body(request)
         except ClientDisconnect:  # gone (or cut off by the server's body timeout) mid-body
@@ -258,7 +264,7 @@ class Gateway:
         response = await _unless_disconnected(request, work)
         if ticket is not None:
             self.teams.responded(ticket, response)
-        return response
+        return binding.as_binary(response) if binary else response
 
     async def route(
         self,
@@ -529,6 +535,8 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),
     ]
     routes += Console(gateway, gateway.traffic).routes()  # the web console at /ui (docs/ui.md)
+    websocket = WebSocketEndpoint(gateway)  # llm-stream-bindings §3; app.state.websocket tunes it
+    routes.append(WebSocketRoute("/v1/stream", websocket.handle))
 
     async def no_route(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)
@@ -541,4 +549,5 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=[Middleware(RequestIdMiddleware)]
     )
     app.state.gateway = gateway
+    app.state.websocket = websocket
     return app

@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from .. import hub, sse
-from ._http import Inbox, Response
+from ._http import HIGH_WATER, Inbox, Response
 from .config import Timeouts
 
 log = logging.getLogger("llmbridge.gateway")
@@ -319,6 +319,10 @@ class HTTPSource(Source):
         self.response.close()
 
 
+EVENTS_AHEAD = 256  # in-process events a slow client may fall behind by before the upstream waits
+_EVENT_WEIGHT = HIGH_WATER // EVENTS_AHEAD + 1  # what one event counts for in the inbox's flow control
+
+
 class EventSource(Source):
     """An in-process upstream's hub events, moved into the inbox by one long-lived task.
 
@@ -328,7 +332,12 @@ class EventSource(Source):
 
     def __init__(self, events: AsyncIterator[hub.Event], name: str, timeouts: Timeouts, started: float) -> None:
         super().__init__(name, timeouts, started)
-        self.inbox = Inbox()
+        # Back-pressure: past EVENTS_AHEAD events not yet taken (a slow client), the pump waits,
+        # and so does the in-process upstream it reads (the local model's queue fills, the
+        # engine blocks): a fast upstream cannot run ahead of its client into memory.
+        self._room = asyncio.Event()
+        self._room.set()
+        self.inbox = Inbox(self._room.clear, self._room.set)
         self._events = events
         self._task = asyncio.get_running_loop().create_task(self._pump())
 
@@ -338,11 +347,14 @@ class EventSource(Source):
         inbox = self.inbox
         ended = False
         try:
+            room = self._room
             async for event in self._events:
                 ended = type(event) is hub.ResponseEnd
-                inbox.put(event)
+                inbox.put(event, _EVENT_WEIGHT)
                 if ended:
                     break
+                if not room.is_set():
+                    await room.wait()
             if not ended:
                 inbox.put(hub.Error("upstream ended before its terminal event", "incomplete_stream"))
                 inbox.put(hub.ResponseEnd())
