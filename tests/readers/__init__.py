@@ -8,6 +8,9 @@ Each dialect has a module here, ``tests/readers/<module>.py`` (``openai_chat``,
     CARRIES_THINKING: bool        # does the SDK show thinking text?
     REASON: dict[str, str]        # the SDK's finish word -> the standard's stop_reason (hand-written)
     SHOWS: dict[str, str]         # a stop_reason -> the word this SDK shows for it (the lossy table)
+    UNKNOWN_COUNT: int | None     # what the SDK shows for a token count the stream does not know
+    NO_FINISH: str | None         # the word the SDK shows for a stream that has no finish reason
+    ERROR_SHOWS_FINISH: bool      # does the SDK still show the finish and usage sent before an error?
     def read(body: bytes) -> Summary
 
 ``read`` feeds ``body`` to the SDK through a mock transport (the SDK's real HTTP code path),
@@ -63,13 +66,43 @@ def reader(dialect: str):
     return importlib.import_module(f"tests.readers.{dialect.replace('-', '_')}")
 
 
-def expected(events: list[hub.Event]) -> Summary:
+def expected(events: list[hub.Event], dialect: str | None = None) -> Summary:
     """What a reader should see for this hub stream, by llmbridge's own assembler.
 
     For tests of one codec against hub streams they build themselves.  The translation
     matrix does not use it: its expectations come from the vendor SDK reading the source
-    capture (:mod:`tests.readers.sources`).
+    capture (:mod:`tests.readers.sources`).  With ``dialect``, the values that dialect
+    cannot express are replaced by what its SDK shows instead (the reader's ``SHOWS`` for a
+    finish reason, ``UNKNOWN_COUNT`` for a token count the stream does not know).
     """
+    summary = _expected(events)
+    if dialect is None:
+        return summary
+    module = reader(dialect)
+    r = hub.assemble(events)
+    if summary.error is None:
+        if hasattr(module, "shows"):  # the word depends on more than the reason
+            summary.stop = module.shows(r)
+        else:
+            summary.stop = module.SHOWS[r.finish.reason] if r.finish is not None else module.NO_FINISH
+        summary.finish = category(dialect, summary)
+    if summary.error is not None and not module.ERROR_SHOWS_FINISH:
+        # the error event stands in place of the terminal event that would carry these
+        summary.finish = summary.input_tokens = summary.output_tokens = None
+    else:
+        unknown = module.UNKNOWN_COUNT
+        summary.input_tokens = unknown if summary.input_tokens is None else summary.input_tokens
+        summary.output_tokens = unknown if summary.output_tokens is None else summary.output_tokens
+    return summary
+
+
+def category(dialect: str, summary: Summary) -> str | None:
+    """The FINISH_CATEGORY of the finish word ``dialect``'s SDK showed in ``summary``."""
+    r = reason(dialect, summary)
+    return FINISH_CATEGORY.get(r) if r else None
+
+
+def _expected(events: list[hub.Event]) -> Summary:
     r = hub.assemble(events)
     blocks = r.choice_blocks(0)
     calls = []

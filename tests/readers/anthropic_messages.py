@@ -39,6 +39,10 @@ SHOWS = {
     "other": "end_turn",  # no word for "other": the turn simply ended
 }
 
+UNKNOWN_COUNT = 0  # the SDK's usage fields are required integers: an unknown count shows as 0
+NO_FINISH = None
+ERROR_SHOWS_FINISH = False  # the error event replaces message_delta, which carries both
+
 
 def client_for(body: bytes, status: int = 200) -> anthropic.Anthropic:
     """An SDK client whose every request is answered with ``body``."""

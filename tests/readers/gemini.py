@@ -77,6 +77,10 @@ SHOWS = {
     "other": "OTHER",
 }
 
+UNKNOWN_COUNT = None  # no usageMetadata count, no count
+NO_FINISH = None
+ERROR_SHOWS_FINISH = True  # they came in earlier chunks
+
 
 def category(word: str | None, tool_calls: bool) -> str | None:
     if word is None:

@@ -21,6 +21,10 @@ REASON = {w: w for w in _WORDS}
 # The lossy table: every reason has its own word; one the draft lacks is "other".
 SHOWS = {**REASON, "other": "other"}
 
+UNKNOWN_COUNT = None  # no usage event, no usage
+NO_FINISH = None
+ERROR_SHOWS_FINISH = True  # usage and content.stop are events of their own, before the error
+
 
 class StreamError(Exception):
     pass

@@ -34,6 +34,10 @@ SHOWS = {
     "other": "unknown",
 }
 
+UNKNOWN_COUNT = None  # the stop event's usage_metadata holds null
+NO_FINISH = "unknown"  # the stop event always carries a finish_reason
+ERROR_SHOWS_FINISH = False  # the error stands in place of the stop event, which carries both
+
 _BASE = "http://mmsp.test/v1"
 _USER: Any = {"role": "user", "content_items": [{"type": "text.done", "text": "hi"}]}
 
@@ -62,7 +66,8 @@ def read(body: bytes) -> Summary:
     try:
         asyncio.run(run())
     except Exception as exc:  # MMSP's own verdict: UpstreamError, IncompleteStreamError ...
-        error = f"{type(exc).__name__}: {exc}"
+        kind = getattr(exc, "error_type", None)  # the server-side class an UpstreamError names
+        error = f"{type(exc).__name__}({kind}): {exc}" if kind else f"{type(exc).__name__}: {exc}"
     message = client.concat_uni_events_to_uni_message(events)
     done = message["content_items"]
     summary = Summary(

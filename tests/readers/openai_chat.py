@@ -5,6 +5,8 @@ from __future__ import annotations
 import httpx
 import openai
 
+from llmbridge import hub
+
 from . import FINISH_CATEGORY, Summary, arguments
 
 CARRIES_THINKING = True  # as delta.reasoning_content, which the SDK keeps as an extra field
@@ -26,10 +28,14 @@ SHOWS = {
     "max_tokens": "length",
     "tool_use": "tool_calls",
     "content_filter": "content_filter",
-    "refusal": "stop",  # OpenAI: a refusal is message.refusal with finish_reason "stop"
+    "refusal": "content_filter",  # withheld; but OpenAI's own refusals (message.refusal) keep "stop": shows()
     "pause_turn": "stop",  # no word for a paused turn
     "other": "stop",
 }
+
+UNKNOWN_COUNT = None  # no usage chunk, no usage
+NO_FINISH = None
+ERROR_SHOWS_FINISH = True  # they came in earlier chunks, which the SDK has accumulated
 
 
 def client_for(body: bytes, content_type: str = "text/event-stream") -> openai.OpenAI:
@@ -87,6 +93,19 @@ def _fill(summary: Summary, completion) -> None:
     if usage is not None:
         summary.input_tokens = usage.prompt_tokens
         summary.output_tokens = usage.completion_tokens
+
+
+def shows(response: hub.Response) -> str | None:
+    """The finish_reason the SDK shows for an assembled hub response: SHOWS, except that a
+    refusal the model wrote as OpenAI's own ``refusal`` text ends with "stop", as OpenAI's do."""
+    finish = response.finish
+    if finish is None:
+        return NO_FINISH
+    blocks = response.choice_blocks(0)
+    refused = any(b.kind == "text" and ((b.extensions or {}).get("openai-chat") or {}).get("refusal") for b in blocks)
+    if finish.reason == "refusal" and refused and not any(b.kind == "tool_call" for b in blocks):
+        return "stop"
+    return SHOWS[finish.reason]
 
 
 def reason(summary: Summary) -> str | None:

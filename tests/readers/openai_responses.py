@@ -37,6 +37,10 @@ SHOWS = {
     "other": "completed",
 }
 
+UNKNOWN_COUNT = None  # no usage object, no usage
+NO_FINISH = "completed"  # a response always ends with a status
+ERROR_SHOWS_FINISH = False  # response.failed carries neither
+
 
 def _client(body: bytes):
     import openai
@@ -97,8 +101,9 @@ def _summarize(response, summary: Summary) -> None:
 def read(body: bytes) -> Summary:
     summary = Summary()
     final = None
-    text: list[str] = []
-    thinking: list[str] = []
+    # what streamed, by output_index: the items' order, which interleaved deltas need not keep
+    text: dict[int, list[str]] = {}
+    thinking: dict[int, list[str]] = {}
     calls: dict[str, list] = {}  # item id -> [name, call_id, argument fragments]: what streamed, for errors
     try:
         with warnings.catch_warnings(), _client(body).responses.stream(model="m", input="hi") as stream:
@@ -107,9 +112,9 @@ def read(body: bytes) -> Summary:
             for event in stream:
                 kind = event.type
                 if kind == "response.output_text.delta":
-                    text.append(event.delta)
+                    text.setdefault(event.output_index, []).append(event.delta)
                 elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                    thinking.append(event.delta)
+                    thinking.setdefault(event.output_index, []).append(event.delta)
                 elif kind == "response.output_item.added" and event.item.type == "function_call":
                     calls[event.item.id] = [event.item.name, event.item.call_id, []]
                 elif kind == "response.function_call_arguments.delta" and event.item_id in calls:
@@ -121,7 +126,8 @@ def read(body: bytes) -> Summary:
         if final is None:
             raise RuntimeError("the stream ended without a terminal event")
     except Exception as exc:
-        summary.text, summary.thinking = "".join(text), "".join(thinking)
+        summary.text = "".join("".join(text[k]) for k in sorted(text))
+        summary.thinking = "".join("".join(thinking[k]) for k in sorted(thinking))
         for name, call_id, fragments in calls.values():
             summary.tool_calls.append((name, arguments("".join(fragments))))
             summary.tool_call_ids.append(call_id)
@@ -134,5 +140,5 @@ def read(body: bytes) -> Summary:
 def reason(summary: Summary) -> str | None:
     """The standard's stop_reason for what the SDK showed."""
     if summary.stop == "completed":
-        return "tool_use" if summary.tool_calls else "refusal" if summary.finish == "filter" else "end_turn"
+        return "tool_use" if summary.tool_calls else "end_turn"
     return REASON.get(summary.stop, "other") if summary.stop else None
