@@ -37,6 +37,7 @@ SHOWS = {
     "refusal": "refusal",
     "content_filter": "refusal",  # output withheld: Anthropic's nearest word
     "other": "end_turn",  # no word for "other": the turn simply ended
+    "error": "end_turn",  # a failed turn without an error event: no word either
 }
 
 UNKNOWN_COUNT = 0  # the SDK's usage fields are required integers: an unknown count shows as 0

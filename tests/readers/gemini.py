@@ -75,6 +75,7 @@ SHOWS = {
     "refusal": "SAFETY",
     "pause_turn": "OTHER",
     "other": "OTHER",
+    "error": "MALFORMED_RESPONSE",
 }
 
 UNKNOWN_COUNT = None  # no usageMetadata count, no count

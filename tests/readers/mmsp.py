@@ -32,6 +32,7 @@ SHOWS = {
     "refusal": "unknown",
     "pause_turn": "unknown",
     "other": "unknown",
+    "error": "unknown",
 }
 
 UNKNOWN_COUNT = None  # the stop event's usage_metadata holds null

@@ -31,6 +31,7 @@ SHOWS = {
     "refusal": "content_filter",  # withheld; but OpenAI's own refusals (message.refusal) keep "stop": shows()
     "pause_turn": "stop",  # no word for a paused turn
     "other": "stop",
+    "error": "error",  # OpenRouter's word
 }
 
 UNKNOWN_COUNT = None  # no usage chunk, no usage

@@ -35,6 +35,7 @@ SHOWS = {
     "refusal": "completed",  # a refusal is a "refusal" content part of a completed message
     "pause_turn": "completed",
     "other": "completed",
+    "error": "failed",
 }
 
 UNKNOWN_COUNT = None  # no usage object, no usage

@@ -369,7 +369,9 @@ REASONS: dict[str, dict[str, str]] = {
         "MAX_TOKENS": "max_tokens",
         "TOOL_CALL": "tool_use",
         "ERROR": "error",
-        "TIMEOUT": "error",
+        "ERROR_TOXIC": "content_filter",
+        "ERROR_LIMIT": "max_tokens",
+        "TIMEOUT": "other",  # cut short by time: no stop_reason of its own, the word kept raw
     },
     "bedrock-converse": {
         "end_turn": "end_turn",
@@ -380,7 +382,49 @@ REASONS: dict[str, dict[str, str]] = {
         "content_filtered": "content_filter",
         "model_context_window_exceeded": "max_tokens",
     },
-    "gemini-interactions": {"completed": "end_turn", "requires_action": "tool_use", "incomplete": "max_tokens"},
+    "gemini-interactions": {
+        "completed": "end_turn",
+        "requires_action": "tool_use",
+        "incomplete": "max_tokens",
+        "failed": "error",
+    },
+}
+
+# The lossy tables of the source-only dialects: the word their SDK shows for each stop_reason.
+SHOWS: dict[str, dict[str, str]] = {
+    "cohere-v2": {
+        "end_turn": "COMPLETE",
+        "stop_sequence": "STOP_SEQUENCE",
+        "max_tokens": "MAX_TOKENS",
+        "tool_use": "TOOL_CALL",
+        "content_filter": "ERROR_TOXIC",
+        "refusal": "COMPLETE",
+        "pause_turn": "COMPLETE",
+        "error": "ERROR",
+        "other": "COMPLETE",
+    },
+    "bedrock-converse": {
+        "end_turn": "end_turn",
+        "stop_sequence": "stop_sequence",
+        "max_tokens": "max_tokens",
+        "tool_use": "tool_use",
+        "content_filter": "content_filtered",
+        "refusal": "end_turn",
+        "pause_turn": "end_turn",
+        "error": "end_turn",
+        "other": "end_turn",
+    },
+    "gemini-interactions": {
+        "end_turn": "completed",
+        "stop_sequence": "completed",
+        "max_tokens": "incomplete",
+        "tool_use": "requires_action",
+        "content_filter": "completed",
+        "refusal": "completed",
+        "pause_turn": "completed",
+        "error": "failed",
+        "other": "completed",
+    },
 }
 
 _READ_OTHER: dict[str, Callable[[bytes], Summary]] = {
