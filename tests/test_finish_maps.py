@@ -117,7 +117,8 @@ def openai_responses(word: str) -> bytes:
     status, _, why = word.partition(":")
     message = {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
                "content": [{"type": "output_text", "text": "hi", "annotations": []}]}
-    response = {"id": "resp_1", "object": "response", "created_at": 1, "model": "g", "output": [], "status": "in_progress"}
+    response = {"id": "resp_1", "object": "response", "created_at": 1, "model": "g", "output": [],
+                "status": "in_progress"}
     usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 5,
              "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15}
     end = {**response, "status": status, "output": [message], "usage": usage,
