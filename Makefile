@@ -6,13 +6,27 @@ PYTHON ?= python3
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: serve test lint bench
+.PHONY: serve test lint bench test-deep mutate
 
 serve: $(VENV)/.installed
 	$(VENV)/bin/llmbridge serve --host $(HOST) --port $(PORT)
 
 test: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest
+
+# Every property test (-m hypothesis) in depth: random examples, HYPOTHESIS_EXAMPLES each (2000
+# by default), from a printed seed; `make test-deep SEED=n` replays a run, TESTS=path narrows it.
+# docs/testing.md says how long it takes.
+test-deep: $(VENV)/.installed
+	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
+	echo "hypothesis seed: $$seed  (replay: make test-deep SEED=$$seed)"; \
+	HYPOTHESIS_PROFILE=deep $(VENV)/bin/python -m pytest -m hypothesis -p no:cacheprovider \
+	  --hypothesis-seed=$$seed $(or $(TESTS),tests)
+
+# Mutation testing of sse.py, hub.py and every dialect's finish/usage maps (tests/mutate.py,
+# docs/testing.md).  Long: not part of `make test` nor CI.  MUTATE_ARGS passes options.
+mutate: $(VENV)/.installed
+	$(VENV)/bin/python -m tests.mutate $(MUTATE_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests bench

@@ -247,3 +247,36 @@ def test_the_decoder_counts_cached_and_reasoning_tokens_where_the_wire_says(dial
     said_reasoning = dialect in ("openai-chat", "openai-responses", "gemini", "mmsp", "gemini-interactions")
     assert r.usage.cache_read_tokens == (4 if said_cached else None)
     assert r.usage.reasoning_tokens == (2 if said_reasoning else None)
+
+
+# ----------------------------------------------------------------------------- word x target
+# The corpus has no Gemini MAX_TOKENS, no Cohere STOP_SEQUENCE ...: each vendor word above,
+# translated into every target and read by the target's SDK, completes the translation matrix.
+
+SOURCE_WORDS = [(d, w) for d, w in WORDS if (d, w) not in FAILS]
+# Words not written back even within their own dialect: the SDK shows these instead.
+NOT_KEPT = {
+    ("openai-chat", "function_call"): "tool_calls",  # the legacy word; calls go out as tool_calls deltas
+    ("gemini", "FINISH_REASON_UNSPECIFIED"): "OTHER",  # "unspecified" is no reason to repeat
+}
+
+
+def shown(source: str, word: str, target: str) -> str:
+    """The word the target's SDK shows for ``word`` of ``source``: the word itself within its
+    dialect, or where the target has the same word with the same meaning (Bedrock's and
+    Anthropic's model_context_window_exceeded); else the target's lossy table."""
+    stop_reason = reasons(source).get(word, "other")
+    if (source, word) in NOT_KEPT:
+        return NOT_KEPT[source, word] if target == source else shows(target)[stop_reason]
+    if target == source or reasons(target).get(word) == stop_reason:
+        return word
+    return shows(target)[stop_reason]
+
+
+@pytest.mark.parametrize("target", dialects.NAMES)
+@pytest.mark.parametrize(("source", "word"), SOURCE_WORDS, ids=[f"{d}-{w}" for d, w in SOURCE_WORDS])
+def test_each_finish_word_reads_right_in_every_target(source, word, target):
+    events = decode_all(dialects.get(source).StreamDecoder(), WIRE[source](word))
+    got = read(target, encode_all(dialects.get(target).StreamEncoder(), events))
+    assert got.stop == shown(source, word, target), f"{source} {word!r} as {target}"
+    assert (got.input_tokens, got.output_tokens) == (10, 5)
