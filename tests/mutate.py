@@ -314,7 +314,7 @@ def _code_swapper(tree: ast.Module, path: Path, qualified: str, n: int,
                     if value is node:
                         setattr(parent, name, replacement)
                     elif isinstance(value, list) and any(v is node for v in value):
-                        value[[i for i, v in enumerate(value) if v is node][0]] = replacement
+                        value[next(i for i, v in enumerate(value) if v is node)] = replacement
         ast.fix_missing_locations(mutated)
         code = compile(mutated, str(path), "exec")
         new = _find_code(code, live.__code__.co_name, live.__code__.co_firstlineno)
@@ -336,7 +336,7 @@ def _find_code(code: types.CodeType, name: str, line: int) -> types.CodeType | N
     return None
 
 
-def mutants_of(name: str, target: Target) -> Iterator[Mutant]:
+def mutants_of(name: str, target: Target, maps_only: bool = False) -> Iterator[Mutant]:
     module = importlib.import_module(target.module)
     for item in target.names or ():
         if "." not in item and isinstance(getattr(module, item, None), (dict, set, frozenset)):
@@ -344,7 +344,7 @@ def mutants_of(name: str, target: Target) -> Iterator[Mutant]:
     functions = None if target.names is None else tuple(
         n for n in target.names if not isinstance(getattr(module, n, None), (dict, set, frozenset))
     )
-    if functions != ():
+    if functions != () and not maps_only:
         yield from code_mutants(name, module, functions)
 
 
@@ -365,13 +365,14 @@ def run_one(mutant: Mutant | None, tests: list[str], keyword: str | None, timeou
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child
-        code = 3
+        code = 97  # the mutant could not be applied
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
             if mutant is not None:
                 mutant.apply()
+            code = 98  # pytest itself failed
             import pytest
 
             args = [*tests, "-x", "-q", "-p", "no:cacheprovider", "-W", "ignore"]
@@ -379,7 +380,7 @@ def run_one(mutant: Mutant | None, tests: list[str], keyword: str | None, timeou
                 args += ["-k", keyword]
             code = int(pytest.main(args))
         except BaseException:
-            code = 3
+            pass
         finally:
             os._exit(code)
     deadline = started + timeout
@@ -394,7 +395,8 @@ def run_one(mutant: Mutant | None, tests: list[str], keyword: str | None, timeou
         time.sleep(0.05)
     seconds = time.monotonic() - started
     code = os.waitstatus_to_exitcode(status)
-    verdict = {0: "survived", 1: "killed"}.get(code, "error")
+    # 1: a test failed; 2: collection failed (a module the tests import broke at import time)
+    verdict = {0: "survived", 1: "killed", 2: "killed"}.get(code, "error")
     return Outcome(mutant, verdict, seconds, "" if verdict != "error" else f"exit {code}")
 
 
@@ -404,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="mutants whose description contains this text")
     parser.add_argument("--tests", nargs="+", help="run these tests instead of the target's (no -k)")
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
+    parser.add_argument("--maps-only", action="store_true", help="only the map entries, no code mutants")
     parser.add_argument("--report", type=Path, help="write the survivors to this markdown file")
     args = parser.parse_args(argv)
 
@@ -416,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for name in chosen:
         target = TARGETS[name]
-        mutants = [m for m in mutants_of(name, target) if not args.only or args.only in m.description]
+        mutants = [m for m in mutants_of(name, target, maps_only=args.maps_only)
+                   if not args.only or args.only in m.description]
         tests = list(args.tests or target.tests)
         keyword = None if args.tests else target.keyword
         if args.list:

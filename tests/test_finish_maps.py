@@ -280,3 +280,20 @@ def test_each_finish_word_reads_right_in_every_target(source, word, target):
     got = read(target, encode_all(dialects.get(target).StreamEncoder(), events))
     assert got.stop == shown(source, word, target), f"{source} {word!r} as {target}"
     assert (got.input_tokens, got.output_tokens) == (10, 5)
+
+
+# ----------------------------------------------------------------------------- our own extension
+# What a dialect cannot say travels under our "llmbridge" key: our own decoder gets it back
+# whole, even where the SDK shows only the lossy word (above).
+
+
+@pytest.mark.parametrize("reason", hub.FINISH_REASONS)
+@pytest.mark.parametrize("dialect", ALL)
+def test_the_extension_brings_every_reason_and_unknown_count_back(dialect, reason):
+    usage = hub.Usage(input_tokens=None, output_tokens=7, cache_read_tokens=None, reasoning_tokens=3)
+    events = [hub.ResponseStart("r", "m"), hub.BlockStart(0, "text"), hub.Delta(0, "hi"), hub.BlockStop(0), usage,
+              hub.Finish(reason), hub.ResponseEnd()]
+    codec = dialects.get(dialect)
+    back = hub.assemble(decode_all(codec.StreamDecoder(), encode_all(codec.StreamEncoder(), events)))
+    assert back.finish is not None and back.finish.reason == reason
+    assert (back.usage.input_tokens, back.usage.output_tokens, back.usage.reasoning_tokens) == (None, 7, 3)

@@ -9,6 +9,7 @@ Each dialect has a module here, ``tests/readers/<module>.py`` (``openai_chat``,
     REASON: dict[str, str]        # the SDK's finish word -> the standard's stop_reason (hand-written)
     SHOWS: dict[str, str]         # a stop_reason -> the word this SDK shows for it (the lossy table)
     UNKNOWN_COUNT: int | None     # what the SDK shows for a token count the stream does not know
+    NO_USAGE_COUNT: int | None    # ... and for each count of a stream that has no usage at all
     NO_FINISH: str | None         # the word the SDK shows for a stream that has no finish reason
     ERROR_SHOWS_FINISH: bool      # does the SDK still show the finish and usage sent before an error?
     def read(body: bytes) -> Summary
@@ -73,7 +74,8 @@ def expected(events: list[hub.Event], dialect: str | None = None) -> Summary:
     matrix does not use it: its expectations come from the vendor SDK reading the source
     capture (:mod:`tests.readers.sources`).  With ``dialect``, the values that dialect
     cannot express are replaced by what its SDK shows instead (the reader's ``SHOWS`` for a
-    finish reason, ``UNKNOWN_COUNT`` for a token count the stream does not know).
+    finish reason, ``UNKNOWN_COUNT``/``NO_USAGE_COUNT`` for a token count the stream does
+    not know).
     """
     summary = _expected(events)
     if dialect is None:
@@ -90,7 +92,7 @@ def expected(events: list[hub.Event], dialect: str | None = None) -> Summary:
         # the error event stands in place of the terminal event that would carry these
         summary.finish = summary.input_tokens = summary.output_tokens = None
     else:
-        unknown = module.UNKNOWN_COUNT
+        unknown = module.UNKNOWN_COUNT if r.usage is not None else module.NO_USAGE_COUNT
         summary.input_tokens = unknown if summary.input_tokens is None else summary.input_tokens
         summary.output_tokens = unknown if summary.output_tokens is None else summary.output_tokens
     return summary

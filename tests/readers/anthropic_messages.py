@@ -41,6 +41,7 @@ SHOWS = {
 }
 
 UNKNOWN_COUNT = 0  # the SDK's usage fields are required integers: an unknown count shows as 0
+NO_USAGE_COUNT = 0  # message_start always carries a usage object
 NO_FINISH = None
 ERROR_SHOWS_FINISH = False  # the error event replaces message_delta, which carries both
 

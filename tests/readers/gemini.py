@@ -79,6 +79,7 @@ SHOWS = {
 }
 
 UNKNOWN_COUNT = None  # no usageMetadata count, no count
+NO_USAGE_COUNT = None
 NO_FINISH = None
 ERROR_SHOWS_FINISH = True  # they came in earlier chunks
 

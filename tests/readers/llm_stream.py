@@ -22,6 +22,7 @@ REASON = {w: w for w in _WORDS}
 SHOWS = {**REASON, "other": "other"}
 
 UNKNOWN_COUNT = None  # no usage event, no usage
+NO_USAGE_COUNT = None
 NO_FINISH = None
 ERROR_SHOWS_FINISH = True  # usage and content.stop are events of their own, before the error
 

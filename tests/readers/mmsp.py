@@ -36,6 +36,7 @@ SHOWS = {
 }
 
 UNKNOWN_COUNT = None  # the stop event's usage_metadata holds null
+NO_USAGE_COUNT = None
 NO_FINISH = "unknown"  # the stop event always carries a finish_reason
 ERROR_SHOWS_FINISH = False  # the error stands in place of the stop event, which carries both
 

@@ -34,7 +34,8 @@ SHOWS = {
     "error": "error",  # OpenRouter's word
 }
 
-UNKNOWN_COUNT = None  # no usage chunk, no usage
+UNKNOWN_COUNT = 0  # both counts are required integers; the unknown one goes out as 0
+NO_USAGE_COUNT = None
 NO_FINISH = None
 ERROR_SHOWS_FINISH = True  # they came in earlier chunks, which the SDK has accumulated
 

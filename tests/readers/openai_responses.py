@@ -39,6 +39,7 @@ SHOWS = {
 }
 
 UNKNOWN_COUNT = None  # no usage object, no usage
+NO_USAGE_COUNT = None
 NO_FINISH = "completed"  # a response always ends with a status
 ERROR_SHOWS_FINISH = False  # response.failed carries neither
 
