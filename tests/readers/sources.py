@@ -387,6 +387,7 @@ REASONS: dict[str, dict[str, str]] = {
         "requires_action": "tool_use",
         "incomplete": "max_tokens",
         "failed": "error",
+        "cancelled": "other",  # no stop_reason for a turn the user cancelled; the word kept raw
     },
 }
 
