@@ -372,6 +372,7 @@ REASONS: dict[str, dict[str, str]] = {
         "ERROR_TOXIC": "content_filter",
         "ERROR_LIMIT": "max_tokens",
         "TIMEOUT": "other",  # cut short by time: no stop_reason of its own, the word kept raw
+        "USER_CANCEL": "other",
     },
     "bedrock-converse": {
         "end_turn": "end_turn",
@@ -381,6 +382,8 @@ REASONS: dict[str, dict[str, str]] = {
         "guardrail_intervened": "content_filter",
         "content_filtered": "content_filter",
         "model_context_window_exceeded": "max_tokens",
+        "malformed_model_output": "error",
+        "malformed_tool_use": "error",
     },
     "gemini-interactions": {
         "completed": "end_turn",
