@@ -18,13 +18,27 @@ STAMP := $(VENV)/.installed
 EXTRAS := dev,local
 endif
 
-.PHONY: serve test lint bench clients
+.PHONY: serve test lint bench clients test-deep mutate
 
 serve: $(STAMP)
 	$(VENV)/bin/llmbridge serve --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+# Every property test (-m hypothesis) in depth: random examples, HYPOTHESIS_EXAMPLES each (2000
+# by default), from a printed seed; `make test-deep SEED=n` replays a run, TESTS=path narrows it.
+# docs/testing.md says how long it takes.
+test-deep: $(STAMP)
+	@seed=$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; \
+	echo "hypothesis seed: $$seed  (replay: make test-deep SEED=$$seed)"; \
+	HYPOTHESIS_PROFILE=deep $(VENV)/bin/python -m pytest -m hypothesis -p no:cacheprovider \
+	  --hypothesis-seed=$$seed $(or $(TESTS),tests)
+
+# Mutation testing of sse.py, hub.py and every dialect's finish/usage maps (tests/mutate.py,
+# docs/testing.md).  Long: not part of `make test` nor CI.  MUTATE_ARGS passes options.
+mutate: $(STAMP)
+	$(VENV)/bin/python -m tests.mutate $(MUTATE_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -420,8 +420,9 @@ def test_stream_without_usage_reads_as_unknown():
         hub.ResponseEnd(),
     ]
     body = encode(events)
-    assert reader.read(body) == expected(events)
-    assert hub.assemble(decode(body)[0]).usage is None
+    assert reader.read(body) == expected(events, "anthropic-messages")  # the SDK shows 0 for unknown
+    assert (reader.read(body).input_tokens, reader.read(body).output_tokens) == (0, 0)
+    assert hub.assemble(decode(body)[0]).usage is None  # our own key says they are unknown
 
 
 def test_raw_sdk_stream_sees_every_event():
@@ -463,7 +464,10 @@ def test_response_round_trip_and_sdk_parse(path):
     )
     message = client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
     assert message.stop_reason == body["stop_reason"] and len(message.content) == len(body["content"])
-    assert reader.summarize(message) == reader.read(path.read_bytes())
+    streamed = reader.read(path.read_bytes())
+    # A cut-off tool input cannot be told apart in a whole body: the SDK parses it to {}.
+    streamed.tool_calls = [(name, {} if args is None else args) for name, args in streamed.tool_calls]
+    assert reader.summarize(message) == streamed
 
 
 def response_client(body: dict) -> anthropic.Anthropic:
@@ -497,7 +501,7 @@ def test_foreign_response_body_round_trips_and_parses(events):
     message = response_client(body).messages.create(
         model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
     )
-    assert reader.summarize(message, carried=body.get("llmbridge")) == expected(events)
+    assert reader.summarize(message) == expected(events, "anthropic-messages")
 
 
 def test_errors_codec():
@@ -782,7 +786,7 @@ def test_any_hub_stream_round_trips(events):
         assert (back.error.type, back.error.message) == (original.error.type, "boom")
         assert wire_events(body)[-1][0] == "error"
     summary = reader.read(body)
-    wanted = expected(events)
+    wanted = expected(events, "anthropic-messages")
     if original.error is None:
         assert summary == wanted
     else:

@@ -1,6 +1,6 @@
 """Issue 11's hardening items on the request side, over real HTTP: bodies nested thousands of
 levels deep, loose types and out-of-range parameters, our extension data in vendor answers,
-and the chat stream's error and usage chunks (gateway spec, seed 004)."""
+and the chat stream's error and usage chunks (gateway spec)."""
 
 from __future__ import annotations
 

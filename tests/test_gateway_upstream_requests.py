@@ -94,7 +94,7 @@ def anthropic_upstream():
 
 @pytest.mark.parametrize("include_usage", [None, False, True])
 def test_chat_usage_chunk_always_last(anthropic_upstream, include_usage):
-    """Gateway spec (seed 004): the last chunk before [DONE] carries usage; with
+    """The gateway spec: the last chunk before [DONE] carries usage; with
     stream_options.include_usage its choices are [] (OpenAI's shape), without it the chunk keeps
     one choice with an empty delta (clients that never asked index choices[0] on every chunk)."""
     config = parse({

@@ -241,7 +241,7 @@ def test_round_trip_and_sdk(path):
     again, violations = decode(body)
     assert violations == []
     assert content(hub.assemble(again)) == content(hub.assemble(events))
-    assert reader.read(body) == expected(events)
+    assert reader.read(body) == expected(events, "gemini")
 
 
 def _other_dialect_files():
@@ -285,7 +285,7 @@ def test_other_dialects_through_gemini(dialect, path):
     assert (b.error is None) == (a.error is None) and (a.error is None or b.error.type == a.error.type)
     if body.count(b"\n\ndata: ") > SDK_MAX_CHUNKS:
         return  # long streams: the hub check above; the SDK path is the lead's matrix (test_matrix.py)
-    got, want = reader.read(body), expected(events)
+    got, want = reader.read(body), expected(events, "gemini")
     if path.stem == "openai-image-generation-partial-image":  # its fixture elides the image's base64 ("...")
         assert "base64" in (got.error or "")  # which google-genai rightly refuses in an inlineData part
         return
@@ -376,7 +376,7 @@ def test_synthetic_streams(name):
     else:
         assert b.error.type == a.error.type and b.blocks[0].text == "partial"
     got = reader.read(body)
-    want = expected(events)
+    want = expected(events, "gemini")
     if a.error is not None:
         assert got.error.startswith("ServerError: 502")
         got.error = want.error

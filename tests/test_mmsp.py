@@ -125,7 +125,7 @@ def test_corpus_streams_survive_an_mmsp_round_trip(source_decoder, path):
     assert comparable(result) == comparable(source)
     # MMSP's own assembler agrees on every group of what went out
     mmsp_items_agree([UniEvent.from_dict(json.loads(d)) for d in lines(body) if d.startswith('{"role"')])
-    want, got = expected(events), reader.read(body)
+    want, got = expected(events, "mmsp"), reader.read(body)
     ends_in_error = json.loads(lines(body)[-2]).keys() == {"error"}
     assert lines(body)[-1] == "[DONE]"
     if source.error is None and not ends_in_error:
@@ -193,7 +193,7 @@ def test_unparsable_arguments_become_an_error_event_then_done():
     assert error["type"] == "ToolCallArgumentParseError"
     assert (error["tool_name"], error["tool_call_id"], error["raw_arguments_length"]) == ("get_weather", "toolu_1", 17)
     assert all(json.loads(d).get("event_type") != "stop" for d in data[:-2])
-    assert reader.read(encode(events)).error.startswith("ServerError: ToolCallArgumentParseError")
+    assert reader.read(encode(events)).error.startswith("UpstreamError(ToolCallArgumentParseError): ")
     # only MMSP's grammar failed: our decoder gets the whole source back from the error event
     back, violations = decode(encode(events))
     assert violations == [] and hub.validate(back) == []

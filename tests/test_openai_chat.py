@@ -242,7 +242,7 @@ def test_corpus_round_trip(path):
 def test_sdk_reads_encoder_output(path):
     events = decode(path.read_bytes())[0]
     got = reader.read(encode(events))
-    want = expected(events)
+    want = expected(events, "openai-chat")
     if want.error:
         assert got.error and got.error.startswith("APIError: ")
         got.error = want.error = None
@@ -393,7 +393,7 @@ def test_synthetic_round_trip(name):
             a.usage.cache_read_tokens,
         )
     got = reader.read(body)
-    want = expected(events)
+    want = expected(events, "openai-chat")
     if want.error:
         assert got.error and got.error.startswith("APIError: ")
         got.error = want.error = None
@@ -435,7 +435,7 @@ def test_foreign_streams_round_trip(dialect, path):
     assert [(f.reason, f.raw) for f in b.finishes.values()] == [(f.reason, f.raw) for f in a.finishes.values()]
     assert (a.error is None) == (b.error is None)
     got = reader.read(body)
-    want = expected(events)
+    want = expected(events, "openai-chat")
     if want.error:
         assert got.error and got.error.startswith("APIError: ")
         got.error = want.error = None
@@ -784,7 +784,7 @@ def test_any_hub_stream(events):
     else:
         assert b.error.type == a.error.type
     got = reader.read(body)
-    want = expected(events)
+    want = expected(events, "openai-chat")
     if want.error:
         assert got.error and got.error.startswith("APIError: ")
         got.error = want.error = None

@@ -281,7 +281,7 @@ def test_corpus_round_trip(path):
 def test_sdk_reads_encoder_output(path):
     events = decode(path.read_bytes())[0]
     got = reader.read(encode_all(R.StreamEncoder(), events))
-    want = expected(events)
+    want = expected(events, "openai-responses")
     if want.error:  # the reader reports the SDK's exception, the hub its error type
         assert got.error and want.error.split(": ", 1)[1] in got.error
         got.error = want.error
@@ -387,7 +387,7 @@ def test_foreign_streams_round_trip_and_read(events):
     assert hub.validate(events) == []
     again = roundtrip(events)
     assert foreign_content(again) == foreign_content(events)  # ids we made up do not come back
-    got, want = reader.read(encode_all(R.StreamEncoder(), events)), expected(events)
+    got, want = reader.read(encode_all(R.StreamEncoder(), events)), expected(events, "openai-responses")
     if want.error:
         assert got.error.startswith("APIError: ") and want.error.split(": ", 1)[1] in got.error
         got.error = want.error
@@ -740,7 +740,7 @@ def test_any_hub_stream_encodes_for_the_sdk_and_round_trips(events):
     if hub.assemble(events).error is not None:  # blocks left open by the error are closed on the wire
         want, got = want[1:], got[1:]
     assert got == want
-    summary, expect = reader.read(body), expected(events)
+    summary, expect = reader.read(body), expected(events, "openai-responses")
     if expect.error:
         assert summary.error.startswith("APIError: ")
         summary.error = expect.error

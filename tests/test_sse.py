@@ -44,6 +44,77 @@ def test_crlf_split_between_chunks():
     assert [e.data for e in events] == ["a", "b"]
 
 
+# ----------------------------------------------------------------------------- every boundary
+# Each line terminator (CR, LF, CRLF) ending the field lines and each ending the blank line that
+# dispatches, the body split at every byte position into two chunks: the events never change.
+# A CR that ends one chunk while the next starts with LF is ONE terminator (the classic trap:
+# read as two, the empty line between them dispatches an event too early).
+
+TERMINATORS = {"CR": b"\r", "LF": b"\n", "CRLF": b"\r\n"}
+BOUNDARY_CASES = [(line, blank) for line in TERMINATORS for blank in TERMINATORS]
+
+
+def boundary_body(line: bytes, blank: bytes) -> bytes:
+    """Two events, one of two data lines, then a comment and a one-line event."""
+    return (
+        b"event: e" + line + b"data: a" + line + b"data: b" + line + blank
+        + b": note" + line + b"data: c" + line + blank
+    )
+
+
+def boundary_events(line: str, blank: str) -> tuple[list[sse.Event], bool]:
+    """The events of boundary_body; and whether the stream ended inside an event."""
+    if (line, blank) == ("CR", "LF"):
+        # CR then LF is one CRLF line end, never a blank line: one event, left open at the end
+        return [sse.Event("e", "a\nb\nc", "", None)], True
+    return [sse.Event("e", "a\nb", "", None), sse.Event("message", "c", "", None)], False
+
+
+@pytest.mark.parametrize(("line", "blank"), BOUNDARY_CASES, ids=[f"{a}-lines-{b}-blank" for a, b in BOUNDARY_CASES])
+def test_every_two_chunk_split_of_every_terminator(line, blank):
+    body = boundary_body(TERMINATORS[line], TERMINATORS[blank])
+    for cut in range(len(body) + 1):
+        assert decode([body[:cut], body[cut:]]) == boundary_events(line, blank), f"split at {cut}: {body[:cut]!r}"
+
+
+@pytest.mark.parametrize(("line", "blank"), BOUNDARY_CASES, ids=[f"{a}-lines-{b}-blank" for a, b in BOUNDARY_CASES])
+def test_every_terminator_byte_by_byte(line, blank):
+    body = boundary_body(TERMINATORS[line], TERMINATORS[blank])
+    assert decode([body[i : i + 1] for i in range(len(body))]) == boundary_events(line, blank)
+
+
+def test_cr_at_a_chunk_end_then_lf_is_one_line_end():
+    # read as two line ends, the LF would make an empty line and dispatch "a" alone
+    assert decode([b"data: a\r", b"\ndata: b\r\n\r\n"]) == ([sse.Event("message", "a\nb", "", None)], False)
+    # and with an empty chunk between the CR and the LF
+    assert decode([b"data: a\r", b"", b"\ndata: b\n\n"]) == ([sse.Event("message", "a\nb", "", None)], False)
+
+
+def test_cr_at_a_chunk_end_then_another_cr_is_the_blank_line():
+    assert decode([b"data: a\r", b"\rdata: b\r\r"]) == (
+        [sse.Event("message", "a", "", None), sse.Event("message", "b", "", None)],
+        False,
+    )
+
+
+def test_cr_at_a_chunk_end_then_a_field_is_a_line_end():
+    assert decode([b"data: a\r", b"data: b\n\n"]) == ([sse.Event("message", "a\nb", "", None)], False)
+
+
+def test_cr_as_the_last_byte_of_the_stream_ends_the_line():
+    # the blank line never came: the event is dispatched at close and reported unterminated
+    assert decode([b"data: a\r"]) == ([sse.Event("message", "a", "", None)], True)
+    assert decode([b"data: a\r\r"]) == ([sse.Event("message", "a", "", None)], False)
+
+
+def test_lf_then_cr_is_two_line_ends():
+    # LF CR is not a pair: the CR ends an empty line, which dispatches
+    assert decode([b"data: a\n", b"\rdata: b\n\n"]) == (
+        [sse.Event("message", "a", "", None), sse.Event("message", "b", "", None)],
+        False,
+    )
+
+
 def test_bom_only_at_start_and_split():
     events, _ = decode([b"\xef", b"\xbb", b"\xbfdata: a\n\n\xef\xbb\xbfdata: b\n\n"])
     # a BOM after the start is part of the field name, so that line is an unknown field

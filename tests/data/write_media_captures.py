@@ -268,7 +268,7 @@ def embeddings() -> None:
 
 
 def mmsp_embeddings() -> None:
-    """MMSP's embedding stream (seed 001, Embeddings): one ``embedding.delta`` and one
+    """MMSP's embedding stream (MMSP's stream grammar, Embeddings): one ``embedding.delta`` and one
     ``embedding.done`` per message sent, in order, then ``stop`` with the usage."""
     folder = HERE / "mmsp"
     folder.mkdir(exist_ok=True)

@@ -7,17 +7,43 @@ raised).  The SDK ships its own httpx fork, ``httpx2``, and refuses plain httpx 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anthropic
 import httpx2
 
-from llmbridge.dialects.anthropic_messages.common import EXT, STOP_TO_HUB
-
-from . import FINISH_CATEGORY, Summary
+from . import FINISH_CATEGORY, Summary, arguments
 
 CARRIES_THINKING = True
+
+# Anthropic's stop_reason values (Messages API reference) as the standard's stop_reason.
+REASON = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "tool_use": "tool_use",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "model_context_window_exceeded": "max_tokens",
+}
+
+# The lossy table: the stop_reason the SDK shows for each of the standard's reasons.
+SHOWS = {
+    "end_turn": "end_turn",
+    "stop_sequence": "stop_sequence",
+    "max_tokens": "max_tokens",
+    "tool_use": "tool_use",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "content_filter": "refusal",  # output withheld: Anthropic's nearest word
+    "other": "end_turn",  # no word for "other": the turn simply ended
+    "error": "end_turn",  # a failed turn without an error event: no word either
+}
+
+UNKNOWN_COUNT = 0  # the SDK's usage fields are required integers: an unknown count shows as 0
+NO_USAGE_COUNT = 0  # message_start always carries a usage object
+NO_FINISH = None
+ERROR_SHOWS_FINISH = False  # the error event replaces message_delta, which carries both
 
 
 def client_for(body: bytes, status: int = 200) -> anthropic.Anthropic:
@@ -36,18 +62,13 @@ def read(body: bytes) -> Summary:
     client = client_for(body)
     message: Any = None
     error: str | None = None
-    carried: dict[str, Any] = {}  # what our encoder put under "llmbridge" on message_delta
     inputs: dict[int, list[str]] = {}  # tool input JSON as streamed, by block index
     stream_manager = client.messages.stream(model="m", max_tokens=1024, messages=[{"role": "user", "content": "hi"}])
     try:
         with stream_manager as stream:
             try:
                 for event in stream:
-                    if event.type == "message_start":
-                        carried = (event.message.model_extra or {}).get(EXT) or {}
-                    elif event.type == "message_delta":
-                        carried = (event.model_extra or {}).get(EXT) or {}
-                    elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                    if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
                         inputs.setdefault(event.index, []).append(event.delta.partial_json)
                 message = stream.get_final_message()
             except Exception as exc:  # the SDK's own exceptions, reported as such
@@ -55,17 +76,7 @@ def read(body: bytes) -> Summary:
                 message = stream.current_message_snapshot if _has_snapshot(stream) else None
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-    return summarize(message, error, carried, inputs)
-
-
-def _complete(streamed: str) -> bool:
-    if not streamed.strip():
-        return True
-    try:
-        json.loads(streamed)
-    except ValueError:
-        return False
-    return True
+    return summarize(message, error, inputs)
 
 
 def _has_snapshot(stream: Any) -> bool:
@@ -75,12 +86,8 @@ def _has_snapshot(stream: Any) -> bool:
         return False
 
 
-def summarize(
-    message: Any,
-    error: str | None = None,
-    carried: dict[str, Any] | None = None,
-    inputs: dict[int, list[str]] | None = None,
-) -> Summary:
+def summarize(message: Any, error: str | None = None, inputs: dict[int, list[str]] | None = None) -> Summary:
+    """What a user of the SDK sees in ``message``; ``inputs`` is the tool input JSON as it streamed."""
     summary = Summary(error=error)
     if message is None:
         return summary
@@ -93,24 +100,20 @@ def summarize(
             thinking.append(block.thinking or "")
         elif kind == "tool_use":
             args = block.input if isinstance(block.input, dict) else None
-            carried_args = ((block.model_extra or {}).get(EXT) or {}).get("arguments")
-            if not _complete("".join((inputs or {}).get(n, ()))) or not _complete(carried_args or ""):
+            streamed = (inputs or {}).get(n)
+            if streamed is not None and arguments("".join(streamed)) is None:
                 args = None  # cut off (max_tokens): the SDK shows a partial parse, the JSON is invalid
             summary.tool_calls.append((block.name, args))
             summary.tool_call_ids.append(block.id)
     summary.text = "".join(text)
     summary.thinking = "".join(thinking)
-    carried = carried or {}
-    finish = carried.get("finish") if isinstance(carried.get("finish"), dict) else None
-    if finish is not None:  # a hub reason Anthropic has no word for, carried by llmbridge
-        summary.finish = FINISH_CATEGORY.get(finish.get("reason"))
-    elif message.stop_reason:
-        summary.finish = FINISH_CATEGORY.get(STOP_TO_HUB.get(message.stop_reason, "other"))
+    summary.stop = message.stop_reason
+    if message.stop_reason:
+        summary.finish = FINISH_CATEGORY.get(REASON.get(message.stop_reason, "other"))
     usage = message.usage
-    unknown = set((carried.get("usage") or {}).get("none") or ())
     if usage is not None:
         fresh = usage.input_tokens or 0
         cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
-        summary.input_tokens = None if "input_tokens" in unknown else fresh + cached
-        summary.output_tokens = None if "output_tokens" in unknown else usage.output_tokens
+        summary.input_tokens = fresh + cached  # the standard counts every prompt token, cached ones included
+        summary.output_tokens = usage.output_tokens
     return summary

@@ -2,7 +2,8 @@
 SSE events, one JSON envelope each, ``v``/``seq``/``type``; text from ``content.delta``,
 calls from ``tool.call``, usage from ``usage``, the turn's ``stop_reason`` from the last
 ``content.stop``, an ``error`` event raised, no ``stream.end`` an error.  It shares no code
-with the llm-stream codec; only the SSE layer."""
+with the llm-stream codec; only the SSE layer.  It reads none of the namespaced
+``llmbridge:`` keys: a plain client of the draft does not know them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,18 @@ from llmbridge import sse
 
 from . import FINISH_CATEGORY, Summary
 
-CARRIES_THINKING = True  # as the namespaced "llmbridge:thinking" delta key
+CARRIES_THINKING = False  # the draft has no thinking text; ours rides in a namespaced key
+
+# The draft's stop_reason words (the LLM-Stream draft names end_turn and tool_use; docs/llm-stream.md the rest).
+_WORDS = ("end_turn", "max_tokens", "tool_use", "stop_sequence", "content_filter", "refusal", "pause_turn", "error")
+REASON = {w: w for w in _WORDS}
+# The lossy table: every reason has its own word; one the draft lacks is "other".
+SHOWS = {**REASON, "other": "other"}
+
+UNKNOWN_COUNT = None  # no usage event, no usage
+NO_USAGE_COUNT = None
+NO_FINISH = None
+ERROR_SHOWS_FINISH = True  # usage and content.stop are events of their own, before the error
 
 
 class StreamError(Exception):
@@ -34,10 +46,7 @@ def read(body: bytes) -> Summary:
             if kind == "content.delta":
                 delta = obj.get("delta") or {}
                 s.text += delta.get("text", "")
-                s.thinking += delta.get("llmbridge:thinking", "")
             elif kind == "tool.call":
-                if (obj.get("llmbridge:block") or {}).get("choice"):
-                    continue
                 try:  # a call cut off by max_tokens keeps its partial arguments
                     arguments = json.loads(obj["arguments"])
                 except ValueError:
@@ -47,7 +56,8 @@ def read(body: bytes) -> Summary:
             elif kind == "usage":
                 s.input_tokens = obj.get("input_tokens", s.input_tokens)
                 s.output_tokens = obj.get("output_tokens", s.output_tokens)
-            elif kind == "content.stop" and "stop_reason" in obj and not obj.get("llmbridge:choice"):
+            elif kind == "content.stop" and "stop_reason" in obj:
+                s.stop = obj["stop_reason"]
                 s.finish = FINISH_CATEGORY.get(obj["stop_reason"], "other")
             elif kind == "error":
                 err = obj.get("error") or {}

@@ -1,29 +1,47 @@
 """Reads a Responses stream with the official ``openai`` SDK: ``client.responses.stream(...)``,
-its event accumulator and its final response object."""
+its event accumulator and its final response object.
+
+The finish word a user sees is the response's ``status``, and for an incomplete response
+``incomplete_details.reason``: ``Summary.stop`` is ``"completed"``, ``"failed"`` or
+``"incomplete:<reason>"``.
+"""
 
 from __future__ import annotations
 
-import json
 import warnings
 
 import httpx
 
-from . import Summary
+from . import FINISH_CATEGORY, Summary, arguments
 
 CARRIES_THINKING = True
 
-_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "filter"}
-_FINISH = {  # hub reasons our encoder carries under "llmbridge" when Responses has no word for them
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool",
-    "content_filter": "filter",
-    "refusal": "filter",
-    "pause_turn": "other",
-    "error": "error",
-    "other": "other",
+# status[:incomplete reason] as the standard's stop_reason; "completed" with function calls
+# is a tool_use turn (see reason()).
+REASON = {
+    "completed": "end_turn",
+    "incomplete:max_output_tokens": "max_tokens",
+    "incomplete:content_filter": "content_filter",
+    "failed": "error",
 }
+
+# The lossy table: what the SDK shows for each of the standard's reasons.
+SHOWS = {
+    "end_turn": "completed",
+    "stop_sequence": "completed",
+    "max_tokens": "incomplete:max_output_tokens",
+    "tool_use": "completed",  # a turn that ends in function calls is simply completed
+    "content_filter": "incomplete:content_filter",
+    "refusal": "completed",  # a refusal is a "refusal" content part of a completed message
+    "pause_turn": "completed",
+    "other": "completed",
+    "error": "failed",
+}
+
+UNKNOWN_COUNT = None  # no usage object, no usage
+NO_USAGE_COUNT = None
+NO_FINISH = "completed"  # a response always ends with a status
+ERROR_SHOWS_FINISH = False  # response.failed carries neither
 
 
 def _client(body: bytes):
@@ -40,26 +58,25 @@ def _client(body: bytes):
     )
 
 
-def _extra(obj) -> dict:
-    extra = getattr(obj, "model_extra", None) or {}
-    value = extra.get("llmbridge")
-    return value if isinstance(value, dict) else {}
-
-
 def _summarize(response, summary: Summary) -> None:
     """Fill ``summary`` from a final (completed, incomplete or failed) response object."""
     text, thinking, calls, ids = [], [], [], []
+    refused = False
     for item in response.output or []:
         kind = item.type
         if kind == "message":
             for part in item.content or []:
-                text.append(part.text if part.type == "output_text" else getattr(part, "refusal", "") or "")
+                if part.type == "output_text":
+                    text.append(part.text)
+                else:
+                    refused = refused or part.type == "refusal"
+                    text.append(getattr(part, "refusal", "") or "")
         elif kind == "reasoning":
             parts = [p.text for p in item.summary or []]
             parts += [p.text for p in getattr(item, "content", None) or []]
             thinking.append("\n\n".join(parts))
         elif kind == "function_call":
-            calls.append((item.name, _arguments(item.arguments)))
+            calls.append((item.name, arguments(item.arguments)))
             ids.append(item.call_id)
         elif kind == "custom_tool_call":
             calls.append((item.name, {"input": item.input}))
@@ -69,15 +86,15 @@ def _summarize(response, summary: Summary) -> None:
     usage = response.usage
     if usage is not None:
         summary.input_tokens, summary.output_tokens = usage.input_tokens, usage.output_tokens
-    extra = _extra(response)
-    carried = extra.get("finish")
-    if "finish" in extra:  # a reason Responses has no status for, or none at all
-        summary.finish = _FINISH.get(carried.get("reason")) if isinstance(carried, dict) else None
-    elif response.status == "completed":
-        summary.finish = "tool" if calls else "stop"
+    if response.status == "incomplete":
+        details = response.incomplete_details
+        summary.stop = f"incomplete:{details.reason if details else None}"
+    else:
+        summary.stop = response.status
+    if response.status == "completed":
+        summary.finish = "tool" if calls else "filter" if refused else "stop"
     elif response.status == "incomplete":
-        reason = response.incomplete_details.reason if response.incomplete_details else None
-        summary.finish = _INCOMPLETE.get(reason, "other")
+        summary.finish = FINISH_CATEGORY.get(REASON.get(summary.stop, "other"))
     elif response.status == "failed":
         error = response.error
         summary.error = f"ResponseFailed: {error.message if error else 'response failed'}"
@@ -86,8 +103,9 @@ def _summarize(response, summary: Summary) -> None:
 def read(body: bytes) -> Summary:
     summary = Summary()
     final = None
-    text: list[str] = []
-    thinking: list[str] = []
+    # what streamed, by output_index: the items' order, which interleaved deltas need not keep
+    text: dict[int, list[str]] = {}
+    thinking: dict[int, list[str]] = {}
     calls: dict[str, list] = {}  # item id -> [name, call_id, argument fragments]: what streamed, for errors
     try:
         with warnings.catch_warnings(), _client(body).responses.stream(model="m", input="hi") as stream:
@@ -96,9 +114,9 @@ def read(body: bytes) -> Summary:
             for event in stream:
                 kind = event.type
                 if kind == "response.output_text.delta":
-                    text.append(event.delta)
+                    text.setdefault(event.output_index, []).append(event.delta)
                 elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                    thinking.append(event.delta)
+                    thinking.setdefault(event.output_index, []).append(event.delta)
                 elif kind == "response.output_item.added" and event.item.type == "function_call":
                     calls[event.item.id] = [event.item.name, event.item.call_id, []]
                 elif kind == "response.function_call_arguments.delta" and event.item_id in calls:
@@ -110,27 +128,19 @@ def read(body: bytes) -> Summary:
         if final is None:
             raise RuntimeError("the stream ended without a terminal event")
     except Exception as exc:
-        summary.text, summary.thinking = "".join(text), "".join(thinking)
+        summary.text = "".join("".join(text[k]) for k in sorted(text))
+        summary.thinking = "".join("".join(thinking[k]) for k in sorted(thinking))
         for name, call_id, fragments in calls.values():
-            summary.tool_calls.append((name, _arguments("".join(fragments))))
+            summary.tool_calls.append((name, arguments("".join(fragments))))
             summary.tool_call_ids.append(call_id)
         summary.error = f"{type(exc).__name__}: {exc}"
-        # what streamed before the error (finish, usage) rides on the error object (see the encoder)
-        body = getattr(exc, "body", None)
-        carried = body.get("llmbridge") if isinstance(body, dict) else None
-        if isinstance(carried, dict):
-            finish, usage = carried.get("finish"), carried.get("usage")
-            if isinstance(finish, dict):
-                summary.finish = _FINISH.get(finish.get("reason"))
-            if isinstance(usage, dict):
-                summary.input_tokens, summary.output_tokens = usage.get("input_tokens"), usage.get("output_tokens")
         return summary
     _summarize(final, summary)
     return summary
 
 
-def _arguments(text: str) -> dict | None:
-    try:
-        return json.loads(text) if text.strip() else {}
-    except ValueError:
-        return None
+def reason(summary: Summary) -> str | None:
+    """The standard's stop_reason for what the SDK showed."""
+    if summary.stop == "completed":
+        return "tool_use" if summary.tool_calls else "end_turn"
+    return REASON.get(summary.stop, "other") if summary.stop else None

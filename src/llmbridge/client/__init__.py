@@ -1,4 +1,4 @@
-"""The client SDK: seed-001 UniEvents from any dialect, sync and async; see docs/client.md.
+"""The client SDK: MMSP UniEvents from any dialect, sync and async; see docs/client.md.
 
 A call becomes a ``hub.Request``, goes out through the dialect's request codec, and its
 streamed body comes back through the dialect's stream decoder and the UniEvent view.

@@ -22,7 +22,7 @@ def to_messages(messages: Any) -> list[hub.Message]:
     """Messages as hub messages.
 
     Accepted, mixed freely: ``hub.Message``; a string (a user message); an assembled
-    :class:`~llmbridge.unievent.Message` / ``Completion`` (an assistant turn); seed-001 dicts
+    :class:`~llmbridge.unievent.Message` / ``Completion`` (an assistant turn); MMSP UniEvent dicts
     ``{"role", "content_items": [...]}``; OpenAI-like dicts ``{"role", "content": str | parts}``.
     Consecutive dicts of one form are decoded together by that dialect's request codec.
     """

@@ -186,7 +186,7 @@ class Stream:
 
 
 class Client:
-    """Talks one dialect to the gateway or a vendor endpoint; every call yields seed-001 UniEvents."""
+    """Talks one dialect to the gateway or a vendor endpoint; every call yields MMSP UniEvents."""
 
     def __init__(
         self,

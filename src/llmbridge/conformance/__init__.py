@@ -1,7 +1,7 @@
 """A black-box conformance suite for servers of LLM-Stream 1.0 and its bindings.
 
 ``llmbridge conformance URL`` (or :func:`run`) sends a fixed set of requests to
-``URL/v1/stream`` and checks every answer against the draft (seed 000) and
+``URL/v1/stream`` and checks every answer against the draft (the LLM-Stream draft) and
 docs/llm-stream-bindings.md; each check names its section and whether the text says
 MUST or SHOULD.  See docs/conformance.md.
 """

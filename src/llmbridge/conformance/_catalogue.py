@@ -1,6 +1,6 @@
 """The checks of the conformance suite: what each one tests, where the draft says so, how strongly.
 
-Sections (§) are those of the LLM-Stream draft (seed 000); ``B§`` sections are those of
+Sections (§) are those of the LLM-Stream draft (the LLM-Stream draft); ``B§`` sections are those of
 docs/llm-stream-bindings.md.  ``MUST`` checks fail the run; ``SHOULD`` checks are reported.
 """
 

@@ -8,7 +8,7 @@ request (the model's upstreams in order, falling back on 429/5xx), and the
 * a ``local`` upstream serves ``local-embed`` in process (``llmbridge.local.embed``);
 * an ``openai-chat``/``openai-responses`` upstream's ``{base_url}/embeddings``;
 * a ``gemini`` upstream's ``models/{m}:batchEmbedContents`` (in batches of 100, its limit);
-* an ``mmsp`` upstream's embedding stream (one message per input, seed 001).
+* an ``mmsp`` upstream's embedding stream (one message per input, MMSP's stream grammar).
 
 The parse and encode functions are pure (dicts in, dicts out); :class:`EmbeddingsService`
 is the I/O shell.

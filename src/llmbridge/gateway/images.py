@@ -2,7 +2,7 @@
 
 The request is OpenAI's (``prompt``, ``n``, ``size``, ``quality``, ``output_format``,
 ``background``, ``stream``, ``partial_images`` …), routed by model like every endpoint.
-A streamed answer is the gateway spec's (seed 004, Images)::
+A streamed answer is the gateway spec's (the gateway spec, Images)::
 
     event: image_generation.partial_image   (0..partial_images per image, as it forms)
     event: image_generation.completed       (the final image, with usage)

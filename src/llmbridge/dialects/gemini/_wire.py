@@ -105,7 +105,8 @@ def usage_to_hub(u: dict) -> hub.Usage | None:
         extras["toolUsePromptTokenCount"] = tool_prompt
     ours = u.get(EXT) or {}
     return hub.Usage(
-        input_tokens=(prompt or 0) + (tool_prompt or 0),
+        # no promptTokenCount (our encoder's way to say unknown) is no count, not 0
+        input_tokens=(prompt or 0) + (tool_prompt or 0) if prompt is not None or tool_prompt is not None else None,
         output_tokens=(cand or 0) + (thoughts or 0) if cand is not None or thoughts is not None else None,
         cache_read_tokens=u.get("cachedContentTokenCount"),
         cache_write_tokens=ours.get("cache_write_tokens"),

@@ -148,7 +148,7 @@ def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
         completion += reasoning
     rest: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in _USAGE_MAIN:
+        if key in _USAGE_MAIN or key == BRIDGE:
             continue
         if key == "prompt_tokens_details" and isinstance(value, dict):
             value = {k: v for k, v in value.items() if k not in ("cached_tokens", "cache_write_tokens")}
@@ -156,6 +156,12 @@ def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
             value = {k: v for k, v in value.items() if k != "reasoning_tokens"}
         if value != {}:
             rest[key] = value
+    # Counts our encoder wrote as 0 only because OpenAI's usage requires them (usage_to_wire).
+    bridge = raw.get(BRIDGE)
+    unknown = bridge.get("none") if isinstance(bridge, dict) else None
+    if isinstance(unknown, list):
+        prompt = None if "input_tokens" in unknown else prompt
+        completion = None if "output_tokens" in unknown else completion
     return hub.Usage(
         input_tokens=prompt,
         output_tokens=completion,
@@ -196,8 +202,14 @@ def usage_to_wire(usage: hub.Usage) -> dict[str, Any]:
         if isinstance(value, dict) and key not in out:
             out[key] = value
     foreign = {k: v for k, v in ext.items() if k != NAME}
-    if foreign:
-        out[BRIDGE] = {"extensions": foreign}
+    bridge: dict[str, Any] = {"extensions": foreign} if foreign else {}
+    # OpenAI's usage requires both counts: one the stream does not know goes out as 0 (what
+    # the SDK shows) and is named here, so that our decoder gets "unknown" back, not 0.
+    unknown = [name for name in ("input_tokens", "output_tokens") if getattr(usage, name) is None]
+    if unknown:
+        bridge["none"] = unknown
+    if bridge:
+        out[BRIDGE] = bridge
     return out
 
 

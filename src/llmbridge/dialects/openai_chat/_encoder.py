@@ -6,7 +6,7 @@ choice from 0.  What Chat Completions cannot say (fidelity, native and data bloc
 boundaries, foreign extensions, finish reasons it has no word for) rides on the choice under
 the ``llmbridge`` key, which the official SDK keeps as an unknown field and ignores; the
 decoder reads it back.  Usage is held to the end and always goes out (the gateway spec,
-seed 004: "the last chunk before data: [DONE] carries usage"): as a ``choices: []`` chunk
+the gateway spec: "the last chunk before data: [DONE] carries usage"): as a ``choices: []`` chunk
 when the client asked with ``stream_options.include_usage`` (OpenAI's own shape), else as a
 chunk that keeps one choice with an empty delta, since clients that never asked index
 ``choices[0]`` on every chunk.  An error after the start is a chunk with the top-level
