@@ -128,6 +128,7 @@ def test_missing_file_is_a_clear_error():
 
 def test_dialect_not_available_yet(monkeypatch, capsys):
     monkeypatch.setitem(dialects._MODULES, "gemini", "not_written_yet")
+    monkeypatch.delitem(dialects._LOADED, "gemini", raising=False)  # an earlier test may have loaded it
     assert cli.main(["translate", "--from", "llm-stream", "--to", "gemini", str(SEED)]) == 3
     assert "dialect 'gemini' is not available" in capsys.readouterr().err
     half_done = types.ModuleType("half_done")  # a module that has landed without its encoder yet

@@ -624,31 +624,17 @@ class StreamEncoder:
         return b"data: " + json_encode({"error": self._failure}) + b"\n\n" + DONE
 
 
-_EVENT_TYPES = {
-    cls.__name__: cls
-    for cls in (
-        hub.ResponseStart,
-        hub.BlockStart,
-        hub.Delta,
-        hub.BlockStop,
-        hub.Usage,
-        hub.Finish,
-        hub.Extension,
-        hub.Error,
-        hub.ResponseEnd,
-    )
-}
+def event_to_dict(event: hub.Event) -> dict[str, Any]:
+    """A hub event as JSON: its fields and ``"event"``, the class name (:func:`llmbridge.hub.event_to_json`)."""
+    return hub.event_to_json(event, keep_none=True)
 
 
-def event_to_dict(event: hub.Event) -> dict:
-    """A hub event as JSON: its fields and ``"event"``, the class name."""
-    return {"event": type(event).__name__, **msgspec.to_builtins(event)}
-
-
-def event_from_dict(d: dict) -> hub.Event:
-    fields = dict(d)
-    cls = _EVENT_TYPES[fields.pop("event")]
-    return msgspec.convert(fields, cls)
+def event_from_dict(d: dict[str, Any]) -> hub.Event:
+    """The hub event of an :func:`event_to_dict` dict; raises ``ValueError`` when it holds none."""
+    event = hub.event_from_json(d)
+    if event is None:
+        raise ValueError(f"not a hub event: {str(d)[:80]}")
+    return event
 
 
 class _Open:
