@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import hub
 from . import _bridge as br
+from .base import not_a_hub_event
 
 WIRE_KINDS = ("text", "thinking", "tool_call")  # block kinds these wires have events for
 
@@ -56,6 +57,8 @@ class CarryingEncoder:
             return head + self._error(event)
         elif kind is hub.ResponseEnd:
             return head + self._end()
+        else:
+            not_a_hub_event(event)
         return head
 
     def _start(self, event: hub.ResponseStart | None = None) -> bytes:

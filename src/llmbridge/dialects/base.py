@@ -1,4 +1,5 @@
-"""Shared machinery for SSE dialect codecs: event counting, violations, truncation."""
+"""Shared machinery for dialect codecs: the contracts (re-exported from :mod:`._contracts`),
+the SSE decoder base (event counting, violations, truncation) and whole-stream helpers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,23 @@ from typing import Any
 import msgspec
 
 from .. import hub, sse
+from . import rules
+from ._contracts import DialectModule, StreamDecoder, StreamEncoder, missing_surface, not_a_hub_event
+
+__all__ = [
+    "EXTENSION_KEY",
+    "DialectModule",
+    "SSEStreamDecoder",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_all",
+    "encode_all",
+    "json_decode",
+    "json_encode",
+    "missing_surface",
+    "not_a_hub_event",
+    "strip_extensions",
+]
 
 json_decode = msgspec.json.decode
 json_encode = msgspec.json.encode
@@ -47,7 +65,7 @@ class SSEStreamDecoder:
         self.event_number += 1
         if self.ended:
             if event.data.strip() not in ("[DONE]", ""):
-                self.violation("after-terminal", f"event {event.event!r} after the terminal event")
+                self.violation(rules.AFTER_TERMINAL, f"event {event.event!r} after the terminal event")
             return
         self.on_event(event)
 
@@ -58,7 +76,7 @@ class SSEStreamDecoder:
 
     def on_truncated(self) -> None:
         """Input ended before the terminal event: an error, never a clean end."""
-        self.violation("truncated", "stream ended before its terminal event", event=-1)
+        self.violation(rules.TRUNCATED, "stream ended before its terminal event", event=-1)
         self.fail(hub.Error("upstream stream ended before its terminal event", "incomplete_stream"))
 
     def parse_json(self, event: sse.Event) -> Any:
@@ -66,7 +84,7 @@ class SSEStreamDecoder:
         try:
             return json_decode(event.data)
         except msgspec.DecodeError as exc:
-            self.violation("json", f"data is not valid JSON ({exc})")
+            self.violation(rules.JSON, f"data is not valid JSON ({exc})")
             return None
 
     def emit(self, event: hub.Event) -> None:
@@ -84,13 +102,13 @@ class SSEStreamDecoder:
         self.finish_stream()
 
 
-def encode_all(encoder: Any, events: list[hub.Event]) -> bytes:
-    """Run a whole hub stream through a stream encoder."""
+def encode_all(encoder: StreamEncoder, events: list[hub.Event]) -> bytes:
+    """Run a whole hub stream through a stream encoder; the wire bytes."""
     return b"".join([encoder.encode(e) for e in events])
 
 
-def decode_all(decoder: Any, data: bytes) -> list[hub.Event]:
-    """Run a whole body through a stream decoder."""
+def decode_all(decoder: StreamDecoder, data: bytes) -> list[hub.Event]:
+    """Run a whole body through a stream decoder (``feed`` then ``close``); the hub events."""
     return decoder.feed(data) + decoder.close()
 
 

@@ -227,7 +227,7 @@ class StreamDecoder(CarriedDecoding):
             self.violation("json", f"payload is not valid JSON ({exc})")
             return
         if type(data) is not dict:
-            self.violation("event-shape", "payload is not a JSON object")
+            self.violation("json-object", "payload is not a JSON object")
             return
         ext = br.obj_at(data, EXT)
         if kind == "exception" or kind == "error":
@@ -259,7 +259,7 @@ class StreamDecoder(CarriedDecoding):
 
     def _open(self, wire: Any, kind: str, ext: dict[str, Any], **fields: Any) -> _Block | None:
         if type(wire) is not int:
-            self.violation("event-shape", "contentBlockIndex missing or not an integer")
+            self.violation("missing-field", "contentBlockIndex missing or not an integer")
             return None
         if wire in self._seen:
             self.violation("block-unique", f"content block {wire} started twice")
@@ -349,7 +349,7 @@ class StreamDecoder(CarriedDecoding):
         elif type(reason) is str:
             self._finish = br.finish_from_wire(reason, STOP_TO_HUB, self._tool_calls)
         else:
-            self.violation("event-shape", "messageStop without stopReason")
+            self.violation("missing-field", "messageStop without stopReason")
         if data.get("additionalModelResponseFields") is not None:
             self.emit(hub.Extension(NAME, {"additionalModelResponseFields": data["additionalModelResponseFields"]}))
 

@@ -105,7 +105,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
         if data is None:
             return
         if type(data) is not dict:
-            self.violation("event-shape", "event data is not a JSON object")
+            self.violation("json-object", "event data is not a JSON object")
             return
         kind = data.get("type") or event.event
         ext = br.obj_at(data, EXT)

@@ -132,7 +132,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
         if data is None:
             return
         if type(data) is not dict:
-            self.violation("event-shape", "event data is not a JSON object")
+            self.violation("json-object", "event data is not a JSON object")
             return
         kind = data.get("event_type") or (event.event if event.event != "message" else None)
         kind = _ALIASES.get(kind, kind)

@@ -14,7 +14,7 @@ import msgspec
 
 from .. import hub, sse
 from ..errors import RequestError
-from .base import SSEStreamDecoder, json_decode, json_encode
+from .base import SSEStreamDecoder, json_decode, json_encode, not_a_hub_event
 
 NAME = "llm-stream"
 VERSION = "1.0"
@@ -305,7 +305,7 @@ class StreamEncoder:
             for index, tool in list(self._tools.items()):  # not valid hub, but never drop a call
                 out += self._tool_call(index, tool)
             return out + self._terminate(None)
-        return out
+        not_a_hub_event(event)
 
     def _stream_start(self, e: hub.ResponseStart) -> bytes:
         self._response_id = e.id

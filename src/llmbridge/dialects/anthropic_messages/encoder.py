@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any
 
 from ... import hub
-from ..base import json_encode
+from ..base import json_encode, not_a_hub_event
 from .common import EXT, NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
@@ -106,7 +106,7 @@ class StreamEncoder:
             return self._error(event)
         if kind is hub.ResponseEnd:
             return self._end(event)
-        return b""
+        not_a_hub_event(event)
 
     # -- message frame
 

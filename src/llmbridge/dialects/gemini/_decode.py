@@ -73,7 +73,7 @@ class ChunkDecoder:
 
     def chunk(self, obj: Any) -> None:
         if not isinstance(obj, dict):
-            self._violation("chunk-object", "a chunk must be a JSON object")
+            self._violation("json-object", "a chunk must be a JSON object")
             return
         if "error" in obj:
             self.start(obj)

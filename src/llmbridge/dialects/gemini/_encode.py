@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ... import hub
+from ..base import not_a_hub_event
 from ._wire import EXT, NAME, error_from_hub, finish_from_hub, format_time, parse_time, usage_from_hub
 
 json_encode = msgspec.json.encode
@@ -261,7 +262,7 @@ class StreamEncoder:
             self._done = True
             held = b"".join(self._pump(c, everything=True) for c in list(self._queues))
             return held + self._last_chunk(e.request_id)
-        return b""
+        not_a_hub_event(e)
 
     def _response_start(self, e: hub.ResponseStart) -> None:
         tail = {}

@@ -181,7 +181,7 @@ class StreamDecoder(SSEStreamDecoder):
                 self._error({"error": {"message": data.strip() or "error event"}})
             return
         if type(chunk) is not dict:
-            self.violation("chunk-object", "data is not a JSON object")
+            self.violation("json-object", "data is not a JSON object")
             return
         if event.event == "error" or chunk.get("error"):
             self._error(chunk)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import json_encode
+from ..base import json_encode, not_a_hub_event
 from ._common import BRIDGE, CONTENT_KEYS, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
 
 _DONE = b"data: [DONE]\n\n"
@@ -158,7 +158,7 @@ class StreamEncoder:
             self._done = True
             self._blocks.clear()
             return self._usage_chunk() + _DONE
-        return b""
+        not_a_hub_event(event)
 
     def _usage_chunk(self) -> bytes:
         if self._usage is None or not self.include_usage:

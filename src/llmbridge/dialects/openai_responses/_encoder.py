@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ... import hub
-from ..base import json_decode, json_encode
+from ..base import json_decode, json_encode, not_a_hub_event
 from ._common import ERROR_WORD, EXT_KEY, FINISH_INCOMPLETE, NAME, carry, usage_to
 
 _REQUIRED_RESPONSE: dict[str, Any] = {
@@ -190,7 +190,7 @@ class StreamEncoder:
             return self._error(event)
         if kind is hub.ResponseEnd:
             return self._end(event)
-        raise TypeError(f"not a hub event: {event!r}")
+        not_a_hub_event(event)
 
     def _start(self, event: hub.ResponseStart) -> bytes:
         own, foreign = _split(event.extensions)
