@@ -16,6 +16,18 @@ from typing import BinaryIO
 from . import __version__, dialects, hub
 from .dialects import rules
 
+__all__ = [
+    "CHUNK",
+    "CLIError",
+    "build_parser",
+    "cmd_dialects",
+    "cmd_replay",
+    "cmd_serve",
+    "cmd_translate",
+    "cmd_validate",
+    "main",
+]
+
 CHUNK = 64 * 1024
 EXIT_OK, EXIT_VIOLATIONS, EXIT_MALFORMED, EXIT_UNAVAILABLE = 0, 1, 2, 3
 

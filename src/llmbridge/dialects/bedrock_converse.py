@@ -26,6 +26,27 @@ from .base import json_decode, json_encode
 from .eventstream import Decoder as FrameDecoder
 from .eventstream import encode_frame
 
+__all__ = [
+    "EXCEPTION_TO_HUB",
+    "EXT",
+    "HUB_TO_EXCEPTION",
+    "HUB_TO_STOP",
+    "NAME",
+    "STOP_TO_HUB",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+    "usage_from_wire",
+    "usage_to_wire",
+]
+
 NAME = "bedrock-converse"
 EXT = br.EXT
 STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"

@@ -25,6 +25,25 @@ from . import _bridge as br
 from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
 from .base import SSEStreamDecoder, json_encode
 
+__all__ = [
+    "EXT",
+    "HUB_TO_STATUS",
+    "NAME",
+    "STATUS_TO_HUB",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+    "usage_from_wire",
+    "usage_to_wire",
+]
+
 NAME = "gemini-interactions"
 EXT = br.EXT
 STREAM_CONTENT_TYPE = "text/event-stream"

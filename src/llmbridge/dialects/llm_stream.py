@@ -16,6 +16,36 @@ from .. import hub, sse
 from ..errors import RequestError
 from .base import SSEStreamDecoder, json_decode, json_encode, not_a_hub_event
 
+__all__ = [
+    "ACCEPT_STREAM",
+    "DELTA_KEY_BY_KIND",
+    "KIND_BY_DELTA_KEY",
+    "NAME",
+    "NS",
+    "NUMBER",
+    "OTHER_KIND_KEY",
+    "PARAMETERS",
+    "REQUEST_CONTENT_TYPE",
+    "REQUEST_EXTENSIONS",
+    "RESPONSE_CONTENT_TYPE",
+    "ROLES",
+    "SEQ_LIMIT",
+    "STOP_REASONS",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "TOOL_CHOICE_MODES",
+    "USAGE_DETAILS",
+    "VERSION",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+]
+
 NAME = "llm-stream"
 VERSION = "1.0"
 STREAM_CONTENT_TYPE = "text/event-stream"

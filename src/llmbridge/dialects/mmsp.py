@@ -37,6 +37,24 @@ from ..unievent import (
 )
 from .base import SSEStreamDecoder, decode_all, json_decode, json_encode, not_a_hub_event
 
+__all__ = [
+    "DONE",
+    "NAME",
+    "PATH",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+    "event_from_dict",
+    "event_to_dict",
+]
+
 NAME = "mmsp"
 STREAM_CONTENT_TYPE = "text/event-stream"
 PATH = "/v1/stream"

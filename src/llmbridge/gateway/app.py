@@ -29,6 +29,16 @@ from .relay import relay_filter
 from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, retryable, timeouts_of
 
+__all__ = [
+    "ENDPOINTS",
+    "GEMINI",
+    "GEMINI_VERSIONS",
+    "Gateway",
+    "RequestIdMiddleware",
+    "create_app",
+    "dialect_of_path",
+]
+
 log = logging.getLogger("llmbridge.gateway")
 
 # endpoint path -> the dialect it speaks

@@ -15,6 +15,22 @@ from typing import Any
 
 from .. import dialects
 
+__all__ = [
+    "Config",
+    "ConfigError",
+    "FORMATS",
+    "GatewayConfig",
+    "LOCAL",
+    "ModelConfig",
+    "Route",
+    "Timeouts",
+    "UpstreamConfig",
+    "default_config",
+    "load",
+    "loads",
+    "parse",
+]
+
 LOCAL = "local"  # the format of the in-process local model upstream
 FORMATS = (*dialects.NAMES, LOCAL)
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -8,6 +8,25 @@ import msgspec
 
 from ... import hub
 
+__all__ = [
+    "ERROR_STATUS",
+    "ERROR_TO_HUB",
+    "EXT",
+    "HUB_TO_ERROR",
+    "HUB_TO_STOP",
+    "NAME",
+    "STOP_TO_HUB",
+    "apply_usage_extra",
+    "error_body",
+    "error_from_body",
+    "event_from_json",
+    "event_to_json",
+    "finish_from_stop",
+    "stop_from_finish",
+    "usage_from_raw",
+    "usage_to_raw",
+]
+
 NAME = "anthropic-messages"
 EXT = "llmbridge"  # the JSON key that carries hub data Anthropic has no field for
 

@@ -16,6 +16,8 @@ from ... import hub, sse
 from ..base import SSEStreamDecoder, json_decode, json_encode
 from .common import EXT, NAME, apply_usage_extra, error_from_body, event_from_json, finish_from_stop, usage_from_raw
 
+__all__ = ["StreamDecoder", "block_start", "citations"]
+
 _TEXT_KEYS = frozenset(("type", "text"))
 _WHOLE_TEXT_KEYS = frozenset(("type", "text", "citations"))
 _THINKING_KEYS = frozenset(("type", "thinking", "signature", EXT))

@@ -18,6 +18,8 @@ from ... import hub
 from ..base import json_encode, not_a_hub_event
 from .common import EXT, NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
 
+__all__ = ["StreamEncoder", "sse"]
+
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
 
