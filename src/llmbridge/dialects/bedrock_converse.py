@@ -179,6 +179,18 @@ class _Block:
 
 
 class StreamDecoder(CarriedDecoding):
+    """bedrock-converse AWS event-stream frames to hub events (not SSE: binary frames with CRCs).
+
+    Terminal rule: ``metadata`` after ``messageStop`` ends the stream (usage and the finish
+    go out then); an exception frame ends it with a hub ``Error``.  Input that stops first
+    gives ``truncated`` and ``Error(incomplete_stream)``.  Refuses, recording a violation:
+    frames that break the format (``prelude-crc``, ``message-crc``, ``frame-length``,
+    ``headers``, ``truncated-frame``), payloads that are not JSON objects (``json``,
+    ``json-object``), unknown event types (``unknown-event``), missing fields
+    (``missing-field``), events before ``messageStart`` or blocks out of order
+    (``start-first``, ``start-once``, ``block-unique``, ``block-open``), frames after the end.
+    """
+
     dialect = NAME
     FIRST_EVENT = "messageStart"
     LAST_EVENT = "messageStop"
@@ -419,6 +431,15 @@ class _Out:
 
 
 class StreamEncoder(CarryingEncoder):
+    """Hub events to bedrock-converse event-stream frames (see :class:`CarryingEncoder`).
+
+    Terminal rule: ``ResponseEnd`` closes the open blocks and writes ``messageStop``
+    (``stopReason``) and ``metadata`` (usage, metrics); an ``Error`` writes the matching
+    exception frame, the end.  Blocks other than text, thinking and tool calls, other
+    choices and extensions are carried as hub events under ``llmbridge``.  Refuses what is
+    not a hub event (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         super().__init__()  # _blocks: hub index -> _Out
         self._wire = 0

@@ -105,6 +105,17 @@ def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | No
 
 
 class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
+    """cohere-v2 SSE events (``message-start`` ... ``message-end``) to hub events.
+
+    Terminal rule: ``message-end`` ends the stream (with a hub ``Error`` when its
+    ``finish_reason`` is ``ERROR`` or an ``error`` event came); input that stops first gives
+    ``truncated`` and ``Error(incomplete_stream)``.  Refuses, recording a violation: data
+    that is not a JSON object (``json``, ``json-object``), unknown event types
+    (``unknown-event``), events before ``message-start`` (``start-first``), a second one
+    (``start-once``), blocks not open or started twice (``block-open``, ``block-unique``),
+    anything after ``message-end`` (``after-terminal``).
+    """
+
     dialect = NAME
     FIRST_EVENT = "message-start"
     LAST_EVENT = "message-end"
@@ -278,6 +289,15 @@ def _sse(kind: str, data: dict[str, Any]) -> bytes:
 
 
 class StreamEncoder(CarryingEncoder):
+    """Hub events to cohere-v2 SSE events (see :class:`CarryingEncoder`).
+
+    Terminal rule: ``ResponseEnd`` closes the open blocks and writes ``message-end``
+    (``finish_reason``, usage); an ``Error`` writes ``message-end`` with ``finish_reason``
+    ``ERROR`` and the message, the end.  What the wire cannot say is carried under
+    ``llmbridge``.  Refuses what is not a hub event (``TypeError``); after the end it
+    writes nothing.
+    """
+
     def __init__(self) -> None:
         super().__init__()  # _blocks: hub index -> (content | thinking | tool | plan, wire index)
         self._content = 0

@@ -176,6 +176,11 @@ class StreamEncoder:
     Buffers: a tool call of choice 0 until its block stops (``tool.call`` is one event); a
     block's start until its first delta (they share one ``content.delta``); a block's
     ``content.stop`` until the next event shows whether the turn's ``stop_reason`` goes on it.
+
+    Terminal rule: ``ResponseEnd`` writes ``stream.end``; an ``Error`` writes ``error`` then
+    ``stream.end`` (tool calls cut off ride on the error, never as calls to run); a ``seq``
+    that would reach ``seq_limit`` ends the stream the same way (§8.4).  Refuses what is not
+    a hub event (``TypeError``); after the end it writes nothing.
     """
 
     def __init__(self, seq_limit: int = SEQ_LIMIT) -> None:
@@ -395,7 +400,10 @@ class StreamEncoder:
 class StreamDecoder(SSEStreamDecoder):
     """LLM-Stream SSE bytes to hub events, checking the draft's grammar.
 
-    Violations (rule names): ``json``, ``envelope``, ``seq``, ``seq-exhausted``, ``start-first``,
+    Terminal rule: ``stream.end`` ends the stream (after an ``error`` event, the hub
+    ``Error``); input that stops first gives ``end-missing`` and ``Error(incomplete_stream)``.
+
+    Refuses, recording a violation (rule names): ``json``, ``envelope``, ``seq``, ``seq-exhausted``, ``start-first``,
     ``event-name``, ``after-end``, ``end-missing``, ``block``, ``field``, ``error-last``,
     ``request-id``, ``stop-reason``.  Breaks that lose or garble content (``json``, ``envelope``, ``seq``,
     ``seq-exhausted``, ``block`` on a stopped block, ``field`` on content) end the hub stream

@@ -590,6 +590,10 @@ class StreamEncoder:
     carries under ``llmbridge`` whatever had not gone out, so our decoder loses nothing: the
     blocks still waiting, the usage and finish reasons so far, and, after tool arguments that
     do not parse, every hub event that followed (the error waits for the end of the stream).
+
+    Terminal rule: ``ResponseEnd`` writes the stop event then ``data: [DONE]``; an ``Error``
+    writes the ``{"error": ...}`` event then ``[DONE]``.  Refuses what is not a hub event
+    (``TypeError``); after the end it writes nothing.
     """
 
     def __init__(self, clock: Any = None) -> None:
@@ -686,7 +690,17 @@ _FAST = {
 
 
 class StreamDecoder(SSEStreamDecoder):
-    """``data: <UniEvent>`` lines -> hub events; each group becomes one hub block."""
+    """``data: <UniEvent>`` lines -> hub events; each group becomes one hub block.
+
+    Terminal rule: the stop event then ``data: [DONE]``; an ``{"error": ...}`` event ends
+    the stream with a hub ``Error`` (and what rode on it under ``llmbridge``).  Input that
+    stops first gives ``truncated`` and ``Error(incomplete_stream)``.  Refuses, recording a
+    violation: events that are not UniEvents (``unievent``) or break MMSP's stream grammar
+    (``one-item``, ``item-type``, ``interleave``, ``group``, ``group-open``, ``done-content``,
+    ``fidelity``, ``tool-call-name``), ``[DONE]`` before the stop event (``stop-missing``),
+    a stop event with items or without usage (``stop-items``, ``stop-usage``), events after
+    it (``stop-last``).
+    """
 
     dialect = NAME
 

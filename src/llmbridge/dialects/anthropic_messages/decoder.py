@@ -117,6 +117,18 @@ class _Open:
 
 
 class StreamDecoder(SSEStreamDecoder):
+    """anthropic-messages SSE events to hub events (choice 0, plus what rode under ``llmbridge``).
+
+    Terminal rule: ``message_stop`` ends the stream, and so does an ``error`` event (with a
+    hub ``Error``); input that stops first gives ``truncated`` and ``Error(incomplete_stream)``.
+    Refuses, recording a violation: events before ``message_start`` (``start-first``), a
+    second one (``start-once``), deltas or stops for blocks not open (``block-open``), a
+    block started while open (``block-unique``) or still open at ``message_delta``/
+    ``message_stop`` (``block-unclosed``, then closed), a second ``stop_reason``
+    (``finish-once``), data that is not a JSON object (``json``, ``json-object``),
+    unreadable ``llmbridge`` entries (``llmbridge``), anything after the end (``after-terminal``).
+    """
+
     dialect = NAME
 
     def __init__(self) -> None:

@@ -56,6 +56,17 @@ class _Out:
 
 
 class StreamEncoder:
+    """Hub events to anthropic-messages SSE events.
+
+    ``message_start`` waits for the first block (it carries the usage known by then); one
+    content block streams at a time, the others queue.  Terminal rule: ``ResponseEnd``
+    closes every block and writes ``message_delta`` (stop_reason, usage) and
+    ``message_stop``; an ``Error`` writes what had arrived and then the ``error`` event, which
+    is the end (Anthropic leaves blocks open on error).  Choices other than 0, annotations
+    after their block and exact finish reasons ride under ``llmbridge``.  Refuses what is
+    not a hub event (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         self._start: hub.ResponseStart | None = None
         self._message_sent = False

@@ -143,6 +143,17 @@ class _Block:
 
 
 class StreamEncoder:
+    """Hub events to Gemini ``streamGenerateContent`` SSE chunks (``data: {GenerateContentResponse}``).
+
+    Gemini parts of one candidate cannot interleave, so per choice only the first open block
+    streams; the others buffer until it is done.  Terminal rule (the wire has no terminal
+    event): ``ResponseEnd`` flushes the buffered blocks and writes the last chunk, with every
+    candidate's ``finishReason`` and the usage; an ``Error`` writes what was already said
+    (finish, usage) and then Gemini's ``{"error": ...}`` chunk, the end.  Block fields Gemini
+    has no place for ride under ``llmbridge`` on the part.  Refuses what is not a hub event
+    (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         self._tail = b""  # ,"modelVersion":..,"responseId":.. on every chunk
         self._first = b""  # stream-level extras for the first chunk

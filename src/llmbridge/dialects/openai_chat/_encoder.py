@@ -52,7 +52,14 @@ class _Block:
 
 
 class StreamEncoder:
-    """``encode(event) -> bytes``; ``include_usage=False`` leaves out the final usage chunk."""
+    """Hub events to openai-chat ``data: {chunk}`` lines; ``include_usage=False`` leaves out the usage chunk.
+
+    Terminal rule: ``ResponseEnd`` writes the usage chunk (``choices: []``) and
+    ``data: [DONE]``; an ``Error`` writes the usage chunk, an ``{"error": ...}`` chunk and
+    ``[DONE]`` (usage first: the SDK raises at the error chunk).  Block ids, interleaved
+    blocks, foreign fidelity and exact finish reasons ride under ``llmbridge``.  Refuses what
+    is not a hub event (``TypeError``); after the end it writes nothing.
+    """
 
     def __init__(self, *, include_usage: bool = True) -> None:
         self.include_usage = include_usage

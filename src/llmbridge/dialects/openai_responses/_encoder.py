@@ -100,6 +100,15 @@ class _Block:
 
 
 class StreamEncoder:
+    """Hub events to openai-responses typed SSE events, numbered by ``sequence_number``.
+
+    Terminal rule: ``ResponseEnd`` closes the open items and writes ``response.completed``
+    (``response.incomplete`` for a length or filter finish); an ``Error`` closes the message
+    and writes the ``error`` event that the SDK raises on, and that is the end.  Choices
+    other than 0 and what the wire has no field for ride under ``llmbridge``.  Refuses what
+    is not a hub event (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         self._seq = 0
         self._response: dict = {}
