@@ -14,6 +14,7 @@ from ._contracts import DialectModule, StreamDecoder, StreamEncoder, missing_sur
 __all__ = [
     "EXTENSION_KEY",
     "DialectModule",
+    "EncoderDispatch",
     "SSEStreamDecoder",
     "StreamDecoder",
     "StreamEncoder",
@@ -100,6 +101,75 @@ class SSEStreamDecoder:
     def fail(self, error: hub.Error) -> None:
         self._out.append(error)
         self.finish_stream()
+
+
+class EncoderDispatch:
+    """The shared ``encode`` of stream encoders: one ``on_*`` method per hub event type.
+
+    The edges are the same for every encoder (see :mod:`._contracts`): once ``_done`` is
+    set (the subclass sets it when it writes its wire's terminal event) every event gives
+    ``b""``; an object that is not a hub event raises ``TypeError``.  The chain tests
+    ``Delta`` first because it is nearly every event of a stream; ``type(x) is`` rather than
+    ``isinstance`` because it is the fastest test and hub events are never subclassed.
+    """
+
+    _done = False
+
+    def encode(self, event: hub.Event) -> bytes:
+        """The wire bytes for ``event`` (``b""`` while buffering and after the end)."""
+        if self._done:
+            return b""
+        kind = type(event)
+        if kind is hub.Delta:
+            return self.on_delta(event)  # type: ignore[arg-type]  # narrowed by kind
+        if kind is hub.BlockStart:
+            return self.on_block_start(event)  # type: ignore[arg-type]
+        if kind is hub.BlockStop:
+            return self.on_block_stop(event)  # type: ignore[arg-type]
+        if kind is hub.Usage:
+            return self.on_usage(event)  # type: ignore[arg-type]
+        if kind is hub.Finish:
+            return self.on_finish(event)  # type: ignore[arg-type]
+        if kind is hub.Extension:
+            return self.on_extension(event)  # type: ignore[arg-type]
+        if kind is hub.ResponseStart:
+            return self.on_response_start(event)  # type: ignore[arg-type]
+        if kind is hub.Error:
+            return self.on_error(event)  # type: ignore[arg-type]
+        if kind is hub.ResponseEnd:
+            return self.on_response_end(event)  # type: ignore[arg-type]
+        not_a_hub_event(event)
+
+    # -- one per event type, written by each encoder
+
+    def on_delta(self, event: hub.Delta) -> bytes:
+        raise NotImplementedError
+
+    def on_block_start(self, event: hub.BlockStart) -> bytes:
+        raise NotImplementedError
+
+    def on_block_stop(self, event: hub.BlockStop) -> bytes:
+        raise NotImplementedError
+
+    def on_usage(self, event: hub.Usage) -> bytes:
+        raise NotImplementedError
+
+    def on_finish(self, event: hub.Finish) -> bytes:
+        raise NotImplementedError
+
+    def on_extension(self, event: hub.Extension) -> bytes:
+        raise NotImplementedError
+
+    def on_response_start(self, event: hub.ResponseStart) -> bytes:
+        raise NotImplementedError
+
+    def on_error(self, event: hub.Error) -> bytes:
+        """Must write the wire's error and terminal events and set ``_done``."""
+        raise NotImplementedError
+
+    def on_response_end(self, event: hub.ResponseEnd) -> bytes:
+        """Must write the wire's terminal event and set ``_done``."""
+        raise NotImplementedError
 
 
 def encode_all(encoder: StreamEncoder, events: list[hub.Event]) -> bytes:
