@@ -39,22 +39,7 @@ def encode(name: str, events: list[hub.Event]) -> bytes:
 def test_registered_apart_from_the_matrix_targets():
     assert dialects.MORE_NAMES == ("cohere-v2", "bedrock-converse", "gemini-interactions")
     assert not set(dialects.MORE_NAMES) & set(dialects.NAMES)
-    for name in dialects.MORE_NAMES:
-        module = dialects.get(name)
-        assert name == module.NAME
-        for attr in (
-            "STREAM_CONTENT_TYPE",
-            "StreamDecoder",
-            "StreamEncoder",
-            "decode_request",
-            "encode_request",
-            "endpoint",
-            "decode_response",
-            "encode_response",
-            "encode_error",
-            "decode_error",
-        ):
-            assert hasattr(module, attr), (name, attr)
+    # the module surface: tests/test_dialect_contract.py, for every dialect
     assert all(FILES.values()), "every format has corpus files"
 
 

@@ -83,12 +83,20 @@ class StreamEncoder(EncoderDispatch):
         self._tools = 0
         self._done = False
 
+    def encode(self, event: hub.Event) -> bytes:
+        """The hot path without a call: more text for the block on the wire (what
+        ``_route(_delta())`` gives); every other event goes through :class:`EncoderDispatch`."""
+        if type(event) is hub.Delta and not self._done:
+            block = self._blocks.get(event.index)
+            if block is self._live and block is not None and block.started and event.text:
+                return block.prefix + json_encode(event.text) + _END
+        return EncoderDispatch.encode(self, event)
+
     # EncoderDispatch.encode calls these, one per hub event type.
 
     def on_delta(self, event: hub.Delta) -> bytes:
         block = self._blocks.get(event.index)
         if block is self._live and block is not None and block.started and event.text:
-            # the hot path: more text for the block on the wire (what _route(_delta()) gives)
             return block.prefix + json_encode(event.text) + _END
         if block is None:
             if event.index in self._other_blocks:
