@@ -31,7 +31,7 @@ NAME = "anthropic-messages"
 EXT = "llmbridge"  # the JSON key that carries hub data Anthropic has no field for
 
 # Anthropic stop_reason -> hub finish reason.
-STOP_TO_HUB = {
+STOP_TO_HUB: dict[str, hub.FinishReason] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
     "stop_sequence": "stop_sequence",

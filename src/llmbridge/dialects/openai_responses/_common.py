@@ -74,7 +74,7 @@ def usage_from(usage: Any) -> hub.Usage | None:
         return None
     cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
     reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
-    extra = usage.get(EXT_KEY) if isinstance(usage.get(EXT_KEY), dict) else {}
+    extra: dict[str, Any] = usage.get(EXT_KEY) if isinstance(usage.get(EXT_KEY), dict) else {}
     if extra.get("absent"):  # fields the source did not report, which Responses always has
         absent = set(extra["absent"])
         return hub.Usage(
