@@ -266,8 +266,10 @@ def event_to_json(event: Event, *, tag: str = "event", keep_none: bool = False) 
 
     ``keep_none=False`` leaves out fields that are ``None`` (the smaller carried form); a
     codec whose wire already carries the long form keeps them, so its bytes stay the same.
+    The dict is shallow (nested values are the event's own, not copies: encode it, do not
+    mutate them); a deep ``to_builtins`` copy cost twice as much on annotated streams.
     """
-    fields: dict[str, Any] = msgspec.to_builtins(event)
+    fields: dict[str, Any] = msgspec.structs.asdict(event)
     out = fields if keep_none else {k: v for k, v in fields.items() if v is not None}
     out[tag] = type(event).__name__
     return out
