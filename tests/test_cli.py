@@ -15,6 +15,7 @@ import pytest
 
 import llmbridge
 from llmbridge import cli, dialects
+from llmbridge.dialects import rules
 
 SEED = Path(__file__).parent / "data" / "llm-stream" / "seed-example.sse"
 VIOLATION_LINE = re.compile(r"^(event \d+|end of stream): [a-z-]+: .+$")
@@ -49,10 +50,13 @@ def test_validate_lists_each_violation():
     body = SEED.read_bytes().replace(b'"seq":3,', b'"seq":4,', 1).replace(b"event: usage", b"event: tokens")
     result = run("validate", "--format", "llm-stream", "-", stdin=body)
     assert result.returncode == 1
-    lines = result.stdout.decode().splitlines()
+    lines, _, legend = result.stdout.decode().partition("\n\nrules:\n")
+    lines = lines.splitlines()
     assert lines and all(VIOLATION_LINE.match(line) for line in lines), lines
     assert lines[0].startswith("event 3: seq: ")
     assert any(line.startswith("event 6: event-name: ") for line in lines)
+    # then each broken rule once, with its one-line meaning from dialects.rules
+    assert legend.splitlines() == [f"  {rule}: {rules.RULES[rule]}" for rule in ("seq", "event-name")]
 
 
 def test_validate_truncated_stream():
@@ -128,7 +132,7 @@ def test_missing_file_is_a_clear_error():
 
 def test_dialect_not_available_yet(monkeypatch, capsys):
     monkeypatch.setitem(dialects._MODULES, "gemini", "not_written_yet")
-    monkeypatch.setattr(dialects, "_LOADED", {})  # dialects.get caches the modules it has imported
+    monkeypatch.delitem(dialects._LOADED, "gemini", raising=False)  # an earlier test may have loaded it
     assert cli.main(["translate", "--from", "llm-stream", "--to", "gemini", str(SEED)]) == 3
     assert "dialect 'gemini' is not available" in capsys.readouterr().err
     half_done = types.ModuleType("half_done")  # a module that has landed without its encoder yet

@@ -611,3 +611,80 @@ def test_stream_to_dict_and_grammar(fresh):
     assert items[1]["fidelity"] == items[2]["fidelity"] == signature  # the signature arrives with the block's end
     assert dicts[-1]["event_type"] == "stop" and dicts[-1]["usage_metadata"]["prompt_tokens"] == 10
     assert s.completion.to_dict()["finish_reason"] == "stop" and s.completion.text == "turn 1"
+
+
+# --------------------------------------------------------------------------- the twins (issue 12)
+# _sync.py is generated from _async.py (scripts/unasync.py); these pin what both must do alike.
+
+
+def test_sync_client_is_generated_from_the_async_one():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "unasync.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+
+
+def test_end_callback_runs_after_the_close_even_when_closing_fails(fresh):
+    seen = []
+    s = make(fresh).stream("slow", "go")
+    s._on_end = lambda: seen.append(s.response.is_closed)
+    next(s)
+    s.close()
+    assert seen == [True]  # the connection was closed before the conversation was freed
+
+    conv = make(fresh).conversation("slow")
+    s = conv.send("go")
+    next(s)
+
+    def broken_close():
+        raise OSError("socket gone")
+
+    s.response.close = broken_close
+    with pytest.raises(OSError):
+        s.close()
+    assert conv.send("again") is not None  # the failed close still freed the conversation
+
+
+def test_async_end_callback_runs_after_the_close_even_when_closing_fails(fresh):
+    async def main():
+        async with AsyncClient(fresh.url) as c:
+            seen = []
+            s = c.stream("slow", "go")
+            s._on_end = lambda: seen.append(s.response.is_closed)
+            await s.__anext__()
+            await s.aclose()
+            conv = c.conversation("slow")
+            s2 = conv.send("go")
+            await s2.__anext__()
+
+            async def broken_close():
+                raise OSError("socket gone")
+
+            s2.response.aclose = broken_close
+            with pytest.raises(OSError):
+                await s2.aclose()
+            conv.send("again")  # would raise ConversationBusyError if the failed close kept it
+            return seen
+
+    assert asyncio.run(main()) == [True]
+
+
+def test_an_abandoned_stream_frees_its_conversation_in_both_twins(fresh):
+    import gc
+
+    conv = make(fresh).conversation("echo")
+    conv.send("dropped")  # never iterated, never closed
+    gc.collect()
+    assert conv.complete("kept").text.startswith("echo:kept")
+
+    async def main():
+        async with AsyncClient(fresh.url) as c:
+            aconv = c.conversation("echo")
+            aconv.send("dropped")
+            gc.collect()
+            return (await aconv.complete("kept")).text
+
+    assert asyncio.run(main()).startswith("echo:kept")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+__all__ = ["AsyncClient", "AsyncConversation", "Client", "Completion", "Conversation", "__version__", "tool"]
+
 # The client SDK, imported on first use so `import llmbridge` stays light (codecs, CLI).
 _CLIENT_NAMES = ("Client", "AsyncClient", "Conversation", "AsyncConversation", "Completion", "tool")
 

@@ -14,6 +14,19 @@ from types import ModuleType
 from typing import BinaryIO
 
 from . import __version__, dialects, hub
+from .dialects import rules
+
+__all__ = [
+    "CHUNK",
+    "CLIError",
+    "build_parser",
+    "cmd_dialects",
+    "cmd_replay",
+    "cmd_serve",
+    "cmd_translate",
+    "cmd_validate",
+    "main",
+]
 
 CHUNK = 64 * 1024
 EXIT_OK, EXIT_VIOLATIONS, EXIT_MALFORMED, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -84,10 +97,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     finally:
         if source is not sys.stdin.buffer:
             source.close()
+    of_hub = hub.validate(events)
     problems = [str(v) for v in decoder.violations]
-    problems += [f"{v} (hub)" for v in hub.validate(events)]
+    problems += [f"{v} (hub)" for v in of_hub]
     for line in problems:
         print(line)
+    if problems:  # then what each broken rule means, once per rule (dialects/rules.py)
+        print("\nrules:")
+        for rule in dict.fromkeys(v.rule for v in decoder.violations + of_hub):
+            print(f"  {rule}: {rules.meaning(rule) or '(no description)'}")
     return EXIT_VIOLATIONS if problems else EXIT_OK
 
 

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = [
+    "ConfirmationRequired",
+    "ConversationBusyError",
+    "IncompleteStreamError",
+    "LLMBridgeError",
+    "ProtocolError",
+    "RequestError",
+    "ToolCallArgumentParseError",
+    "ToolLoopError",
+    "ToolNotDeclaredError",
+    "TransportError",
+    "UpstreamError",
+]
+
 
 class LLMBridgeError(Exception):
     """Base of every error this package raises on purpose."""

@@ -35,16 +35,60 @@ are ``system`` messages at the start of ``messages`` whatever the dialect.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
+
+__all__ = [
+    "ERROR_STATUS",
+    "ERROR_TYPES",
+    "FINISH_REASONS",
+    "Assembler",
+    "Block",
+    "BlockKind",
+    "BlockStart",
+    "BlockStop",
+    "Delta",
+    "Error",
+    "Event",
+    "Extension",
+    "FilePart",
+    "Finish",
+    "FinishReason",
+    "ImagePart",
+    "Message",
+    "NativePart",
+    "Part",
+    "Request",
+    "Response",
+    "ResponseEnd",
+    "ResponseStart",
+    "Role",
+    "TextPart",
+    "ThinkingPart",
+    "Tool",
+    "ToolCallPart",
+    "ToolChoice",
+    "ToolResultPart",
+    "Usage",
+    "Violation",
+    "assemble",
+    "error_type_for_status",
+    "event_from_json",
+    "event_to_json",
+    "merge_dicts",
+    "merge_usage",
+    "response_events",
+    "validate",
+]
 
 # --------------------------------------------------------------------------- stream events
 
 BlockKind = Literal["text", "thinking", "tool_call", "data", "native"]
 
-FINISH_REASONS = (
+FinishReason = Literal[
     "end_turn",  # natural end (OpenAI "stop", Gemini STOP)
     "max_tokens",  # length limit
     "tool_use",  # the turn ends to run tools
@@ -54,7 +98,8 @@ FINISH_REASONS = (
     "pause_turn",  # a long server-tool turn paused; send it back to continue
     "error",  # the turn failed
     "other",  # a reason with no hub word; the vendor's word is in Finish.raw
-)
+]
+FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
 
 ERROR_TYPES = (
     "invalid_request",  # 400
@@ -82,7 +127,7 @@ class ResponseStart(msgspec.Struct):
 
 class BlockStart(msgspec.Struct):
     index: int
-    kind: str  # BlockKind
+    kind: BlockKind
     id: str | None = None  # tool call id, or the vendor's item id
     name: str | None = None  # tool name
     choice: int = 0
@@ -113,7 +158,7 @@ class Usage(msgspec.Struct):
 
 
 class Finish(msgspec.Struct):
-    reason: str  # one of FINISH_REASONS
+    reason: FinishReason
     choice: int = 0
     raw: str | None = None  # the vendor's own word, e.g. "SAFETY", "refusal"
     stop_sequence: str | None = None
@@ -193,7 +238,7 @@ def merge_usage(into: Usage | None, new: Usage) -> Usage:
     return msgspec.structs.replace(into, **changes)
 
 
-def merge_dicts(a: dict | None, b: dict | None) -> dict | None:
+def merge_dicts(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
     """Merge namespaced dicts one level deep (fidelity, extensions)."""
     if not a:
         return dict(b) if b else None
@@ -208,13 +253,54 @@ def merge_dicts(a: dict | None, b: dict | None) -> dict | None:
     return out
 
 
+# --------------------------------------------------------------------------- hub events as JSON
+#
+# Codecs whose wire cannot say an event carry it as JSON under their extension key; this is
+# the one spelling of that JSON (the class name under a tag key, then the fields).
+
+EVENT_TYPES: dict[str, type[Event]] = {t.__name__: t for t in get_args(Event)}
+
+
+def event_to_json(event: Event, *, tag: str = "event", keep_none: bool = False) -> dict[str, Any]:
+    """``event`` as a JSON-ready dict: its fields, then its class name under ``tag``.
+
+    ``keep_none=False`` leaves out fields that are ``None`` (the smaller carried form); a
+    codec whose wire already carries the long form keeps them, so its bytes stay the same.
+    The dict is shallow (nested values are the event's own, not copies: encode it, do not
+    mutate them); a deep ``to_builtins`` copy cost twice as much on annotated streams.
+    """
+    fields: dict[str, Any] = msgspec.structs.asdict(event)
+    out = fields if keep_none else {k: v for k, v in fields.items() if v is not None}
+    out[tag] = type(event).__name__
+    return out
+
+
+def event_from_json(
+    data: object, *, tag: str = "event", kinds: Collection[type[Event]] | None = None
+) -> Event | None:
+    """The hub event an :func:`event_to_json` dict holds, or ``None`` when it holds none.
+
+    Never raises: ``data`` comes off a wire, so anything that is not a dict, names no event
+    type (or one outside ``kinds``, when given), or has fields of the wrong types gives ``None``.
+    """
+    if type(data) is not dict:
+        return None
+    kind = EVENT_TYPES.get(data.get(tag))  # type: ignore[arg-type]  # any key: .get of a str-keyed dict
+    if kind is None or (kinds is not None and kind not in kinds):
+        return None
+    try:
+        return msgspec.convert({k: v for k, v in data.items() if k != tag}, kind)
+    except (msgspec.ValidationError, TypeError):
+        return None
+
+
 # --------------------------------------------------------------------------- assembled response
 
 
 @dataclass
 class Block:
     index: int
-    kind: str
+    kind: BlockKind
     id: str | None = None
     name: str | None = None
     choice: int = 0
@@ -343,44 +429,47 @@ class Violation(msgspec.Struct):
 
 
 def validate(events: list[Event]) -> list[Violation]:
-    """Check a hub stream against the grammar in this module's docstring."""
+    """Check a hub stream against the grammar in this module's docstring.
+
+    Returns the broken rules in stream order (empty for a valid stream); never raises.
+    """
     out: list[Violation] = []
     open_blocks: set[int] = set()
     seen_blocks: set[int] = set()
     finished: set[int] = set()
     started = ended = errored = False
     for n, e in enumerate(events):
-        kind = type(e)
+        name = type(e).__name__
         if ended:
-            out.append(Violation(n, "after-end", f"{kind.__name__} after ResponseEnd"))
+            out.append(Violation(n, "after-end", f"{name} after ResponseEnd"))
             continue
-        if kind is ResponseStart:
+        if isinstance(e, ResponseStart):
             if started:
                 out.append(Violation(n, "start-once", "second ResponseStart"))
             started = True
             continue
         if not started:
-            out.append(Violation(n, "start-first", f"{kind.__name__} before ResponseStart"))
+            out.append(Violation(n, "start-first", f"{name} before ResponseStart"))
             started = True
-        if errored and kind is not ResponseEnd:
-            out.append(Violation(n, "error-last", f"{kind.__name__} after Error"))
-        if kind is BlockStart:
+        if errored and not isinstance(e, ResponseEnd):
+            out.append(Violation(n, "error-last", f"{name} after Error"))
+        if isinstance(e, BlockStart):
             if e.index in seen_blocks:
                 out.append(Violation(n, "block-unique", f"block {e.index} started twice"))
             seen_blocks.add(e.index)
             open_blocks.add(e.index)
-        elif kind is Delta or kind is BlockStop:
+        elif isinstance(e, (Delta, BlockStop)):
             if e.index not in open_blocks:
-                out.append(Violation(n, "block-open", f"{kind.__name__} for block {e.index}, which is not open"))
-            elif kind is BlockStop:
+                out.append(Violation(n, "block-open", f"{name} for block {e.index}, which is not open"))
+            elif isinstance(e, BlockStop):
                 open_blocks.discard(e.index)
-        elif kind is Finish:
+        elif isinstance(e, Finish):
             if e.choice in finished:
                 out.append(Violation(n, "finish-once", f"second Finish for choice {e.choice}"))
             finished.add(e.choice)
-        elif kind is Error:
+        elif isinstance(e, Error):
             errored = True
-        elif kind is ResponseEnd:
+        elif isinstance(e, ResponseEnd):
             ended = True
             if open_blocks and not errored:
                 out.append(Violation(n, "blocks-closed", f"blocks {sorted(open_blocks)} still open at ResponseEnd"))

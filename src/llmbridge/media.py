@@ -15,6 +15,20 @@ import msgspec
 from . import hub, sse
 from .dialects.base import json_decode
 
+__all__ = [
+    "CHECKED",
+    "COMPLETED",
+    "ImageEvent",
+    "ImageStreamDecoder",
+    "MAX_IMAGE_BYTES",
+    "OUTPUT_FORMATS",
+    "PARTIAL",
+    "base64_size",
+    "decode_base64",
+    "image_problem",
+    "sniff",
+]
+
 # The formats every vendor accepts as image input (OpenAI, Anthropic, Gemini: PNG, JPEG, GIF,
 # WebP). Other declared image types (HEIC, AVIF …) are let through unchecked: we do not know
 # their magic well enough to refuse them, and the upstream will say if it cannot read them.

@@ -42,6 +42,18 @@ from .gateway import replies
 from .gateway.app import ENDPOINTS, GEMINI, GEMINI_VERSIONS
 from .gateway.streaming import StreamResponse
 
+__all__ = [
+    "DEFAULT_CHUNK",
+    "Faults",
+    "Replay",
+    "Stats",
+    "chunks",
+    "create_app",
+    "index",
+    "parse_model",
+    "serve",
+]
+
 DEFAULT_CHUNK = 256
 EMBEDDING_FOLDERS = ("openai-embeddings", "gemini-embeddings")
 

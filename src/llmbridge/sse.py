@@ -73,7 +73,7 @@ class Decoder:
         # so splitting the text on blank lines is the same as splitting the bytes.
         # (when nothing follows the last blank line, decode it all: a trailing "" block is a no-op)
         text = (chunk[:end] if rest else chunk).decode("utf-8", "replace")
-        events = []
+        events: list[Event] = []
         last_id = self.last_id
         append = events.append
         for block in text.split("\n\n"):
@@ -83,9 +83,9 @@ class Decoder:
                     append(Event("message", block[6:], last_id, None))
                     continue
             elif block[:7] == "event: ":
-                head, _, rest = block.partition("\n")
-                if rest[:6] == "data: " and len(head) > 7 and "\n" not in rest:
-                    append(Event(head[7:], rest[6:], last_id, None))
+                head, _, line = block.partition("\n")
+                if line[:6] == "data: " and len(head) > 7 and "\n" not in line:
+                    append(Event(head[7:], line[6:], last_id, None))
                     continue
             event = self._block(block)
             last_id = self.last_id

@@ -750,6 +750,8 @@ class UniEventView:
             raise UpstreamError(e.message, status=e.status, body=e.body, type=e.type, partial=partial)
         elif kind is hub.ResponseEnd:
             self._end(e, out)
+        else:  # the end of the chain costs valid events nothing (dialects._contracts: the encoder edges)
+            raise TypeError(f"not a hub event: {kind.__name__} {e!r:.80}")
 
     def _new_group(self, e: hub.BlockStart) -> _Group:
         carrier = False

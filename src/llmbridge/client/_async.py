@@ -1,12 +1,16 @@
 """The asyncio client: :class:`AsyncClient`, :class:`AsyncStream`, :class:`AsyncConversation`.
 
-The same behaviour as ``_sync`` (both share ``_core``), with ``async for`` / ``async with``.
+This module is the source of both clients: ``_sync.py`` is generated from it by
+``scripts/unasync.py`` (a table of substitutions; ``make lint`` fails when the two drift).
+Edit this file, then run ``python scripts/unasync.py``.  Everything the two share beyond
+moving bytes lives in ``_core``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -22,8 +26,10 @@ from . import _media
 from . import tools as _tools
 from ._core import (
     RETRY_STATUSES,
+    RETRYABLE,
     Completion,
     StreamCore,
+    aresolve,
     backoff,
     base_url_for,
     binding_headers,
@@ -33,12 +39,19 @@ from ._core import (
     upstream_error,
 )
 from ._request import build_request, to_messages
-from ._sync import RETRYABLE
 from ._websocket import AsyncWebSocketTransport
 
 
 class AsyncStream:
-    """A streamed call: ``async for`` UniEvents, or ``async with``; :meth:`aclose` cancels it."""
+    """A streamed call: ``async for`` over it yields :class:`~llmbridge.unievent.UniEvent`; or use ``async with``.
+
+    Nothing is sent until the first ``__anext__`` or ``__aenter__``.  :meth:`aclose` (alias
+    :meth:`abort`) closes the HTTP connection at once and then runs the end callback (which
+    frees a conversation), whether or not the close succeeded.  :attr:`completion` is the
+    assembled message once the stop event went out; exceptions carry the partial one in
+    ``.partial``.  A stream dropped without being closed frees its conversation when it is
+    garbage-collected.
+    """
 
     def __init__(
         self,
@@ -60,6 +73,8 @@ class AsyncStream:
         self.completion: Completion | None = None
         self.closed = False
 
+    # -- the protocol
+
     async def __aenter__(self) -> AsyncStream:
         await self._start()
         return self
@@ -73,27 +88,45 @@ class AsyncStream:
     async def __anext__(self) -> UniEvent:
         try:
             return await self._next()
-        except BaseException:  # CancelledError too: the connection must not outlive the task
+        except BaseException:  # any way out (a cancelled task too): the connection must not outlive it
             await self.aclose()
             raise
 
     async def aclose(self) -> None:
-        """Stop now: the connection closes, nothing more is yielded."""
+        """Stop now: the connection closes (the server sees the client go), nothing more is yielded.
+
+        The end callback runs after the close, and runs even when closing raised, so a
+        conversation is never left busy.
+        """
         if self.closed:
             return
         self.closed = True
-        if self._on_end is not None:
-            self._on_end()
-        if self._response is not None:
-            await self._response.aclose()
-        close_turn = getattr(self._chunks, "aclose", None)
-        if close_turn is not None and self._client._ws is not None:
-            await close_turn()  # a WebSocket turn: sends cancel, reads the turn to its end
+        try:
+            if self._response is not None:
+                await self._response.aclose()
+            close_turn = getattr(self._chunks, "aclose", None)
+            if close_turn is not None and self._client._ws is not None:
+                await close_turn()  # a WebSocket turn: sends cancel, reads the turn to its end
+        finally:
+            if self._on_end is not None:
+                self._on_end()
 
-    close = abort = aclose
+    abort = aclose
+    close = aclose  # the blocking twin's name  # unasync: async-only
+
+    def __del__(self) -> None:
+        # Abandoned without a close: free the conversation (and, in the blocking twin, the
+        # connection; an async response can only be closed on a running loop).
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                self.closed = True  # unasync: async-only
+                if self._on_end is not None:  # unasync: async-only
+                    self._on_end()  # unasync: async-only
+                # unasync: sync-only: self.close()
 
     @property
     def partial(self) -> Completion:
+        """What has been assembled so far (the ``.done`` items)."""
         return self._core.partial
 
     @property
@@ -101,11 +134,14 @@ class AsyncStream:
         return self._response
 
     async def until_done(self) -> Completion:
+        """Consume the rest of the stream; the assembled message."""
         async for _ in self:
             pass
-        if self.completion is None:
+        if self.completion is None:  # closed early
             raise RuntimeError("the stream was closed before its stop event")
         return self.completion
+
+    # -- internals
 
     async def _start(self) -> None:
         if self._started or self.closed:
@@ -122,7 +158,7 @@ class AsyncStream:
             raise
         self._response = response
         self._core.use_binding(response.headers.get("content-type"))
-        if media_kind(response.headers.get("content-type")) == "json":
+        if media_kind(response.headers.get("content-type")) == "json":  # answered whole: same events
             body = await response.aread()
             self._buffer.extend(self._core.whole(parse_json_body(body, self._core)))
             self._body_done = True
@@ -164,12 +200,12 @@ class AsyncStream:
             if self._on_stop is not None:
                 self._on_stop(self.completion)  # recorded before the caller sees the stop
             self._buffer.clear()
-            await self.aclose()
+            await self.aclose()  # the turn is complete: release the connection and the conversation
         return event
 
 
 class AsyncClient:
-    """The asyncio twin of :class:`~llmbridge.client.Client`."""
+    """Talks one dialect to the gateway or a vendor endpoint; every call yields MMSP UniEvents."""
 
     def __init__(
         self,
@@ -204,10 +240,13 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the HTTP client, when this client made it (and the WebSocket, when one is open)."""
         if self._ws is not None:
             await self._ws.aclose()
         if self._own_http:
             await self._http.aclose()
+
+    # -- calls
 
     def stream(
         self,
@@ -219,6 +258,7 @@ class AsyncClient:
         tool_choice: Any = None,
         **params: Any,
     ) -> AsyncStream:
+        """A streamed call; see :class:`AsyncStream`.  ``params``: max_tokens, temperature, stop ..."""
         request = build_request(model, messages, system=system, tools=tools, tool_choice=tool_choice, **params)
         return AsyncStream(self, request)
 
@@ -270,12 +310,14 @@ class AsyncClient:
         return _media.read_embeddings(self.dialect, json_decode(response.content), count)
 
     async def complete(self, model: str, messages: Any = None, **kwargs: Any) -> Completion:
+        """The assembled message of one call (streamed underneath)."""
         async with self.stream(model, messages, **kwargs) as s:
             return await s.until_done()
 
     def conversation(
         self, model: str, *, system: str | None = None, tools: Any = None, **params: Any
     ) -> AsyncConversation:
+        """A stateful chat on this client; see :class:`AsyncConversation`."""
         return AsyncConversation(self, model, system=system, tools=tools, params=params)
 
     async def run_tools(
@@ -288,7 +330,14 @@ class AsyncClient:
         max_rounds: int = 8,
         **params: Any,
     ) -> _tools.ToolRun:
-        """See :meth:`Client.run_tools`; tools and ``confirm`` may be sync or async."""
+        """Call the model, run the tools it asks for, send the results back, until it answers.
+
+        Only tools declared in this request run; a tool with side effects runs only when
+        ``confirm(call)`` returns True.  Refusals and exceptions go back to the model as error
+        results.  More than ``max_rounds`` model calls raise :class:`ToolLoopError`.  A
+        ``tool_choice`` that forces a tool applies to the first call only (then ``"auto"``).
+        Tools and ``confirm`` may be plain functions or coroutine functions.
+        """
         specs = [_tools.as_tool(t) for t in (tools if tools is not None else self.tools)]
         declared = {t.name: t for t in specs}
         transcript = to_messages(messages)
@@ -315,19 +364,18 @@ class AsyncClient:
         assert spec is not None
         try:
             if spec.side_effects:
-                ok = confirm(call) if confirm is not None else False
-                if inspect.isawaitable(ok):
-                    ok = await ok
+                ok = await aresolve(confirm(call) if confirm is not None else False)
                 if ok is not True:
                     return _tools.refused(call, confirm)
-            value = spec(**spec.bind(call.arguments))
-            if inspect.isawaitable(value):
-                value = await value
+            value = await aresolve(spec(**spec.bind(call.arguments)))
         except Exception as exc:
             return _tools.failed(call, exc)
         return _tools.Outcome(call.tool_call_id, call.name, _tools.result_text(value), False)
 
+    # -- transport
+
     async def _send(self, request: hub.Request) -> httpx.Response:
+        """Send with retries before the first byte: connect failures, 408/429/5xx answers."""
         url, headers, body = prepare(self.codec, request, self.base_url, self.api_key, self.headers)
         attempt = 0
         while True:
@@ -361,7 +409,13 @@ class AsyncClient:
 
 
 class AsyncConversation:
-    """The asyncio twin of :class:`~llmbridge.client.Conversation` (same recording rules)."""
+    """A stateful chat: :meth:`send` streams like :meth:`AsyncClient.stream` and keeps the history.
+
+    The user message and the assistant's reply join :attr:`history` together, before the
+    stop event is yielded.  A call that fails or is closed early records nothing, so its user
+    message is rolled back too.  One call at a time: a second :meth:`send` while a stream is
+    open raises :class:`ConversationBusyError`.
+    """
 
     def __init__(self, client: AsyncClient, model: str, *, system: str | None, tools: Any, params: dict) -> None:
         self.client = client
@@ -370,36 +424,41 @@ class AsyncConversation:
         self.tools = tools
         self.params = params
         self._history: list[hub.Message] = []
-        self._busy = False
+        # Held while a call streams.  A lock, not a flag, so the blocking twin is safe when
+        # threads race for it; only ever taken without waiting, so it never blocks a loop.
+        self._busy = threading.Lock()
 
     @property
     def history(self) -> list[hub.Message]:
         return list(self._history)
 
     def clear(self) -> None:
-        if self._busy:
+        """Forget the history; not while a call is streaming."""
+        if self._busy.locked():
             raise ConversationBusyError("cannot clear while a call is streaming")
         self._history.clear()
 
     def send(self, message: Any, **params: Any) -> AsyncStream:
-        if self._busy:
+        """Stream the reply to ``message``; it and the reply are recorded at the stop event."""
+        if not self._busy.acquire(blocking=False):
             raise ConversationBusyError("this conversation already has a call in progress")
-        new = to_messages(message)
-        request = build_request(
-            self.model, [*self._history, *new], system=self.system, tools=self.tools, **{**self.params, **params}
-        )
-        self._busy = True
+        try:
+            new = to_messages(message)
+            request = build_request(
+                self.model, [*self._history, *new], system=self.system, tools=self.tools, **{**self.params, **params}
+            )
+        except BaseException:
+            self._busy.release()
+            raise
 
         def on_stop(completion: Completion) -> None:
             self._history.extend(new)
             self._history.append(completion.to_hub_message())
 
-        def on_end() -> None:
-            self._busy = False
-
-        return AsyncStream(self.client, request, on_stop, on_end)
+        return AsyncStream(self.client, request, on_stop, self._busy.release)
 
     async def complete(self, message: Any, **params: Any) -> Completion:
+        """Send ``message`` and wait for the whole reply."""
         async with self.send(message, **params) as s:
             return await s.until_done()
 

@@ -6,9 +6,13 @@ lives here so both behave the same.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 from .. import hub
 from ..bindings import BINARY_MEDIA_TYPE, BinaryStreamDecoder, MessageStreamDecoder
@@ -228,3 +232,17 @@ def parse_json_body(body: bytes, core: StreamCore) -> Any:
         return json_decode(body)
     except Exception as exc:
         raise ProtocolError(f"response body is not JSON: {exc}", partial=core.partial) from None
+
+
+# Failures where the server has not seen the request (or answered nothing): safe to send again.
+RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+async def aresolve(value: Any) -> Any:
+    """``value``, awaited first when it is awaitable (a tool or ``confirm`` may be async)."""
+    return await value if inspect.isawaitable(value) else value
+
+
+def resolve(value: Any) -> Any:
+    """The blocking twin of :func:`aresolve`: a coroutine is run to its result on a new loop."""
+    return asyncio.run(value) if asyncio.iscoroutine(value) else value

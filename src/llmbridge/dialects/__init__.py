@@ -39,6 +39,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from ._contracts import StreamEncoder
+
+__all__ = ["MORE_NAMES", "NAMES", "get", "stream_encoder"]
+
 NAMES = ("llm-stream", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "mmsp")
 
 _MODULES = {
@@ -57,10 +61,11 @@ _MODULES = {
 MORE_NAMES = ("cohere-v2", "bedrock-converse", "gemini-interactions")
 
 
-def stream_encoder(module: ModuleType, request: object) -> object:
+def stream_encoder(module: ModuleType, request: object) -> StreamEncoder:
     """A stream encoder of dialect ``module`` for the answer to ``request``."""
     factory = getattr(module, "stream_encoder", None)
-    return factory(request) if factory is not None else module.StreamEncoder()
+    encoder: StreamEncoder = factory(request) if factory is not None else module.StreamEncoder()
+    return encoder
 
 
 _LOADED: dict[str, ModuleType] = {}

@@ -9,7 +9,7 @@ nearest wire object: hub events with no wire event at all (``events``), block fi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import Any
 
 import msgspec
 
@@ -20,35 +20,30 @@ from .base import json_decode
 EXT = "llmbridge"
 
 # (a carried ResponseEnd must never end the stream early, so it is not read back)
-_EVENT_TYPES = {t.__name__: t for t in get_args(hub.Event) if t is not hub.ResponseEnd}
+_CARRIED = tuple(t for t in hub.EVENT_TYPES.values() if t is not hub.ResponseEnd)
 
 
 def event_to_json(event: hub.Event) -> dict[str, Any]:
-    out = {k: v for k, v in msgspec.to_builtins(event).items() if v is not None}
-    out["event"] = type(event).__name__
-    return out
+    """A hub event for the ``events``/``finish`` entries: :func:`llmbridge.hub.event_to_json`."""
+    return hub.event_to_json(event)
 
 
 def error_to_json(error: hub.Error) -> dict[str, Any]:
     """The exact hub error, for the ``error`` entry (the wire event already says it is one)."""
-    return {k: v for k, v in event_to_json(error).items() if k != "event"}
+    return {k: v for k, v in hub.event_to_json(error).items() if k != "event"}
 
 
-def event_from_json(data: Any, kind: type | None = None) -> Any:
-    """The hub event ``data`` holds (of ``kind`` when given), or None when it holds none."""
-    if type(data) is not dict:
-        return None
-    kind = kind or _EVENT_TYPES.get(data.get("event"))
-    if kind is None:
-        return None
-    try:
-        return msgspec.convert({k: v for k, v in data.items() if k != "event"}, kind)
-    except msgspec.ValidationError:
-        return None
+def event_from_json(data: Any) -> hub.Event | None:
+    """The carried hub event ``data`` holds (never a ``ResponseEnd``), or None when it holds none."""
+    return hub.event_from_json(data, kinds=_CARRIED)
 
 
 def error_from_json(data: Any) -> hub.Error | None:
-    return event_from_json(data, hub.Error)
+    """The hub error of an :func:`error_to_json` entry (it has no ``event`` tag), or None."""
+    if type(data) is not dict:
+        return None
+    error = hub.event_from_json({**data, "event": "Error"}, kinds=(hub.Error,))
+    return error if type(error) is hub.Error else None
 
 
 def carried_events(ext: dict[str, Any]) -> list[hub.Event]:

@@ -13,13 +13,14 @@ from typing import Any
 
 from .. import hub
 from . import _bridge as br
+from .base import EncoderDispatch
 
 WIRE_KINDS = ("text", "thinking", "tool_call")  # block kinds these wires have events for
 
 
-class CarryingEncoder:
+class CarryingEncoder(EncoderDispatch):
     """Subclasses write ``_start_wire``, ``_block_start``, ``_delta``, ``_block_stop``, ``_end`` and
-    ``_error``; the dispatch below is on the hot path, hence ``type(e) is X``."""
+    ``_error``; the dispatch and the edges (after the end, not a hub event) are :class:`EncoderDispatch`'s."""
 
     def __init__(self) -> None:
         self._blocks: dict[int, Any] = {}  # hub index -> the dialect's record of the open wire block
@@ -31,32 +32,42 @@ class CarryingEncoder:
         self._done = False
         self._calls = False  # a tool call went on the wire (so its decoder reads a plain end as tool_use)
 
-    def encode(self, event: hub.Event) -> bytes:
-        if self._done:
-            return b""
-        kind = type(event)
-        if kind is hub.ResponseStart:
-            return self._start(event)
+    # EncoderDispatch.encode calls these, one per hub event type; the wire's opening event
+    # goes out before the first event's own bytes, whatever that event is.
+
+    def on_response_start(self, event: hub.ResponseStart) -> bytes:
+        return self._start(event)
+
+    def on_delta(self, event: hub.Delta) -> bytes:
+        return self._start() + self._delta(event)
+
+    def on_block_start(self, event: hub.BlockStart) -> bytes:
+        return self._start() + self._block_start(event)
+
+    def on_block_stop(self, event: hub.BlockStop) -> bytes:
+        return self._start() + self._block_stop(event)
+
+    def on_usage(self, event: hub.Usage) -> bytes:
         head = self._start()
-        if kind is hub.Delta:
-            return head + self._delta(event)
-        if kind is hub.BlockStart:
-            return head + self._block_start(event)
-        if kind is hub.BlockStop:
-            return head + self._block_stop(event)
-        if kind is hub.Usage:
-            self._usage = hub.merge_usage(self._usage, event)
-        elif kind is hub.Finish and event.choice == 0 and self._finish is None:
-            self._finish = event  # the wire says it at the end
-        elif kind is hub.Extension:
-            return head + self._extension(event)
-        elif kind is hub.Finish:
-            self._pending.append(br.event_to_json(event))
-        elif kind is hub.Error:
-            return head + self._error(event)
-        elif kind is hub.ResponseEnd:
-            return head + self._end()
+        self._usage = hub.merge_usage(self._usage, event)
         return head
+
+    def on_finish(self, event: hub.Finish) -> bytes:
+        head = self._start()
+        if event.choice == 0 and self._finish is None:
+            self._finish = event  # the wire says it at the end
+        else:
+            self._pending.append(br.event_to_json(event))
+        return head
+
+    def on_extension(self, event: hub.Extension) -> bytes:
+        return self._start() + self._extension(event)
+
+    def on_error(self, event: hub.Error) -> bytes:
+        return self._start() + self._error(event)
+
+    def on_response_end(self, event: hub.ResponseEnd) -> bytes:
+        return self._start() + self._end()
 
     def _start(self, event: hub.ResponseStart | None = None) -> bytes:
         if self._started:

@@ -1,4 +1,5 @@
-"""Shared machinery for SSE dialect codecs: event counting, violations, truncation."""
+"""Shared machinery for dialect codecs: the contracts (re-exported from :mod:`._contracts`),
+the SSE decoder base (event counting, violations, truncation) and whole-stream helpers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,24 @@ from typing import Any
 import msgspec
 
 from .. import hub, sse
+from . import rules
+from ._contracts import DialectModule, StreamDecoder, StreamEncoder, missing_surface, not_a_hub_event
+
+__all__ = [
+    "EXTENSION_KEY",
+    "DialectModule",
+    "EncoderDispatch",
+    "SSEStreamDecoder",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_all",
+    "encode_all",
+    "json_decode",
+    "json_encode",
+    "missing_surface",
+    "not_a_hub_event",
+    "strip_extensions",
+]
 
 json_decode = msgspec.json.decode
 json_encode = msgspec.json.encode
@@ -47,7 +66,7 @@ class SSEStreamDecoder:
         self.event_number += 1
         if self.ended:
             if event.data.strip() not in ("[DONE]", ""):
-                self.violation("after-terminal", f"event {event.event!r} after the terminal event")
+                self.violation(rules.AFTER_TERMINAL, f"event {event.event!r} after the terminal event")
             return
         self.on_event(event)
 
@@ -58,7 +77,7 @@ class SSEStreamDecoder:
 
     def on_truncated(self) -> None:
         """Input ended before the terminal event: an error, never a clean end."""
-        self.violation("truncated", "stream ended before its terminal event", event=-1)
+        self.violation(rules.TRUNCATED, "stream ended before its terminal event", event=-1)
         self.fail(hub.Error("upstream stream ended before its terminal event", "incomplete_stream"))
 
     def parse_json(self, event: sse.Event) -> Any:
@@ -66,7 +85,7 @@ class SSEStreamDecoder:
         try:
             return json_decode(event.data)
         except msgspec.DecodeError as exc:
-            self.violation("json", f"data is not valid JSON ({exc})")
+            self.violation(rules.JSON, f"data is not valid JSON ({exc})")
             return None
 
     def emit(self, event: hub.Event) -> None:
@@ -84,13 +103,82 @@ class SSEStreamDecoder:
         self.finish_stream()
 
 
-def encode_all(encoder: Any, events: list[hub.Event]) -> bytes:
-    """Run a whole hub stream through a stream encoder."""
+class EncoderDispatch:
+    """The shared ``encode`` of stream encoders: one ``on_*`` method per hub event type.
+
+    The edges are the same for every encoder (see :mod:`._contracts`): once ``_done`` is
+    set (the subclass sets it when it writes its wire's terminal event) every event gives
+    ``b""``; an object that is not a hub event raises ``TypeError``.  The chain tests
+    ``Delta`` first because it is nearly every event of a stream; ``type(x) is`` rather than
+    ``isinstance`` because it is the fastest test and hub events are never subclassed.
+    """
+
+    _done = False
+
+    def encode(self, event: hub.Event) -> bytes:
+        """The wire bytes for ``event`` (``b""`` while buffering and after the end)."""
+        if self._done:
+            return b""
+        kind = type(event)
+        if kind is hub.Delta:
+            return self.on_delta(event)  # type: ignore[arg-type]  # narrowed by kind
+        if kind is hub.BlockStart:
+            return self.on_block_start(event)  # type: ignore[arg-type]
+        if kind is hub.BlockStop:
+            return self.on_block_stop(event)  # type: ignore[arg-type]
+        if kind is hub.Usage:
+            return self.on_usage(event)  # type: ignore[arg-type]
+        if kind is hub.Finish:
+            return self.on_finish(event)  # type: ignore[arg-type]
+        if kind is hub.Extension:
+            return self.on_extension(event)  # type: ignore[arg-type]
+        if kind is hub.ResponseStart:
+            return self.on_response_start(event)  # type: ignore[arg-type]
+        if kind is hub.Error:
+            return self.on_error(event)  # type: ignore[arg-type]
+        if kind is hub.ResponseEnd:
+            return self.on_response_end(event)  # type: ignore[arg-type]
+        not_a_hub_event(event)
+
+    # -- one per event type, written by each encoder
+
+    def on_delta(self, event: hub.Delta) -> bytes:
+        raise NotImplementedError
+
+    def on_block_start(self, event: hub.BlockStart) -> bytes:
+        raise NotImplementedError
+
+    def on_block_stop(self, event: hub.BlockStop) -> bytes:
+        raise NotImplementedError
+
+    def on_usage(self, event: hub.Usage) -> bytes:
+        raise NotImplementedError
+
+    def on_finish(self, event: hub.Finish) -> bytes:
+        raise NotImplementedError
+
+    def on_extension(self, event: hub.Extension) -> bytes:
+        raise NotImplementedError
+
+    def on_response_start(self, event: hub.ResponseStart) -> bytes:
+        raise NotImplementedError
+
+    def on_error(self, event: hub.Error) -> bytes:
+        """Must write the wire's error and terminal events and set ``_done``."""
+        raise NotImplementedError
+
+    def on_response_end(self, event: hub.ResponseEnd) -> bytes:
+        """Must write the wire's terminal event and set ``_done``."""
+        raise NotImplementedError
+
+
+def encode_all(encoder: StreamEncoder, events: list[hub.Event]) -> bytes:
+    """Run a whole hub stream through a stream encoder; the wire bytes."""
     return b"".join([encoder.encode(e) for e in events])
 
 
-def decode_all(decoder: Any, data: bytes) -> list[hub.Event]:
-    """Run a whole body through a stream decoder."""
+def decode_all(decoder: StreamDecoder, data: bytes) -> list[hub.Event]:
+    """Run a whole body through a stream decoder (``feed`` then ``close``); the hub events."""
     return decoder.feed(data) + decoder.close()
 
 

@@ -26,6 +26,27 @@ from .base import json_decode, json_encode
 from .eventstream import Decoder as FrameDecoder
 from .eventstream import encode_frame
 
+__all__ = [
+    "EXCEPTION_TO_HUB",
+    "EXT",
+    "HUB_TO_EXCEPTION",
+    "HUB_TO_STOP",
+    "NAME",
+    "STOP_TO_HUB",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+    "usage_from_wire",
+    "usage_to_wire",
+]
+
 NAME = "bedrock-converse"
 EXT = br.EXT
 STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
@@ -158,6 +179,18 @@ class _Block:
 
 
 class StreamDecoder(CarriedDecoding):
+    """bedrock-converse AWS event-stream frames to hub events (not SSE: binary frames with CRCs).
+
+    Terminal rule: ``metadata`` after ``messageStop`` ends the stream (usage and the finish
+    go out then); an exception frame ends it with a hub ``Error``.  Input that stops first
+    gives ``truncated`` and ``Error(incomplete_stream)``.  Refuses, recording a violation:
+    frames that break the format (``prelude-crc``, ``message-crc``, ``frame-length``,
+    ``headers``, ``truncated-frame``), payloads that are not JSON objects (``json``,
+    ``json-object``), unknown event types (``unknown-event``), missing fields
+    (``missing-field``), events before ``messageStart`` or blocks out of order
+    (``start-first``, ``start-once``, ``block-unique``, ``block-open``), frames after the end.
+    """
+
     dialect = NAME
     FIRST_EVENT = "messageStart"
     LAST_EVENT = "messageStop"
@@ -227,7 +260,7 @@ class StreamDecoder(CarriedDecoding):
             self.violation("json", f"payload is not valid JSON ({exc})")
             return
         if type(data) is not dict:
-            self.violation("event-shape", "payload is not a JSON object")
+            self.violation("json-object", "payload is not a JSON object")
             return
         ext = br.obj_at(data, EXT)
         if kind == "exception" or kind == "error":
@@ -259,7 +292,7 @@ class StreamDecoder(CarriedDecoding):
 
     def _open(self, wire: Any, kind: str, ext: dict[str, Any], **fields: Any) -> _Block | None:
         if type(wire) is not int:
-            self.violation("event-shape", "contentBlockIndex missing or not an integer")
+            self.violation("missing-field", "contentBlockIndex missing or not an integer")
             return None
         if wire in self._seen:
             self.violation("block-unique", f"content block {wire} started twice")
@@ -349,7 +382,7 @@ class StreamDecoder(CarriedDecoding):
         elif type(reason) is str:
             self._finish = br.finish_from_wire(reason, STOP_TO_HUB, self._tool_calls)
         else:
-            self.violation("event-shape", "messageStop without stopReason")
+            self.violation("missing-field", "messageStop without stopReason")
         if data.get("additionalModelResponseFields") is not None:
             self.emit(hub.Extension(NAME, {"additionalModelResponseFields": data["additionalModelResponseFields"]}))
 
@@ -398,6 +431,15 @@ class _Out:
 
 
 class StreamEncoder(CarryingEncoder):
+    """Hub events to bedrock-converse event-stream frames (see :class:`CarryingEncoder`).
+
+    Terminal rule: ``ResponseEnd`` closes the open blocks and writes ``messageStop``
+    (``stopReason``) and ``metadata`` (usage, metrics); an ``Error`` writes the matching
+    exception frame, the end.  Blocks other than text, thinking and tool calls, other
+    choices and extensions are carried as hub events under ``llmbridge``.  Refuses what is
+    not a hub event (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         super().__init__()  # _blocks: hub index -> _Out
         self._wire = 0

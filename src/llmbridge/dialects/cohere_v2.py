@@ -22,6 +22,25 @@ from . import _bridge as br
 from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
 from .base import SSEStreamDecoder, json_encode
 
+__all__ = [
+    "EXT",
+    "FINISH_TO_HUB",
+    "FINISH_TO_WIRE",
+    "NAME",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+    "usage_from_wire",
+    "usage_to_wire",
+]
+
 NAME = "cohere-v2"
 EXT = br.EXT
 STREAM_CONTENT_TYPE = "text/event-stream"
@@ -86,6 +105,17 @@ def usage_to_wire(usage: hub.Usage) -> tuple[dict[str, Any], dict[str, Any] | No
 
 
 class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
+    """cohere-v2 SSE events (``message-start`` ... ``message-end``) to hub events.
+
+    Terminal rule: ``message-end`` ends the stream (with a hub ``Error`` when its
+    ``finish_reason`` is ``ERROR`` or an ``error`` event came); input that stops first gives
+    ``truncated`` and ``Error(incomplete_stream)``.  Refuses, recording a violation: data
+    that is not a JSON object (``json``, ``json-object``), unknown event types
+    (``unknown-event``), events before ``message-start`` (``start-first``), a second one
+    (``start-once``), blocks not open or started twice (``block-open``, ``block-unique``),
+    anything after ``message-end`` (``after-terminal``).
+    """
+
     dialect = NAME
     FIRST_EVENT = "message-start"
     LAST_EVENT = "message-end"
@@ -105,7 +135,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
         if data is None:
             return
         if type(data) is not dict:
-            self.violation("event-shape", "event data is not a JSON object")
+            self.violation("json-object", "event data is not a JSON object")
             return
         kind = data.get("type") or event.event
         ext = br.obj_at(data, EXT)
@@ -259,6 +289,15 @@ def _sse(kind: str, data: dict[str, Any]) -> bytes:
 
 
 class StreamEncoder(CarryingEncoder):
+    """Hub events to cohere-v2 SSE events (see :class:`CarryingEncoder`).
+
+    Terminal rule: ``ResponseEnd`` closes the open blocks and writes ``message-end``
+    (``finish_reason``, usage); an ``Error`` writes ``message-end`` with ``finish_reason``
+    ``ERROR`` and the message, the end.  What the wire cannot say is carried under
+    ``llmbridge``.  Refuses what is not a hub event (``TypeError``); after the end it
+    writes nothing.
+    """
+
     def __init__(self) -> None:
         super().__init__()  # _blocks: hub index -> (content | thinking | tool | plan, wire index)
         self._content = 0

@@ -14,6 +14,18 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "Decoder",
+    "Frame",
+    "HeaderError",
+    "MAX_FRAME",
+    "PRELUDE",
+    "Problem",
+    "encode_frame",
+    "encode_headers",
+    "parse_headers",
+]
+
 PRELUDE = 12
 MAX_FRAME = 16 * 1024 * 1024  # the format's own limit is 16 MiB of payload
 

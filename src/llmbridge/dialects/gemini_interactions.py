@@ -25,6 +25,25 @@ from . import _bridge as br
 from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
 from .base import SSEStreamDecoder, json_encode
 
+__all__ = [
+    "EXT",
+    "HUB_TO_STATUS",
+    "NAME",
+    "STATUS_TO_HUB",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+    "usage_from_wire",
+    "usage_to_wire",
+]
+
 NAME = "gemini-interactions"
 EXT = br.EXT
 STREAM_CONTENT_TYPE = "text/event-stream"
@@ -114,6 +133,17 @@ def _arguments_text(arguments: Any) -> str:
 
 
 class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
+    """gemini-interactions SSE events (``interaction.created`` ... ``interaction.completed``) to hub events.
+
+    Terminal rule: ``interaction.completed`` ends the stream, and so does an ``error`` event
+    (with a hub ``Error``, as does a ``failed`` status); input that stops first gives ``truncated`` and
+    ``Error(incomplete_stream)``.  Refuses, recording a violation: data that is not a JSON
+    object (``json``, ``json-object``), unknown event types (``unknown-event``), events
+    before ``interaction.created`` (``start-first``), a second one (``start-once``), content
+    for blocks not open or started twice (``block-open``, ``block-unique``), anything after
+    the end (``after-terminal``).
+    """
+
     dialect = NAME
     FIRST_EVENT = "interaction.created"
     LAST_EVENT = "interaction.completed"
@@ -132,7 +162,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
         if data is None:
             return
         if type(data) is not dict:
-            self.violation("event-shape", "event data is not a JSON object")
+            self.violation("json-object", "event data is not a JSON object")
             return
         kind = data.get("event_type") or (event.event if event.event != "message" else None)
         kind = _ALIASES.get(kind, kind)
@@ -312,6 +342,14 @@ def _sse(data: dict[str, Any]) -> bytes:
 
 
 class StreamEncoder(CarryingEncoder):
+    """Hub events to gemini-interactions SSE events (see :class:`CarryingEncoder`).
+
+    Terminal rule: ``ResponseEnd`` closes the open content and writes
+    ``interaction.completed`` (status, usage); an ``Error`` writes the ``error`` event (usage
+    and finish carried on it), the end.  What the wire cannot say is carried under ``llmbridge``.
+    Refuses what is not a hub event (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         super().__init__()  # _blocks: hub index -> (kind, wire index)
         self._wire = 0

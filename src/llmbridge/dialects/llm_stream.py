@@ -14,7 +14,37 @@ import msgspec
 
 from .. import hub, sse
 from ..errors import RequestError
-from .base import SSEStreamDecoder, json_decode, json_encode
+from .base import SSEStreamDecoder, json_decode, json_encode, not_a_hub_event
+
+__all__ = [
+    "ACCEPT_STREAM",
+    "DELTA_KEY_BY_KIND",
+    "KIND_BY_DELTA_KEY",
+    "NAME",
+    "NS",
+    "NUMBER",
+    "OTHER_KIND_KEY",
+    "PARAMETERS",
+    "REQUEST_CONTENT_TYPE",
+    "REQUEST_EXTENSIONS",
+    "RESPONSE_CONTENT_TYPE",
+    "ROLES",
+    "SEQ_LIMIT",
+    "STOP_REASONS",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "TOOL_CHOICE_MODES",
+    "USAGE_DETAILS",
+    "VERSION",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+]
 
 NAME = "llm-stream"
 VERSION = "1.0"
@@ -146,6 +176,11 @@ class StreamEncoder:
     Buffers: a tool call of choice 0 until its block stops (``tool.call`` is one event); a
     block's start until its first delta (they share one ``content.delta``); a block's
     ``content.stop`` until the next event shows whether the turn's ``stop_reason`` goes on it.
+
+    Terminal rule: ``ResponseEnd`` writes ``stream.end``; an ``Error`` writes ``error`` then
+    ``stream.end`` (tool calls cut off ride on the error, never as calls to run); a ``seq``
+    that would reach ``seq_limit`` ends the stream the same way (§8.4).  Refuses what is not
+    a hub event (``TypeError``); after the end it writes nothing.
     """
 
     def __init__(self, seq_limit: int = SEQ_LIMIT) -> None:
@@ -305,7 +340,7 @@ class StreamEncoder:
             for index, tool in list(self._tools.items()):  # not valid hub, but never drop a call
                 out += self._tool_call(index, tool)
             return out + self._terminate(None)
-        return out
+        not_a_hub_event(event)
 
     def _stream_start(self, e: hub.ResponseStart) -> bytes:
         self._response_id = e.id
@@ -365,7 +400,10 @@ class StreamEncoder:
 class StreamDecoder(SSEStreamDecoder):
     """LLM-Stream SSE bytes to hub events, checking the draft's grammar.
 
-    Violations (rule names): ``json``, ``envelope``, ``seq``, ``seq-exhausted``, ``start-first``,
+    Terminal rule: ``stream.end`` ends the stream (after an ``error`` event, the hub
+    ``Error``); input that stops first gives ``end-missing`` and ``Error(incomplete_stream)``.
+
+    Refuses, recording a violation (rule names): ``json``, ``envelope``, ``seq``, ``seq-exhausted``, ``start-first``,
     ``event-name``, ``after-end``, ``end-missing``, ``block``, ``field``, ``error-last``,
     ``request-id``, ``stop-reason``.  Breaks that lose or garble content (``json``, ``envelope``, ``seq``,
     ``seq-exhausted``, ``block`` on a stopped block, ``field`` on content) end the hub stream

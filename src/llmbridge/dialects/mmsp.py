@@ -37,6 +37,24 @@ from ..unievent import (
 )
 from .base import SSEStreamDecoder, decode_all, json_decode, json_encode
 
+__all__ = [
+    "DONE",
+    "NAME",
+    "PATH",
+    "STREAM_CONTENT_TYPE",
+    "StreamDecoder",
+    "StreamEncoder",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+    "endpoint",
+    "event_from_dict",
+    "event_to_dict",
+]
+
 NAME = "mmsp"
 STREAM_CONTENT_TYPE = "text/event-stream"
 PATH = "/v1/stream"
@@ -572,6 +590,10 @@ class StreamEncoder:
     carries under ``llmbridge`` whatever had not gone out, so our decoder loses nothing: the
     blocks still waiting, the usage and finish reasons so far, and, after tool arguments that
     do not parse, every hub event that followed (the error waits for the end of the stream).
+
+    Terminal rule: ``ResponseEnd`` writes the stop event then ``data: [DONE]``; an ``Error``
+    writes the ``{"error": ...}`` event then ``[DONE]``.  Refuses what is not a hub event
+    (``TypeError``); after the end it writes nothing.
     """
 
     def __init__(self, clock: Any = None) -> None:
@@ -624,31 +646,17 @@ class StreamEncoder:
         return b"data: " + json_encode({"error": self._failure}) + b"\n\n" + DONE
 
 
-_EVENT_TYPES = {
-    cls.__name__: cls
-    for cls in (
-        hub.ResponseStart,
-        hub.BlockStart,
-        hub.Delta,
-        hub.BlockStop,
-        hub.Usage,
-        hub.Finish,
-        hub.Extension,
-        hub.Error,
-        hub.ResponseEnd,
-    )
-}
+def event_to_dict(event: hub.Event) -> dict[str, Any]:
+    """A hub event as JSON: its fields and ``"event"``, the class name (:func:`llmbridge.hub.event_to_json`)."""
+    return hub.event_to_json(event, keep_none=True)
 
 
-def event_to_dict(event: hub.Event) -> dict:
-    """A hub event as JSON: its fields and ``"event"``, the class name."""
-    return {"event": type(event).__name__, **msgspec.to_builtins(event)}
-
-
-def event_from_dict(d: dict) -> hub.Event:
-    fields = dict(d)
-    cls = _EVENT_TYPES[fields.pop("event")]
-    return msgspec.convert(fields, cls)
+def event_from_dict(d: dict[str, Any]) -> hub.Event:
+    """The hub event of an :func:`event_to_dict` dict; raises ``ValueError`` when it holds none."""
+    event = hub.event_from_json(d)
+    if event is None:
+        raise ValueError(f"not a hub event: {str(d)[:80]}")
+    return event
 
 
 class _Open:
@@ -677,7 +685,17 @@ _FAST = {
 
 
 class StreamDecoder(SSEStreamDecoder):
-    """``data: <UniEvent>`` lines -> hub events; each group becomes one hub block."""
+    """``data: <UniEvent>`` lines -> hub events; each group becomes one hub block.
+
+    Terminal rule: the stop event then ``data: [DONE]``; an ``{"error": ...}`` event ends
+    the stream with a hub ``Error`` (and what rode on it under ``llmbridge``).  Input that
+    stops first gives ``truncated`` and ``Error(incomplete_stream)``.  Refuses, recording a
+    violation: events that are not UniEvents (``unievent``) or break MMSP's stream grammar
+    (``one-item``, ``item-type``, ``interleave``, ``group``, ``group-open``, ``done-content``,
+    ``fidelity``, ``tool-call-name``), ``[DONE]`` before the stop event (``stop-missing``),
+    a stop event with items or without usage (``stop-items``, ``stop-usage``), events after
+    it (``stop-last``).
+    """
 
     dialect = NAME
 

@@ -37,6 +37,16 @@ from .ui import Console, TrafficLog
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, retryable, timeouts_of
 from .websocket import WebSocketEndpoint
 
+__all__ = [
+    "ENDPOINTS",
+    "GEMINI",
+    "GEMINI_VERSIONS",
+    "Gateway",
+    "RequestIdMiddleware",
+    "create_app",
+    "dialect_of_path",
+]
+
 log = logging.getLogger("llmbridge.gateway")
 
 # endpoint path -> the dialect it speaks

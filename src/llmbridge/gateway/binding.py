@@ -15,6 +15,8 @@ from typing import Any
 from ..bindings import BINARY_MEDIA_TYPE, BinaryFraming
 from .negotiation import parse_media_type
 
+__all__ = ["acceptable", "as_binary", "wants_binary"]
+
 # What /v1/stream can answer with; an Accept header that admits none of them gets 406.
 _PRODUCIBLE = ("text/event-stream", BINARY_MEDIA_TYPE, "application/json")
 

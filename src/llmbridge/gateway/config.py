@@ -17,6 +17,22 @@ from .. import dialects
 from .teams import pricing as _pricing
 from .teams import settings as _teams
 
+__all__ = [
+    "Config",
+    "ConfigError",
+    "FORMATS",
+    "GatewayConfig",
+    "LOCAL",
+    "ModelConfig",
+    "Route",
+    "Timeouts",
+    "UpstreamConfig",
+    "default_config",
+    "load",
+    "loads",
+    "parse",
+]
+
 LOCAL = "local"  # the format of the in-process local model upstream
 LOCAL_EMBED = "local-embed"  # the in-process embedding model, served by any "local" upstream
 MODEL_KINDS = ("chat", "embedding")

@@ -24,6 +24,19 @@ import msgspec
 from .. import hub
 from ..dialects.base import EXTENSION_KEY, json_decode, json_encode
 
+__all__ = [
+    "HEADER",
+    "PlainEncoder",
+    "VENDOR_DIALECTS",
+    "plain_body",
+    "plain_encoder",
+    "plain_event",
+    "plain_response",
+    "strip",
+    "strip_sse",
+    "wanted",
+]
+
 HEADER = "x-llmbridge-extensions"
 # The dialects whose answers go to vendor SDKs and tools; llm-stream's extensions are its own.
 VENDOR_DIALECTS = frozenset({"openai-chat", "openai-responses", "anthropic-messages", "gemini", "mmsp"})

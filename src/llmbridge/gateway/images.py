@@ -58,6 +58,29 @@ from .jsonbody import read_object
 from .upstream import UpstreamFailed, as_hub_error, retryable
 from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, openai_url
 
+__all__ = [
+    "BACKGROUNDS",
+    "DONE",
+    "HubImages",
+    "ImageRequest",
+    "ImagesService",
+    "MAX_N",
+    "MAX_PARTIAL_IMAGES",
+    "MAX_PROMPT",
+    "OPENAI",
+    "PASSTHROUGH",
+    "QUALITIES",
+    "RESPONSE_FORMATS",
+    "SIZES",
+    "encode_error",
+    "encode_event",
+    "event_json",
+    "hub_request",
+    "openai_upstream_body",
+    "parse_request",
+    "response_body",
+]
+
 log = logging.getLogger("llmbridge.gateway")
 
 OPENAI = "openai-chat"  # the error shape of the Images API is OpenAI's

@@ -10,6 +10,8 @@ from starlette.responses import Response
 from ..dialects.base import json_decode
 from . import replies
 
+__all__ = ["read_object"]
+
 
 async def read_object(request: Request, limit: int, dialect: str) -> dict[str, Any] | Response:
     """The body as a JSON object, or the error response to send in ``dialect``'s shape:

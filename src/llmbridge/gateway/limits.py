@@ -22,6 +22,20 @@ from typing import Any
 from .. import hub
 from ..errors import RequestError
 
+__all__ = [
+    "DEFAULT_MAX_JSON_DEPTH",
+    "FIELD_NAMES",
+    "INT32",
+    "INT64",
+    "MAX_N",
+    "MAX_STOP",
+    "MAX_STOP_CHARS",
+    "RANGES",
+    "check_nesting",
+    "nesting_exceeds",
+    "validate_request",
+]
+
 DEFAULT_MAX_JSON_DEPTH = 128  # arrays + objects; real requests (tool schemas included) stay far below
 
 def nesting_exceeds(body: Any, limit: int) -> bool:

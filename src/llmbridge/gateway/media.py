@@ -6,6 +6,8 @@ from __future__ import annotations
 from .. import hub
 from ..media import image_problem
 
+__all__ = ["check_images"]
+
 
 def check_images(request: hub.Request, limit: int) -> str | None:
     """The first problem with an inline image of ``request`` (tool results included), as a

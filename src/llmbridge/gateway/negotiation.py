@@ -11,6 +11,18 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "LLM_REQUEST",
+    "PROFILE",
+    "STANDARD",
+    "UnsupportedMediaType",
+    "error_dialect",
+    "parse_media_type",
+    "request_dialect",
+    "response_dialect",
+    "wants_standard_stream",
+]
+
 LLM_REQUEST = "application/llm-request+json"
 PROFILE = "llm-stream-1.0"
 STANDARD = "llm-stream"

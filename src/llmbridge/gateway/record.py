@@ -12,6 +12,8 @@ from typing import Any
 from .. import hub
 from .config import UpstreamConfig
 
+__all__ = ["Recorder", "confined", "safe_name"]
+
 log = logging.getLogger("llmbridge.gateway")
 
 

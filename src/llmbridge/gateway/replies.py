@@ -9,6 +9,18 @@ from starlette.responses import Response
 from .. import dialects, hub
 from ..dialects.base import json_encode
 
+__all__ = [
+    "anthropic_models",
+    "error",
+    "error_body",
+    "error_response",
+    "gemini_model",
+    "gemini_models",
+    "json_response",
+    "mmsp_models",
+    "openai_models",
+]
+
 log = logging.getLogger("llmbridge.gateway")
 
 

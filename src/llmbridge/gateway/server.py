@@ -35,6 +35,21 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from .app import create_app
 from .config import Config, ConfigError, default_config, load
 
+__all__ = [
+    "CONFIG_ENV",
+    "GuardedConfig",
+    "GuardedHttpToolsProtocol",
+    "REDACTED",
+    "RedactSecrets",
+    "app_from_environment",
+    "build_app",
+    "log_config",
+    "raise_open_files_limit",
+    "redact",
+    "register_secrets",
+    "serve",
+]
+
 log = logging.getLogger("llmbridge.gateway")
 
 CONFIG_ENV = "LLMBRIDGE_CONFIG"  # the config path the workers build their app from ("" = default)

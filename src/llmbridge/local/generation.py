@@ -30,6 +30,8 @@ from .engine import Engine, Job
 from .sampling import Sampler
 from .text import Pieces, TextStream
 
+__all__ = ["DONE", "Generation", "Plan", "RAW_FINISH", "new_call_id", "run"]
+
 DONE = object()  # the last item a job emits
 
 RAW_FINISH = {"end_turn": "stop", "max_tokens": "length", "stop_sequence": "stop", "tool_use": "tool_calls"}

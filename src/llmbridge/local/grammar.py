@@ -8,6 +8,8 @@ from typing import Any
 
 from llama_cpp import llama_grammar
 
+__all__ = ["EMPTY_OBJECT_SCHEMA", "JSON_OBJECT", "json_schema", "one_of_names"]
+
 # Any JSON object (``response_format: json_object``) -- llama.cpp's stock JSON grammar, rooted at an object.
 JSON_OBJECT = llama_grammar.JSON_GBNF
 

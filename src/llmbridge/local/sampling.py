@@ -17,6 +17,8 @@ import math
 import llama_cpp
 import numpy as np
 
+__all__ = ["Sampler"]
+
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 
 

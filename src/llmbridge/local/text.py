@@ -6,6 +6,8 @@ import codecs
 import ctypes
 from typing import TYPE_CHECKING
 
+__all__ = ["Pieces", "TextStream"]
+
 if TYPE_CHECKING:
     import llama_cpp
 

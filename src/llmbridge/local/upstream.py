@@ -14,6 +14,8 @@ from ..errors import UpstreamError
 from .chat import ARGUMENTS_PREFIX, CALL_PREFIX, ChatTemplate
 from .engine import Engine, Job
 
+__all__ = ["DEFAULT_REPEAT_PENALTY", "LocalUpstream"]
+
 
 def _invalid(message: str, code: str | None = None) -> UpstreamError:
     return UpstreamError(

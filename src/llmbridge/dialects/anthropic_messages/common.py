@@ -8,11 +8,30 @@ import msgspec
 
 from ... import hub
 
+__all__ = [
+    "ERROR_STATUS",
+    "ERROR_TO_HUB",
+    "EXT",
+    "HUB_TO_ERROR",
+    "HUB_TO_STOP",
+    "NAME",
+    "STOP_TO_HUB",
+    "apply_usage_extra",
+    "error_body",
+    "error_from_body",
+    "event_from_json",
+    "event_to_json",
+    "finish_from_stop",
+    "stop_from_finish",
+    "usage_from_raw",
+    "usage_to_raw",
+]
+
 NAME = "anthropic-messages"
 EXT = "llmbridge"  # the JSON key that carries hub data Anthropic has no field for
 
 # Anthropic stop_reason -> hub finish reason.
-STOP_TO_HUB = {
+STOP_TO_HUB: dict[str, hub.FinishReason] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
     "stop_sequence": "stop_sequence",
@@ -186,22 +205,13 @@ def error_from_body(body: Any, status: int | None = None) -> hub.Error:
 
 
 def event_to_json(event: hub.Event) -> dict[str, Any]:
-    """A hub event as plain JSON, to carry it under EXT."""
-    out = msgspec.to_builtins(event)
-    out["event"] = type(event).__name__
-    return out
+    """A hub event as plain JSON, to carry it under EXT (every field, ``None`` ones too)."""
+    return hub.event_to_json(event, keep_none=True)
 
 
-_EVENT_TYPES = {t.__name__: t for t in (hub.BlockStart, hub.Delta, hub.BlockStop, hub.Finish, hub.Extension)}
+_CARRIED = (hub.BlockStart, hub.Delta, hub.BlockStop, hub.Finish, hub.Extension)
 
 
 def event_from_json(data: Any) -> hub.Event | None:
-    if type(data) is not dict:
-        return None
-    kind = _EVENT_TYPES.get(data.get("event"))
-    if kind is None:
-        return None
-    try:
-        return msgspec.convert({k: v for k, v in data.items() if k != "event"}, kind)
-    except msgspec.ValidationError:
-        return None
+    """The carried block, finish or annotation event ``data`` holds, or None."""
+    return hub.event_from_json(data, kinds=_CARRIED)

@@ -16,6 +16,8 @@ from ... import hub, sse
 from ..base import SSEStreamDecoder, json_decode, json_encode
 from .common import EXT, NAME, apply_usage_extra, error_from_body, event_from_json, finish_from_stop, usage_from_raw
 
+__all__ = ["StreamDecoder", "block_start", "citations"]
+
 _TEXT_KEYS = frozenset(("type", "text"))
 _WHOLE_TEXT_KEYS = frozenset(("type", "text", "citations"))
 _THINKING_KEYS = frozenset(("type", "thinking", "signature", EXT))
@@ -115,6 +117,18 @@ class _Open:
 
 
 class StreamDecoder(SSEStreamDecoder):
+    """anthropic-messages SSE events to hub events (choice 0, plus what rode under ``llmbridge``).
+
+    Terminal rule: ``message_stop`` ends the stream, and so does an ``error`` event (with a
+    hub ``Error``); input that stops first gives ``truncated`` and ``Error(incomplete_stream)``.
+    Refuses, recording a violation: events before ``message_start`` (``start-first``), a
+    second one (``start-once``), deltas or stops for blocks not open (``block-open``), a
+    block started while open (``block-unique``) or still open at ``message_delta``/
+    ``message_stop`` (``block-unclosed``, then closed), a second ``stop_reason``
+    (``finish-once``), data that is not a JSON object (``json``, ``json-object``),
+    unreadable ``llmbridge`` entries (``llmbridge``), anything after the end (``after-terminal``).
+    """
+
     dialect = NAME
 
     def __init__(self) -> None:

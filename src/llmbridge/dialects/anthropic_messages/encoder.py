@@ -15,8 +15,10 @@ from collections import deque
 from typing import Any
 
 from ... import hub
-from ..base import json_encode
+from ..base import EncoderDispatch, json_encode
 from .common import EXT, NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
+
+__all__ = ["StreamEncoder", "sse"]
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
@@ -53,7 +55,18 @@ class _Out:
         self.annotations: list[dict[str, Any]] = []
 
 
-class StreamEncoder:
+class StreamEncoder(EncoderDispatch):
+    """Hub events to anthropic-messages SSE events.
+
+    ``message_start`` waits for the first block (it carries the usage known by then); one
+    content block streams at a time, the others queue.  Terminal rule: ``ResponseEnd``
+    closes every block and writes ``message_delta`` (stop_reason, usage) and
+    ``message_stop``; an ``Error`` writes what had arrived and then the ``error`` event, which
+    is the end (Anthropic leaves blocks open on error).  Choices other than 0, annotations
+    after their block and exact finish reasons ride under ``llmbridge``.  Refuses what is
+    not a hub event (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         self._start: hub.ResponseStart | None = None
         self._message_sent = False
@@ -71,41 +84,39 @@ class StreamEncoder:
         self._done = False
 
     def encode(self, event: hub.Event) -> bytes:
-        kind = type(event)
-        if self._done:
-            return b""
-        if kind is hub.Delta:
+        """The hot path without a call: more text for the block on the wire (what
+        ``_route(_delta())`` gives); every other event goes through :class:`EncoderDispatch`."""
+        if type(event) is hub.Delta and not self._done:
             block = self._blocks.get(event.index)
             if block is self._live and block is not None and block.started and event.text:
-                # the hot path: more text for the block on the wire (what _route(_delta()) gives)
                 return block.prefix + json_encode(event.text) + _END
-            if block is None:
-                if event.index in self._other_blocks:
-                    self._others.append(event_to_json(event))
-                return b""
-            return self._route(block, self._delta(block, event.text))
-        if kind is hub.BlockStart:
-            return self._block_start(event)
-        if kind is hub.BlockStop:
-            return self._block_stop(event)
-        if kind is hub.Usage:
-            self._usage = hub.merge_usage(self._usage, event)
-            return b""
-        if kind is hub.Extension:
-            return self._extension(event)
-        if kind is hub.Finish:
-            if event.choice == 0:
-                self._finish = event
-            else:
+        return EncoderDispatch.encode(self, event)
+
+    # EncoderDispatch.encode calls these, one per hub event type.
+
+    def on_delta(self, event: hub.Delta) -> bytes:
+        block = self._blocks.get(event.index)
+        if block is self._live and block is not None and block.started and event.text:
+            return block.prefix + json_encode(event.text) + _END
+        if block is None:
+            if event.index in self._other_blocks:
                 self._others.append(event_to_json(event))
             return b""
-        if kind is hub.ResponseStart:
-            self._start = event
-            return b""
-        if kind is hub.Error:
-            return self._error(event)
-        if kind is hub.ResponseEnd:
-            return self._end(event)
+        return self._route(block, self._delta(block, event.text))
+
+    def on_usage(self, event: hub.Usage) -> bytes:
+        self._usage = hub.merge_usage(self._usage, event)
+        return b""
+
+    def on_finish(self, event: hub.Finish) -> bytes:
+        if event.choice == 0:
+            self._finish = event
+        else:
+            self._others.append(event_to_json(event))
+        return b""
+
+    def on_response_start(self, event: hub.ResponseStart) -> bytes:
+        self._start = event
         return b""
 
     # -- message frame
@@ -138,13 +149,13 @@ class StreamEncoder:
             message[EXT] = ours
         return sse(b"message_start", {"type": "message_start", "message": message})
 
-    def _end(self, event: hub.ResponseEnd) -> bytes:
+    def on_response_end(self, event: hub.ResponseEnd) -> bytes:
         out = [self._message_start(), *self._close_all(), self._message_delta()]
         out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
         self._done = True
         return b"".join(out)
 
-    def _error(self, error: hub.Error) -> bytes:
+    def on_error(self, error: hub.Error) -> bytes:
         out = [self._message_start()] if self._start is not None else []
         if self._finish is not None or self._late or self._others:
             # The turn had finished (or carried data waits): say so before the error.
@@ -201,7 +212,7 @@ class StreamEncoder:
 
     # -- blocks
 
-    def _block_start(self, event: hub.BlockStart) -> bytes:
+    def on_block_start(self, event: hub.BlockStart) -> bytes:
         if event.choice != 0:
             self._other_blocks.add(event.index)
             self._others.append(event_to_json(event))
@@ -316,7 +327,7 @@ class StreamEncoder:
             block.chunks.append(data)
         return b""
 
-    def _block_stop(self, event: hub.BlockStop) -> bytes:
+    def on_block_stop(self, event: hub.BlockStop) -> bytes:
         if event.index in self._other_blocks:
             self._others.append(event_to_json(event))
             return b""
@@ -372,7 +383,7 @@ class StreamEncoder:
             body[EXT] = ours
         return out + sse(b"content_block_stop", body)
 
-    def _extension(self, event: hub.Extension) -> bytes:
+    def on_extension(self, event: hub.Extension) -> bytes:
         index = event.index
         if index is None:
             data = event.data

@@ -10,6 +10,8 @@ from ...errors import RequestError
 from ..base import json_decode, json_encode
 from .common import NAME
 
+__all__ = ["DEFAULT_MAX_TOKENS", "EFFORT_BUDGET", "decode_request", "encode_request"]
+
 # Anthropic requires max_tokens; this is sent when the hub request has none.
 DEFAULT_MAX_TOKENS = 4096
 # Room left for the answer when a thinking budget is at or above max_tokens.

@@ -73,7 +73,7 @@ class ChunkDecoder:
 
     def chunk(self, obj: Any) -> None:
         if not isinstance(obj, dict):
-            self._violation("chunk-object", "a chunk must be a JSON object")
+            self._violation("json-object", "a chunk must be a JSON object")
             return
         if "error" in obj:
             self.start(obj)
@@ -384,7 +384,18 @@ class ChunkDecoder:
 
 class StreamDecoder(SSEStreamDecoder):
     """``streamGenerateContent`` bodies: SSE (``alt=sse``) or the incremental JSON array
-    (no ``alt``), told apart by the first non-blank byte."""
+    (no ``alt``), told apart by the first non-blank byte.
+
+    Terminal rule (the wire has no terminal event): the input ends after every candidate
+    seen has its ``finishReason`` (and, for the array, after the closing ``]``); an
+    ``{"error": ...}`` chunk ends it with a hub ``Error``.  Otherwise ``truncated`` and
+    ``Error(incomplete_stream)``.  Refuses, recording a violation: chunks that are not JSON
+    objects (``json``, ``json-object``) or of a shape it cannot read (``chunk-shape``,
+    ``candidates-list``, ``candidate-object``, ``parts-list``, ``part-object``,
+    ``text-string``, ``function-call``...), content after a candidate's finish
+    (``after-finish``), bytes outside the array (``array-garbage``), chunks after the end
+    (``after-terminal``).
+    """
 
     dialect = NAME
 

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ... import hub
+from ..base import EncoderDispatch
 from ._wire import EXT, NAME, error_from_hub, finish_from_hub, format_time, parse_time, usage_from_hub
 
 json_encode = msgspec.json.encode
@@ -141,7 +142,18 @@ class _Block:
         self.stop_event: hub.BlockStop | None = None
 
 
-class StreamEncoder:
+class StreamEncoder(EncoderDispatch):
+    """Hub events to Gemini ``streamGenerateContent`` SSE chunks (``data: {GenerateContentResponse}``).
+
+    Gemini parts of one candidate cannot interleave, so per choice only the first open block
+    streams; the others buffer until it is done.  Terminal rule (the wire has no terminal
+    event): ``ResponseEnd`` flushes the buffered blocks and writes the last chunk, with every
+    candidate's ``finishReason`` and the usage; an ``Error`` writes what was already said
+    (finish, usage) and then Gemini's ``{"error": ...}`` chunk, the end.  Block fields Gemini
+    has no place for ride under ``llmbridge`` on the part.  Refuses what is not a hub event
+    (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         self._tail = b""  # ,"modelVersion":..,"responseId":.. on every chunk
         self._first = b""  # stream-level extras for the first chunk
@@ -210,58 +222,57 @@ class StreamEncoder:
 
     # -- events
 
-    def encode(self, e: hub.Event) -> bytes:
-        kind = type(e)
-        if self._done:
+    # EncoderDispatch.encode calls these, one per hub event type.
+
+    def on_delta(self, e: hub.Delta) -> bytes:
+        b = self._blocks.get(e.index)
+        if b is None:
             return b""
-        if kind is hub.Delta:
-            b = self._blocks.get(e.index)
-            if b is None:
+        if b.live and (b.kind == "text" or b.kind == "thinking"):
+            if not e.text and b.sig is None and b.start is None:
                 return b""
-            if b.live and (b.kind == "text" or b.kind == "thinking"):
-                if not e.text and b.sig is None and b.start is None:
-                    return b""
-                return self._chunk(b.choice, self._text_part(b, e.text))
-            b.buf.append(e.text)
-            return b""
-        if kind is hub.BlockStart:
-            return self._block_start(e)
-        if kind is hub.BlockStop:
-            return self._block_stop(e)
-        if kind is hub.Usage:
-            self._usage_hub = hub.merge_usage(self._usage_hub, e)
-            meta = usage_from_hub(self._usage_hub)
-            self._usage_full = b',"usageMetadata":' + json_encode(meta)
-            ours = meta.get(EXT)
-            if ours and "extensions" in ours:  # other vendors' usage extras: once, on the last chunk
-                meta = dict(meta)
-                ours = {k: v for k, v in ours.items() if k != "extensions"}
-                if ours:
-                    meta[EXT] = ours
-                else:
-                    del meta[EXT]
-            self._usage = b',"usageMetadata":' + json_encode(meta)
-            return b""
-        if kind is hub.Finish:
-            self._finishes[e.choice] = e
-            return b""
-        if kind is hub.Extension:
-            self._extension(e)
-            return b""
-        if kind is hub.ResponseStart:
-            self._response_start(e)
-            return b""
-        if kind is hub.Error:
-            self._done = True
-            # What was already said (finish, usage) goes out first; then Gemini's error chunk.
-            self._error_next = True
-            head = self._last_chunk(None) if self._finishes or self._usage or self._annotations else b""
-            return head + b"data: " + json_encode(error_from_hub(e)[1]) + b"\n\n"
-        if kind is hub.ResponseEnd:
-            self._done = True
-            held = b"".join(self._pump(c, everything=True) for c in list(self._queues))
-            return held + self._last_chunk(e.request_id)
+            return self._chunk(b.choice, self._text_part(b, e.text))
+        b.buf.append(e.text)
         return b""
+
+    def on_usage(self, e: hub.Usage) -> bytes:
+        self._usage_hub = hub.merge_usage(self._usage_hub, e)
+        meta = usage_from_hub(self._usage_hub)
+        self._usage_full = b',"usageMetadata":' + json_encode(meta)
+        ours = meta.get(EXT)
+        if ours and "extensions" in ours:  # other vendors' usage extras: once, on the last chunk
+            meta = dict(meta)
+            ours = {k: v for k, v in ours.items() if k != "extensions"}
+            if ours:
+                meta[EXT] = ours
+            else:
+                del meta[EXT]
+        self._usage = b',"usageMetadata":' + json_encode(meta)
+        return b""
+
+    def on_finish(self, e: hub.Finish) -> bytes:
+        self._finishes[e.choice] = e
+        return b""
+
+    def on_extension(self, e: hub.Extension) -> bytes:
+        self._extension(e)
+        return b""
+
+    def on_response_start(self, e: hub.ResponseStart) -> bytes:
+        self._response_start(e)
+        return b""
+
+    def on_error(self, e: hub.Error) -> bytes:
+        self._done = True
+        # What was already said (finish, usage) goes out first; then Gemini's error chunk.
+        self._error_next = True
+        head = self._last_chunk(None) if self._finishes or self._usage or self._annotations else b""
+        return head + b"data: " + json_encode(error_from_hub(e)[1]) + b"\n\n"
+
+    def on_response_end(self, e: hub.ResponseEnd) -> bytes:
+        self._done = True
+        held = b"".join(self._pump(c, everything=True) for c in list(self._queues))
+        return held + self._last_chunk(e.request_id)
 
     def _response_start(self, e: hub.ResponseStart) -> None:
         tail = {}
@@ -291,7 +302,7 @@ class StreamEncoder:
             first[EXT] = mine
         self._first = b"," + json_encode(first)[1:-1] if first else b""
 
-    def _block_start(self, e: hub.BlockStart) -> bytes:
+    def on_block_start(self, e: hub.BlockStart) -> bytes:
         b = self._blocks[e.index] = _Block(e)
         if e.kind == "text" or e.kind == "thinking":
             b.sig, foreign = _split_fidelity(e.fidelity)
@@ -303,7 +314,7 @@ class StreamEncoder:
         b.live = len(queue) == 1
         return b""
 
-    def _block_stop(self, e: hub.BlockStop) -> bytes:
+    def on_block_stop(self, e: hub.BlockStop) -> bytes:
         b = self._blocks.pop(e.index, None)
         if b is None:
             return b""

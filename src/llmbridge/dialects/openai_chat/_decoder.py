@@ -133,6 +133,17 @@ class _Choice:
 
 
 class StreamDecoder(SSEStreamDecoder):
+    """openai-chat ``data: {chunk}`` lines to hub events (any number of choices and tool calls).
+
+    Terminal rule: ``data: [DONE]`` ends the stream, not a chunk's ``finish_reason``; input
+    that stops before it gives ``truncated`` and ``Error(incomplete_stream)`` + ``ResponseEnd``.
+    An ``error`` chunk (or an SSE ``error`` event, even with plain-text data) ends it with that
+    error.  Refuses, recording a violation and skipping the piece: data that is not JSON
+    (``json``) or not an object (``json-object``), ``choices``/choice/``content``/
+    ``tool_calls``/``reasoning_details``/``usage`` of the wrong shape, content for a choice
+    after its finish (``after-finish``), anything after ``[DONE]`` (``after-terminal``).
+    """
+
     dialect = NAME
 
     def __init__(self) -> None:
@@ -181,7 +192,7 @@ class StreamDecoder(SSEStreamDecoder):
                 self._error({"error": {"message": data.strip() or "error event"}})
             return
         if type(chunk) is not dict:
-            self.violation("chunk-object", "data is not a JSON object")
+            self.violation("json-object", "data is not a JSON object")
             return
         if event.event == "error" or chunk.get("error"):
             self._error(chunk)

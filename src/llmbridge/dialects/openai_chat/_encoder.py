@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import json_encode
+from ..base import json_encode, not_a_hub_event
 from ._common import BRIDGE, CONTENT_KEYS, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
 
 _DONE = b"data: [DONE]\n\n"
@@ -57,8 +57,16 @@ class _Block:
 
 
 class StreamEncoder:
-    """``encode(event) -> bytes``.  ``include_usage`` shapes the final usage chunk: ``choices:
-    []`` (True) or one choice with an empty delta (False)."""
+    """Hub events to openai-chat ``data: {chunk}`` lines.
+
+    ``include_usage`` shapes the final usage chunk, which is always sent (the gateway spec):
+    ``choices: []`` (True) or one choice with an empty delta (False).  Terminal rule:
+    ``ResponseEnd`` writes the usage chunk and ``data: [DONE]``; an ``Error`` writes the usage
+    chunk, an ``{"error": ...}`` chunk with ``finish_reason: "error"`` and ``[DONE]`` (usage
+    first: the SDK raises at the error chunk).  Block ids, interleaved blocks, foreign fidelity
+    and exact finish reasons ride under ``llmbridge``.  Refuses what is not a hub event
+    (``TypeError``); after the end it writes nothing.
+    """
 
     def __init__(self, *, include_usage: bool = True) -> None:
         self.include_usage = include_usage
@@ -169,7 +177,7 @@ class StreamEncoder:
             self._done = True
             self._blocks.clear()
             return self._usage_chunk() + _DONE
-        return b""
+        not_a_hub_event(event)
 
     def _usage_chunk(self) -> bytes:
         if self._usage is None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from ... import hub
 
 NAME = "openai-responses"
@@ -57,30 +55,17 @@ FINISH_INCOMPLETE = {"max_tokens": "max_output_tokens", "content_filter": "conte
 
 # -------------------------------------------------------------------------- hub events as JSON
 
-_EVENT_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (hub.BlockStart, hub.Delta, hub.BlockStop, hub.Usage, hub.Finish, hub.Extension, hub.Error)
-}
+_CARRIED = (hub.BlockStart, hub.Delta, hub.BlockStop, hub.Usage, hub.Finish, hub.Extension, hub.Error)
 
 
 def carry(event: hub.Event) -> dict[str, Any]:
-    """A hub event as a plain dict for the ``llmbridge`` side channel."""
-    out = {k: v for k, v in msgspec.structs.asdict(event).items() if v is not None}
-    out["t"] = type(event).__name__
-    return out
+    """A hub event as a plain dict for the ``llmbridge`` side channel (class name under ``t``)."""
+    return hub.event_to_json(event, tag="t")
 
 
 def uncarry(data: Any) -> hub.Event | None:
     """The hub event of a :func:`carry` dict; ``None`` for anything else."""
-    if not isinstance(data, dict):
-        return None
-    cls = _EVENT_TYPES.get(data.get("t"))  # type: ignore[arg-type]
-    if cls is None:
-        return None
-    try:
-        return msgspec.convert({k: v for k, v in data.items() if k != "t"}, cls)
-    except msgspec.ValidationError:
-        return None
+    return hub.event_from_json(data, tag="t", kinds=_CARRIED)
 
 
 def usage_from(usage: Any) -> hub.Usage | None:
@@ -89,7 +74,7 @@ def usage_from(usage: Any) -> hub.Usage | None:
         return None
     cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
     reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
-    extra = usage.get(EXT_KEY) if isinstance(usage.get(EXT_KEY), dict) else {}
+    extra: dict[str, Any] = usage.get(EXT_KEY) if isinstance(usage.get(EXT_KEY), dict) else {}
     if extra.get("absent"):  # fields the source did not report, which Responses always has
         absent = set(extra["absent"])
         return hub.Usage(

@@ -107,6 +107,18 @@ class _Item:
 
 
 class StreamDecoder(SSEStreamDecoder):
+    """openai-responses typed SSE events to hub events: one hub block per output item or content part.
+
+    Terminal rule: ``response.completed``, ``response.incomplete``, ``response.failed`` or an
+    ``error`` event ends the stream (the last two with a hub ``Error``); ``[DONE]`` before one
+    of them is ``done-early``, and input that stops first gives ``truncated`` and
+    ``Error(incomplete_stream)``.  Refuses, recording a violation: data that is not JSON or
+    lacks a string ``type`` (``json``, ``missing-type``), a ``sequence_number`` that goes
+    back (``sequence``), items or parts added twice, unknown or already done
+    (``item-twice``, ``item-unknown``, ``item-closed``, ``part-twice``, ``part-closed``),
+    missing fields (``missing-field``), unreadable ``llmbridge`` entries (``llmbridge``).
+    """
+
     dialect = NAME
 
     def __init__(self) -> None:

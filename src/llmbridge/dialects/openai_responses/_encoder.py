@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ... import hub
-from ..base import json_decode, json_encode
+from ..base import EncoderDispatch, json_decode, json_encode
 from ._common import ERROR_WORD, EXT_KEY, FINISH_INCOMPLETE, NAME, carry, usage_to
 
 _REQUIRED_RESPONSE: dict[str, Any] = {
@@ -101,7 +101,16 @@ class _Block:
         self.progress = False  # an image item's own progress events were written (from its source)
 
 
-class StreamEncoder:
+class StreamEncoder(EncoderDispatch):
+    """Hub events to openai-responses typed SSE events, numbered by ``sequence_number``.
+
+    Terminal rule: ``ResponseEnd`` closes the open items and writes ``response.completed``
+    (``response.incomplete`` for a length or filter finish); an ``Error`` closes the message
+    and writes the ``error`` event that the SDK raises on, and that is the end.  Choices
+    other than 0 and what the wire has no field for ride under ``llmbridge``.  Refuses what
+    is not a hub event (``TypeError``); after the end it writes nothing.
+    """
+
     def __init__(self) -> None:
         self._seq = 0
         self._response: dict = {}
@@ -115,7 +124,7 @@ class StreamEncoder:
         self._carry: list[dict] = []
         self._finish: hub.Finish | None = None
         self._usage: hub.Usage | None = None
-        self._ended = False
+        self._done = False
         self.final_response: dict | None = None  # the response object of the terminal event
 
     # ------------------------------------------------------------------ writing
@@ -165,36 +174,20 @@ class StreamEncoder:
 
     # ------------------------------------------------------------------ events
 
-    def encode(self, event: hub.Event) -> bytes:
-        kind = type(event)
-        if self._ended:
-            return b""
-        if kind is hub.Delta:
-            return self._delta(event)
-        if kind is hub.BlockStart:
-            return self._block_start(event)
-        if kind is hub.BlockStop:
-            return self._block_stop(event)
-        if kind is hub.Usage:
-            self._usage = hub.merge_usage(self._usage, event)
-            return b""
-        if kind is hub.Finish:
-            if event.choice == 0:
-                self._finish = event
-            else:
-                self._carry.append(carry(event))
-            return b""
-        if kind is hub.Extension:
-            return self._extension(event)
-        if kind is hub.ResponseStart:
-            return self._start(event)
-        if kind is hub.Error:
-            return self._error(event)
-        if kind is hub.ResponseEnd:
-            return self._end(event)
-        raise TypeError(f"not a hub event: {event!r}")
+    # EncoderDispatch.encode calls these, one per hub event type.
 
-    def _start(self, event: hub.ResponseStart) -> bytes:
+    def on_usage(self, event: hub.Usage) -> bytes:
+        self._usage = hub.merge_usage(self._usage, event)
+        return b""
+
+    def on_finish(self, event: hub.Finish) -> bytes:
+        if event.choice == 0:
+            self._finish = event
+        else:
+            self._carry.append(carry(event))
+        return b""
+
+    def on_response_start(self, event: hub.ResponseStart) -> bytes:
         own, foreign = _split(event.extensions)
         if isinstance(own, dict):  # the source's own response fields stand in for our defaults
             response = {**_REQUIRED_RESPONSE, **own}
@@ -221,7 +214,7 @@ class StreamEncoder:
             {"type": "response.in_progress", "response": response}
         )
 
-    def _block_start(self, event: hub.BlockStart) -> bytes:
+    def on_block_start(self, event: hub.BlockStart) -> bytes:
         kind = event.kind
         own_ext = (event.extensions or {}).get(NAME)
         if kind == "data" and event.choice == 0 and (event.mime_type or "").startswith("image/"):
@@ -362,7 +355,7 @@ class StreamEncoder:
         block.item = item
         return out + self._done_item(block.output_index, item)
 
-    def _delta(self, event: hub.Delta) -> bytes:
+    def on_delta(self, event: hub.Delta) -> bytes:
         block = self._blocks.get(event.index)
         if block is None:
             return b""
@@ -415,7 +408,7 @@ class StreamEncoder:
             self._carry.append(carry(event))
         return b""
 
-    def _extension(self, event: hub.Extension) -> bytes:
+    def on_extension(self, event: hub.Extension) -> bytes:
         block = self._blocks.get(event.index) if event.index is not None else None
         data = event.data
         if block is None or block.kind == "carried" or block.stopped:
@@ -445,7 +438,7 @@ class StreamEncoder:
         block.foreign.append({"namespace": event.namespace, "data": data})
         return b""
 
-    def _block_stop(self, event: hub.BlockStop) -> bytes:
+    def on_block_stop(self, event: hub.BlockStop) -> bytes:
         block = self._blocks.get(event.index)
         if block is None:
             return b""
@@ -590,7 +583,7 @@ class StreamEncoder:
         out = self._release_message()
         for index, block in list(self._blocks.items()):
             if block.kind == "text" and not block.stopped:
-                out += self._block_stop(hub.BlockStop(index))
+                out += self.on_block_stop(hub.BlockStop(index))
         return out
 
     # ------------------------------------------------------------------ the end
@@ -598,7 +591,7 @@ class StreamEncoder:
     def _output(self) -> list[dict]:
         return [self._items[n] for n in sorted(self._items)]
 
-    def _end(self, event: hub.ResponseEnd) -> bytes:
+    def on_response_end(self, event: hub.ResponseEnd) -> bytes:
         out = self._close_open()
         finish = self._finish
         reason = finish.reason if finish else "end_turn"
@@ -621,7 +614,7 @@ class StreamEncoder:
             response[EXT_KEY] = {**response.get(EXT_KEY, {}), "request_id": event.request_id}
         response.update(status=status, output=self._output(), usage=usage_to(self._usage))
         self.final_response = response
-        self._ended = True
+        self._done = True
         return out + self._write({"type": kind, "response": response})
 
     def _close_open(self) -> bytes:
@@ -629,10 +622,10 @@ class StreamEncoder:
         out = b""
         for index, block in list(self._blocks.items()):
             if not block.stopped and block.kind != "carried":
-                out += self._block_stop(hub.BlockStop(index))
+                out += self.on_block_stop(hub.BlockStop(index))
         return out + self._close_message()
 
-    def _error(self, error: hub.Error) -> bytes:
+    def on_error(self, error: hub.Error) -> bytes:
         out = self._close_message()
         word = ERROR_WORD.get(error.type, "server_error")
         code = error.code or word
@@ -660,7 +653,7 @@ class StreamEncoder:
             usage=usage_to(self._usage),
         )
         self.final_response = response
-        self._ended = True
+        self._done = True
         return out + self._write({"type": "response.failed", "response": response})
 
 

@@ -28,6 +28,8 @@ from .core import Principal, Teams, presented_key
 from .metrics import CONTENT_TYPE
 from .store import BY
 
+__all__ = ["Handler", "MAX_ADMIN_BODY", "routes"]
+
 log = logging.getLogger("llmbridge.gateway.teams")
 MAX_ADMIN_BODY = 64 * 1024
 Handler = Callable[[Teams, Request], Awaitable[Response]]

@@ -38,6 +38,8 @@ from .store import LedgerRow, Store, connect
 if TYPE_CHECKING:
     from ..config import Config
 
+__all__ = ["Principal", "Refusal", "Teams", "Ticket", "create", "presented_key"]
+
 log = logging.getLogger("llmbridge.gateway.teams")
 MASTER, STATIC, VIRTUAL, OPEN = "master", "static", "virtual", "open"
 _NEGATIVE_CACHE = 10_000  # unknown secrets remembered (briefly) so guessing does not hit the store each time

@@ -18,6 +18,28 @@ from typing import Any
 
 from ...dialects.base import json_encode
 
+__all__ = [
+    "KeyInputError",
+    "KeyRecord",
+    "MAX_BUDGET",
+    "MAX_METADATA_BYTES",
+    "MAX_MODELS",
+    "MAX_RPM",
+    "MAX_TPM",
+    "PERIODS",
+    "PREFIX",
+    "create",
+    "hash_secret",
+    "new_id",
+    "new_secret",
+    "parse_since",
+    "period_end",
+    "period_start",
+    "rfc3339",
+    "rotate",
+    "update",
+]
+
 PREFIX = "sk-llmb-"
 PERIODS = ("day", "month", "total")
 MAX_RPM = 10_000_000

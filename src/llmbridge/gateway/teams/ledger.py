@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 from .store import LedgerRow, Store
 
+__all__ = ["Ledger"]
+
 log = logging.getLogger("llmbridge.gateway.teams")
 
 

@@ -29,6 +29,8 @@ from typing import Any
 
 from .keys import KeyRecord, period_end, period_start
 
+__all__ = ["ADMITTED", "Admission", "LocalLimiter", "Pipeliner", "RedisLimiter", "Seed", "WINDOW"]
+
 WINDOW = 60.0
 Seed = Callable[[str, float], Awaitable[float]]  # (key id, period start) -> USD spent since (the ledger)
 

@@ -8,6 +8,8 @@ from typing import Any
 
 from ... import hub
 
+__all__ = ["PRICE_KEYS", "Price", "cost", "parse_price"]
+
 PRICE_KEYS = ("input", "output", "cached", "thinking")
 _MAX_PRICE = 1_000_000.0  # USD per million tokens: anything above is a typo, not a price
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import re
 
+__all__ = ["REDACTED", "RedactKeys", "install", "redact"]
+
 _KEY_PARAM = re.compile(r"([?&](?:key|api_key|api-key)=)[^&#\s]*", re.IGNORECASE)
 REDACTED = "[redacted]"
 

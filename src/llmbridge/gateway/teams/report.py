@@ -9,6 +9,8 @@ from typing import Any, TextIO
 from .keys import parse_since
 from .store import BY, connect
 
+__all__ = ["COLUMNS", "fetch", "render", "run"]
+
 COLUMNS = ("requests", "errors", "input_tokens", "output_tokens", "thinking_tokens", "cached_tokens", "cost_usd")
 
 

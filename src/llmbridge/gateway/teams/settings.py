@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["DEFAULT_DATABASE_URL", "KEYS", "TeamsSettings", "parse"]
+
 KEYS = frozenset(
     {
         "master_key",

@@ -19,6 +19,19 @@ from typing import Any, NamedTuple, Protocol
 from ...dialects.base import json_decode, json_encode
 from .keys import KeyRecord
 
+__all__ = [
+    "BY",
+    "KEY_COLUMNS",
+    "LedgerRow",
+    "MIGRATIONS",
+    "PostgresStore",
+    "ROW_COLUMNS",
+    "SCHEMA_VERSION",
+    "SQLiteStore",
+    "Store",
+    "connect",
+]
+
 BY = ("key", "model", "day")
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from ... import hub
 
+__all__ = ["PROVIDER", "end_span", "otlp_provider", "start_span"]
+
 # gen_ai.provider.name values for the formats an upstream can speak
 PROVIDER = {
     "openai-chat": "openai",
