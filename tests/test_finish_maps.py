@@ -335,27 +335,45 @@ USAGE_CASES = {
         hub.Usage(input_tokens=10, output_tokens=5, cache_read_tokens=4, cache_write_tokens=None),
         (10, 5),
     ),
-    "openai-xai-reasoning-outside-completion": (
+    "anthropic-no-cache-fields": (
+        "anthropic-messages",
+        _anthropic_usage({"input_tokens": 10, "output_tokens": 1}, {"output_tokens": 5}),
+        hub.Usage(input_tokens=10, output_tokens=5),
+        (10, 5),
+    ),
+    "anthropic-only-cache-reads": (
+        "anthropic-messages",
+        _anthropic_usage({"cache_read_input_tokens": 10, "output_tokens": 1}, {"output_tokens": 5}),
+        hub.Usage(input_tokens=10, output_tokens=5, cache_read_tokens=10),
+        (10, 5),
+    ),
+    "anthropic-only-cache-writes": (
+        "anthropic-messages",
+        _anthropic_usage({"cache_creation_input_tokens": 10, "output_tokens": 1}, {"output_tokens": 5}),
+        hub.Usage(input_tokens=10, output_tokens=5, cache_write_tokens=10),
+        (10, 5),
+    ),
+    "openai-chat-xai-reasoning-outside-completion": (
         "openai-chat",
         _chat_usage({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 15,
                      "completion_tokens_details": {"reasoning_tokens": 2}}),
         hub.Usage(input_tokens=10, output_tokens=5, reasoning_tokens=2, total_tokens=15),
         (10, 5),
     ),
-    "openai-reasoning-inside-completion": (
+    "openai-chat-reasoning-inside-completion": (
         "openai-chat",
         _chat_usage({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
                      "completion_tokens_details": {"reasoning_tokens": 2}}),
         hub.Usage(input_tokens=10, output_tokens=5, reasoning_tokens=2, total_tokens=15),
         (10, 5),
     ),
-    "openai-deepseek-cache-hit": (
+    "openai-chat-deepseek-cache-hit": (
         "openai-chat",
         _chat_usage({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "prompt_cache_hit_tokens": 4}),
         hub.Usage(input_tokens=10, output_tokens=5, cache_read_tokens=4, total_tokens=15),
         (10, 5),
     ),
-    "openai-cache-write": (
+    "openai-chat-cache-write": (
         "openai-chat",
         _chat_usage({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
                      "prompt_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 3}}),
