@@ -28,6 +28,7 @@ from .config import Config, default_config
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import EmbeddingsService
 from .images import ImagesService
+from .jsonbody import read_object
 from .media import check_images
 from .record import Recorder
 from .relay import relay_filter
@@ -97,6 +98,14 @@ class Gateway:
         """Why ``request``'s key is refused (``None``: accepted), for endpoints outside ``handle``."""
         who = await self.principal(request)
         return who.error if isinstance(who, teams.Refusal) else None
+
+    async def accepted_object(self, request: Request, dialect: str) -> dict[str, Any] | Response:
+        """The JSON-object body of a request outside ``handle`` (images, embeddings) once its key
+        is accepted; otherwise the error response to send, in ``dialect``'s shape."""
+        refusal = await self.refusal(request)
+        if refusal is not None:
+            return replies.error_response(dialect, refusal)
+        return await read_object(request, self.config.gateway.max_body_bytes, dialect)
 
     def authorized(self, request: Request) -> bool:
         if not self.api_keys:

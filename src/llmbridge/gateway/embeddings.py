@@ -34,7 +34,6 @@ from .. import dialects, hub
 from ..errors import RequestError
 from . import replies
 from .config import LOCAL, LOCAL_EMBED, ModelConfig
-from .jsonbody import read_object
 from .upstream import UpstreamFailed, as_hub_error, retryable
 from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, gemini_url, openai_url
 
@@ -387,10 +386,7 @@ class EmbeddingsService:
 
     async def openai(self, request: Request) -> Response:
         """``POST /v1/embeddings``."""
-        refusal = await self.gateway.refusal(request)  # static or virtual keys, as on every endpoint
-        if refusal is not None:
-            return replies.error_response(OPENAI, refusal)
-        body = await read_object(request, self.gateway.config.gateway.max_body_bytes, OPENAI)
+        body = await self.gateway.accepted_object(request, OPENAI)  # key, size, JSON object
         if isinstance(body, Response):
             return body
         try:
@@ -404,10 +400,7 @@ class EmbeddingsService:
 
     async def gemini(self, request: Request, model: str, action: str) -> Response:
         """``POST /v1beta/models/{model}:embedContent`` or ``:batchEmbedContents`` (also ``/v1``)."""
-        refusal = await self.gateway.refusal(request)  # static or virtual keys, as on every endpoint
-        if refusal is not None:
-            return replies.error_response(GEMINI, refusal)
-        body = await read_object(request, self.gateway.config.gateway.max_body_bytes, GEMINI)
+        body = await self.gateway.accepted_object(request, GEMINI)  # key, size, JSON object
         if isinstance(body, Response):
             return body
         batch = action == "batchEmbedContents"

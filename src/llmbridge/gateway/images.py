@@ -54,7 +54,6 @@ from ..media import (
 )
 from . import replies
 from .config import LOCAL, UpstreamConfig
-from .jsonbody import read_object
 from .upstream import UpstreamFailed, as_hub_error, retryable
 from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, openai_url
 
@@ -396,10 +395,7 @@ class ImagesService:
 
     async def generate(self, request: Request) -> Response:
         """``POST /v1/images`` and ``/v1/images/generations``."""
-        refusal = await self.gateway.refusal(request)  # static or virtual keys, as on every endpoint
-        if refusal is not None:
-            return replies.error_response(OPENAI, refusal)
-        body = await read_object(request, self.gateway.config.gateway.max_body_bytes, OPENAI)
+        body = await self.gateway.accepted_object(request, OPENAI)  # key, size, JSON object
         if isinstance(body, Response):
             return body
         try:
