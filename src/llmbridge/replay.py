@@ -30,6 +30,7 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -158,29 +159,46 @@ class Replay:
             return replies.error(GEMINI, f"unknown method {action!r}", "not_found")
         return await self.serve_request(request, GEMINI, model.removeprefix("models/"), action != "generateContent")
 
-    async def serve_request(self, request: Request, endpoint: str, model: str | None, stream: bool | None) -> Response:
+    async def admit(
+        self, request: Request, dialect: str, model: str | None
+    ) -> Response | tuple[dict[str, Any], str, str, Faults]:
+        """What every endpoint does first: the JSON body, the model (``model`` when the URL
+        names it, else the body's), and the faults the model name asks for.
+
+        Returns ``(body, model, name, faults)``, or the refusal to send as it is: a 400 in
+        ``dialect``'s shape for a bad body or model name, or the injected status.  Counts the
+        request in ``stats.requests`` once its model is known.
+        """
         try:
             body = json_decode(await request.body())
         except Exception:
-            return replies.error(endpoint, "request body is not valid JSON", "invalid_request")
+            return replies.error(dialect, "request body is not valid JSON", "invalid_request")
         if not isinstance(body, dict):
-            return replies.error(endpoint, "request body must be a JSON object", "invalid_request")
+            return replies.error(dialect, "request body must be a JSON object", "invalid_request")
         model = model or body.get("model")
         if not isinstance(model, str):
-            return replies.error(endpoint, "no model in the request", "invalid_request")
-        if stream is None:
-            stream = bool(body.get("stream", endpoint in ("llm-stream", "mmsp")))
+            return replies.error(dialect, "no model in the request", "invalid_request")
         self.stats.requests.append(model)
         try:
             name, faults = parse_model(model)
         except ValueError as exc:
-            return replies.error(endpoint, str(exc), "invalid_request")
+            return replies.error(dialect, str(exc), "invalid_request")
         if faults.status is not None:
             error = hub.Error(
                 f"injected status {faults.status}", hub.error_type_for_status(faults.status), status=faults.status
             )
+            # The statuses a real provider sends Retry-After with, so clients' retry logic is exercised.
             headers = {"retry-after": "1"} if faults.status in (429, 503, 529) else None
-            return replies.error_response(endpoint, error, headers)
+            return replies.error_response(dialect, error, headers)
+        return body, model, name, faults
+
+    async def serve_request(self, request: Request, endpoint: str, model: str | None, stream: bool | None) -> Response:
+        admitted = await self.admit(request, endpoint, model)
+        if isinstance(admitted, Response):
+            return admitted
+        body, model, name, faults = admitted
+        if stream is None:
+            stream = bool(body.get("stream", endpoint in ("llm-stream", "mmsp")))
         found = self.find(name, endpoint)
         if found is None:
             return replies.error(endpoint, f"model {name!r} not found (no {name}.sse)", "not_found")
@@ -217,23 +235,10 @@ class Replay:
 
     async def answer(self, request: Request, dialect: str, folder: str, model: str | None) -> Response:
         """A captured JSON answer (embeddings), after the model name's faults."""
-        try:
-            body = json_decode(await request.body())
-        except Exception:
-            return replies.error(dialect, "request body is not valid JSON", "invalid_request")
-        model = model or (body.get("model") if isinstance(body, dict) else None)
-        if not isinstance(model, str):
-            return replies.error(dialect, "no model in the request", "invalid_request")
-        self.stats.requests.append(model)
-        try:
-            name, faults = parse_model(model)
-        except ValueError as exc:
-            return replies.error(dialect, str(exc), "invalid_request")
-        if faults.status is not None:
-            error = hub.Error(
-                f"injected status {faults.status}", hub.error_type_for_status(faults.status), status=faults.status
-            )
-            return replies.error_response(dialect, error)
+        admitted = await self.admit(request, dialect, model)
+        if isinstance(admitted, Response):
+            return admitted
+        _, model, name, faults = admitted
         path = self.answers.get(folder, {}).get(name)
         if path is None:
             return replies.error(dialect, f"model {name!r} not found (no {folder}/{name}.json)", "not_found")
@@ -251,24 +256,10 @@ class Replay:
         from .gateway import images
 
         dialect = "openai-chat"
-        try:
-            body = json_decode(await request.body())
-        except Exception:
-            return replies.error(dialect, "request body is not valid JSON", "invalid_request")
-        model = body.get("model") if isinstance(body, dict) else None
-        if not isinstance(model, str):
-            return replies.error(dialect, "no model in the request", "invalid_request")
-        self.stats.requests.append(model)
-        try:
-            name, faults = parse_model(model)
-        except ValueError as exc:
-            return replies.error(dialect, str(exc), "invalid_request")
-        if faults.status is not None:
-            error = hub.Error(
-                f"injected status {faults.status}", hub.error_type_for_status(faults.status), status=faults.status
-            )
-            headers = {"retry-after": "1"} if faults.status in (429, 503, 529) else None
-            return replies.error_response(dialect, error, headers)
+        admitted = await self.admit(request, dialect, None)
+        if isinstance(admitted, Response):
+            return admitted
+        body, model, name, faults = admitted
         found = next((p for folder, p in self.files.get(name, []) if p.parent.name == "openai-images"), None)
         if found is None:
             return replies.error(dialect, f"model {name!r} not found (no openai-images/{name}.sse)", "not_found")
