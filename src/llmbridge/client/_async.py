@@ -39,7 +39,7 @@ from ._core import (
     upstream_error,
 )
 from ._request import build_request, to_messages
-from ._websocket import AsyncWebSocketTransport
+from ._websocket_async import AsyncWebSocketTransport
 
 
 class AsyncStream:

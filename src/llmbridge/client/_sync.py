@@ -40,7 +40,7 @@ from ._core import (
     upstream_error,
 )
 from ._request import build_request, to_messages
-from ._websocket import WebSocketTransport
+from ._websocket_sync import WebSocketTransport
 
 
 class Stream:
