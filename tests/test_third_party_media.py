@@ -69,7 +69,9 @@ def gw():
             extra_upstreams={"here": {"format": "local"}},
         )
         for name in (OPENAI_EMBED, GEMINI_EMBED):
-            raw["models"].append({"name": name, "upstream": "here", "upstream_model": "local-embed", "kind": "embedding"})
+            raw["models"].append(
+                {"name": name, "upstream": "here", "upstream_model": "local-embed", "kind": "embedding"}
+            )
         with serving(create_app(config.parse(raw))) as server:
             yield server
 
@@ -112,9 +114,7 @@ def test_client_gets_the_gateways_embeddings(gw, direct_vectors, client, dialect
 
 @pytest.mark.parametrize(("client", "dialect", "model"), IMAGE_CASES, ids=lambda x: x)
 def test_client_gets_the_gateways_images(gw, client, dialect, model):
-    direct = httpx.post(
-        f"{gw.url}/v1/images/generations", json={"model": model, "prompt": "a lighthouse"}, timeout=60
-    )
+    direct = httpx.post(f"{gw.url}/v1/images/generations", json={"model": model, "prompt": "a lighthouse"}, timeout=60)
     assert direct.status_code == 200, direct.text
     expected = [base64.b64decode(item["b64_json"]) for item in direct.json()["data"]]
     assert expected and all(expected)

@@ -73,7 +73,9 @@ def langchain_embed(dialect: str, base: str, model: str, texts: list[str]) -> li
 
         # check_embedding_ctx_length=False: otherwise LangChain tokenizes with tiktoken first,
         # which downloads its encoding at run time (and sends token ids, an OpenAI-only form).
-        embedder: Any = OpenAIEmbeddings(model=model, base_url=base + "/v1", api_key=KEY, check_embedding_ctx_length=False)
+        embedder: Any = OpenAIEmbeddings(
+            model=model, base_url=base + "/v1", api_key=KEY, check_embedding_ctx_length=False
+        )
     else:
         from langchain_google_genai import GoogleGenerativeAIEmbeddings
 
