@@ -102,7 +102,6 @@ SURFACE: dict[str, list[str]] = {
     "llmbridge.dialects": ["MORE_NAMES", "NAMES", "get", "stream_encoder"],
     "llmbridge.dialects.anthropic_messages": [
         "DEFAULT_MAX_TOKENS",
-        "EXT",
         "NAME",
         "STREAM_CONTENT_TYPE",
         "StreamDecoder",
@@ -118,7 +117,6 @@ SURFACE: dict[str, list[str]] = {
     "llmbridge.dialects.anthropic_messages.common": [
         "ERROR_STATUS",
         "ERROR_TO_HUB",
-        "EXT",
         "HUB_TO_ERROR",
         "HUB_TO_STOP",
         "NAME",
@@ -165,7 +163,6 @@ SURFACE: dict[str, list[str]] = {
     ],
     "llmbridge.dialects.bedrock_converse": [
         "EXCEPTION_TO_HUB",
-        "EXT",
         "HUB_TO_EXCEPTION",
         "HUB_TO_STOP",
         "NAME",
@@ -184,7 +181,6 @@ SURFACE: dict[str, list[str]] = {
         "usage_to_wire",
     ],
     "llmbridge.dialects.cohere_v2": [
-        "EXT",
         "FINISH_TO_HUB",
         "FINISH_TO_WIRE",
         "NAME",
@@ -226,7 +222,6 @@ SURFACE: dict[str, list[str]] = {
         "endpoint",
     ],
     "llmbridge.dialects.gemini_interactions": [
-        "EXT",
         "HUB_TO_STATUS",
         "NAME",
         "STATUS_TO_HUB",

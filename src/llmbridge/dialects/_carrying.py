@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import hub
 from . import _bridge as br
-from .base import EncoderDispatch
+from .base import EXTENSION_KEY, EncoderDispatch
 
 WIRE_KINDS = ("text", "thinking", "tool_call")  # block kinds these wires have events for
 
@@ -81,7 +81,7 @@ class CarryingEncoder(EncoderDispatch):
         if self._pending:
             ours["events"], self._pending = self._pending, []
         if ours:
-            body[br.EXT] = ours
+            body[EXTENSION_KEY] = ours
         return body
 
     def _extension(self, e: hub.Extension) -> bytes:

@@ -22,13 +22,12 @@ from .. import hub
 from ..errors import RequestError
 from . import _bridge as br
 from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
-from .base import json_decode, json_encode
+from .base import EXTENSION_KEY, json_decode, json_encode
 from .eventstream import Decoder as FrameDecoder
 from .eventstream import encode_frame
 
 __all__ = [
     "EXCEPTION_TO_HUB",
-    "EXT",
     "HUB_TO_EXCEPTION",
     "HUB_TO_STOP",
     "NAME",
@@ -48,7 +47,6 @@ __all__ = [
 ]
 
 NAME = "bedrock-converse"
-EXT = br.EXT
 STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
 STOP_TO_HUB = {
@@ -104,7 +102,7 @@ _USAGE_NATIVE = {
 
 
 def _unpadded(obj: Any) -> Any:
-    return {k: v for k, v in obj.items() if k not in ("p", EXT)} if type(obj) is dict else obj
+    return {k: v for k, v in obj.items() if k not in ("p", EXTENSION_KEY)} if type(obj) is dict else obj
 
 
 def usage_from_wire(raw: Any, metrics: Any = None) -> hub.Usage:
@@ -262,7 +260,7 @@ class StreamDecoder(CarriedDecoding):
         if type(data) is not dict:
             self.violation("json-object", "payload is not a JSON object")
             return
-        ext = br.obj_at(data, EXT)
+        ext = br.obj_at(data, EXTENSION_KEY)
         if kind == "exception" or kind == "error":
             self._exception(headers, data, ext)
             return
@@ -573,7 +571,15 @@ class StreamEncoder(CarryingEncoder):
 
 # --------------------------------------------------------------------------- requests
 
-_REQUEST_KNOWN = {"modelId", "messages", "system", "inferenceConfig", "toolConfig", "additionalModelRequestFields", EXT}
+_REQUEST_KNOWN = {
+    "modelId",
+    "messages",
+    "system",
+    "inferenceConfig",
+    "toolConfig",
+    "additionalModelRequestFields",
+    EXTENSION_KEY,
+}
 _IMAGE_FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
 
 
@@ -693,7 +699,7 @@ def _parts_to_wire(parts: list[hub.Part]) -> list[dict[str, Any]]:
             source = {"bytes": p.data} if p.data else {"s3Location": {"uri": p.url}}
             out.append({"image": {"format": fmt, "source": source}})
         elif isinstance(p, hub.ToolCallPart):
-            arguments = br.arguments_object(p.arguments, {EXT: {"arguments": p.arguments}})
+            arguments = br.arguments_object(p.arguments, {EXTENSION_KEY: {"arguments": p.arguments}})
             out.append({"toolUse": {"toolUseId": p.id, "name": p.name, "input": arguments}})
         elif isinstance(p, hub.ToolResultPart):
             result = {"toolUseId": p.tool_call_id, "content": _parts_to_wire(p.content) or [{"text": ""}]}
@@ -843,14 +849,14 @@ def encode_response(response: hub.Response) -> dict:
 def encode_error(error: hub.Error) -> tuple[int, dict]:
     name = HUB_TO_EXCEPTION.get(error.type, "internalServerException")
     status = error.status or EXCEPTION_TO_HUB.get(name, ("api_error", 500))[1]
-    return status, {"message": error.message, EXT: {"type": error.type, "exception": name}}
+    return status, {"message": error.message, EXTENSION_KEY: {"type": error.type, "exception": name}}
 
 
 def decode_error(status: int, body: bytes) -> hub.Error:
     data = br.error_json(body)
     if type(data) is not dict:
         return br.plain_error(status, body)
-    ext = br.obj_at(data, EXT)
+    ext = br.obj_at(data, EXTENSION_KEY)
     message = data.get("message") or data.get("Message") or f"HTTP {status}"
     kind = br.error_type(ext, status)
     return hub.Error(str(message), kind, code=ext.get("exception"), status=status, body=data)

@@ -20,10 +20,9 @@ from .. import hub, sse
 from ..errors import RequestError
 from . import _bridge as br
 from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
-from .base import SSEStreamDecoder, json_encode
+from .base import EXTENSION_KEY, SSEStreamDecoder, json_encode
 
 __all__ = [
-    "EXT",
     "FINISH_TO_HUB",
     "FINISH_TO_WIRE",
     "NAME",
@@ -42,7 +41,6 @@ __all__ = [
 ]
 
 NAME = "cohere-v2"
-EXT = br.EXT
 STREAM_CONTENT_TYPE = "text/event-stream"
 
 FINISH_TO_HUB = {
@@ -138,7 +136,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
             self.violation("json-object", "event data is not a JSON object")
             return
         kind = data.get("type") or event.event
-        ext = br.obj_at(data, EXT)
+        ext = br.obj_at(data, EXTENSION_KEY)
         if kind != "message-start":
             self._ensure_start()
         if ext:
@@ -439,7 +437,7 @@ _REQUEST_KNOWN = {
     "frequency_penalty",
     "response_format",
     "thinking",
-    EXT,
+    EXTENSION_KEY,
 }
 
 
@@ -736,7 +734,7 @@ _STATUS_FOR = {
 def encode_error(error: hub.Error) -> tuple[int, dict]:
     status = error.status or _STATUS_FOR.get(error.type) or hub.ERROR_STATUS.get(error.type, 500)
     body: dict[str, Any] = {"message": error.message}
-    body[EXT] = {"type": error.type, **({"code": error.code} if error.code else {})}
+    body[EXTENSION_KEY] = {"type": error.type, **({"code": error.code} if error.code else {})}
     return status, body
 
 
@@ -744,7 +742,7 @@ def decode_error(status: int, body: bytes) -> hub.Error:
     data = br.error_json(body)
     if type(data) is not dict:
         return br.plain_error(status, body)
-    ext = br.obj_at(data, EXT)
+    ext = br.obj_at(data, EXTENSION_KEY)
     message = data.get("message") or data.get("error") or f"HTTP {status}"
     kind = "invalid_request" if status == 422 else br.error_type(ext, status)
     return hub.Error(str(message), kind, code=ext.get("code"), status=status, body=data)

@@ -23,10 +23,9 @@ from .. import hub, sse
 from ..errors import RequestError
 from . import _bridge as br
 from ._carrying import WIRE_KINDS, CarriedDecoding, CarryingEncoder
-from .base import SSEStreamDecoder, json_encode
+from .base import EXTENSION_KEY, SSEStreamDecoder, json_encode
 
 __all__ = [
-    "EXT",
     "HUB_TO_STATUS",
     "NAME",
     "STATUS_TO_HUB",
@@ -45,7 +44,6 @@ __all__ = [
 ]
 
 NAME = "gemini-interactions"
-EXT = br.EXT
 STREAM_CONTENT_TYPE = "text/event-stream"
 
 STATUS_TO_HUB = {
@@ -76,7 +74,7 @@ _USAGE_KEYS = {
     "total_cached_tokens",
     "total_tokens",
 }
-_INTERACTION_NATIVE = {"id", "status", "usage", "object", "model", "outputs", "steps", EXT}
+_INTERACTION_NATIVE = {"id", "status", "usage", "object", "model", "outputs", "steps", EXTENSION_KEY}
 
 
 def usage_from_wire(raw: Any) -> hub.Usage:
@@ -166,7 +164,7 @@ class StreamDecoder(CarriedDecoding, SSEStreamDecoder):
             return
         kind = data.get("event_type") or (event.event if event.event != "message" else None)
         kind = _ALIASES.get(kind, kind)
-        ext = br.obj_at(data, EXT)
+        ext = br.obj_at(data, EXTENSION_KEY)
         if kind != "interaction.created":
             self._ensure_start()
         if ext:
@@ -481,7 +479,7 @@ _REQUEST_KNOWN = {
     "generation_config",
     "stream",
     "response_format",
-    EXT,
+    EXTENSION_KEY,
 }
 _MEDIA = ("image", "audio", "document", "video")
 

@@ -8,7 +8,7 @@ A small package: :mod:`.decoder` (stream -> hub), :mod:`.encoder` (hub -> stream
 from __future__ import annotations
 
 from ... import hub
-from .common import EXT, NAME
+from .common import NAME
 from .decoder import StreamDecoder
 from .encoder import StreamEncoder
 from .request import DEFAULT_MAX_TOKENS, decode_request, encode_request
@@ -19,7 +19,6 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 __all__ = [
     "NAME",
-    "EXT",
     "STREAM_CONTENT_TYPE",
     "DEFAULT_MAX_TOKENS",
     "decode_request",

@@ -7,11 +7,11 @@ from typing import Any
 import msgspec
 
 from ... import hub
+from ..base import EXTENSION_KEY
 
 __all__ = [
     "ERROR_STATUS",
     "ERROR_TO_HUB",
-    "EXT",
     "HUB_TO_ERROR",
     "HUB_TO_STOP",
     "NAME",
@@ -28,7 +28,6 @@ __all__ = [
 ]
 
 NAME = "anthropic-messages"
-EXT = "llmbridge"  # the JSON key that carries hub data Anthropic has no field for
 
 # Anthropic stop_reason -> hub finish reason.
 STOP_TO_HUB: dict[str, hub.FinishReason] = {
@@ -41,7 +40,7 @@ STOP_TO_HUB: dict[str, hub.FinishReason] = {
     "model_context_window_exceeded": "max_tokens",
 }
 
-# hub finish reason -> Anthropic stop_reason; reasons missing here travel under EXT.
+# hub finish reason -> Anthropic stop_reason; reasons missing here travel under EXTENSION_KEY.
 HUB_TO_STOP = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
@@ -154,7 +153,7 @@ def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any
 
 
 def apply_usage_extra(usage: hub.Usage, extra: dict[str, Any] | None) -> hub.Usage:
-    """Undo :func:`usage_to_raw`'s losses from the EXT data it returned."""
+    """Undo :func:`usage_to_raw`'s losses from the EXTENSION_KEY data it returned."""
     if not extra:
         return usage
     changes: dict[str, Any] = {f: None for f in extra.get("none", ()) if f in usage.__struct_fields__}
@@ -176,7 +175,7 @@ def error_body(error: hub.Error) -> dict[str, Any]:
     }
     if ERROR_TO_HUB.get(out["error"]["type"]) != error.type or error.code or error.status or body is not None:
         ours = {"type": error.type, "code": error.code, "status": error.status, "body": body}
-        out[EXT] = {k: v for k, v in ours.items() if v is not None}
+        out[EXTENSION_KEY] = {k: v for k, v in ours.items() if v is not None}
     return out
 
 
@@ -194,7 +193,7 @@ def error_from_body(body: Any, status: int | None = None) -> hub.Error:
     kind = err.get("type")
     hub_type = ERROR_TO_HUB.get(kind) or _type_for_status(status)
     code: str | None = kind if type(kind) is str else None
-    ours = body.get(EXT)
+    ours = body.get(EXTENSION_KEY)
     if type(ours) is dict:
         hub_type = ours.get("type") or hub_type
         code = ours.get("code")
@@ -205,7 +204,7 @@ def error_from_body(body: Any, status: int | None = None) -> hub.Error:
 
 
 def event_to_json(event: hub.Event) -> dict[str, Any]:
-    """A hub event as plain JSON, to carry it under EXT (every field, ``None`` ones too)."""
+    """A hub event as plain JSON, to carry it under EXTENSION_KEY (every field, ``None`` ones too)."""
     return hub.event_to_json(event, keep_none=True)
 
 

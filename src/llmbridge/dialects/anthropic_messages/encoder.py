@@ -15,8 +15,8 @@ from collections import deque
 from typing import Any
 
 from ... import hub
-from ..base import EncoderDispatch, json_encode
-from .common import EXT, NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
+from ..base import EXTENSION_KEY, EncoderDispatch, json_encode
+from .common import NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
 
 __all__ = ["StreamEncoder", "sse"]
 
@@ -146,7 +146,7 @@ class StreamEncoder(EncoderDispatch):
         if start.id is None:
             ours["no_id"] = True
         if ours:
-            message[EXT] = ours
+            message[EXTENSION_KEY] = ours
         return sse(b"message_start", {"type": "message_start", "message": message})
 
     def on_response_end(self, event: hub.ResponseEnd) -> bytes:
@@ -207,7 +207,7 @@ class StreamEncoder(EncoderDispatch):
         if self._others:
             ours["events"] = self._others
         if ours:
-            body[EXT] = ours
+            body[EXTENSION_KEY] = ours
         return sse(b"message_delta", body)
 
     # -- blocks
@@ -265,13 +265,13 @@ class StreamEncoder(EncoderDispatch):
             foreign_ext = start.extensions
             own_ext = None
             data = {"kind": kind, "id": start.id, "name": start.name, "mime_type": start.mime_type}
-            content = {"type": EXT, EXT: {k: v for k, v in data.items() if v is not None}}
+            content = {"type": EXTENSION_KEY, EXTENSION_KEY: {k: v for k, v in data.items() if v is not None}}
             delta_type = b"llmbridge_delta"
             key = b"text"
         if type(own_ext) is dict:
             for k, v in own_ext.items():
                 content.setdefault(k, v)
-        ours = content.get(EXT) if content.get("type") == EXT else {}
+        ours = content.get(EXTENSION_KEY) if content.get("type") == EXTENSION_KEY else {}
         if kind == "text" and start.id:
             ours["id"] = start.id
         if start.index != block.wire:
@@ -281,7 +281,7 @@ class StreamEncoder(EncoderDispatch):
         if foreign_ext:
             ours["extensions"] = foreign_ext
         if ours:
-            content[EXT] = ours
+            content[EXTENSION_KEY] = ours
         block.wire_type = content["type"]
         block.prefix = _DELTA + index + b',"delta":{"type":"' + delta_type + b'","' + key + b'":'
         block.started = True
@@ -306,7 +306,7 @@ class StreamEncoder(EncoderDispatch):
         if start.extensions:
             ours["extensions"] = start.extensions
         if ours:
-            content[EXT] = ours
+            content[EXTENSION_KEY] = ours
         return sse(
             b"content_block_start", {"type": "content_block_start", "index": block.wire, "content_block": content}
         )
@@ -373,14 +373,14 @@ class StreamEncoder(EncoderDispatch):
         if fidelity:
             ours["fidelity"] = fidelity
         extensions = stop.extensions
-        if extensions and block.wire_type not in ("text", "thinking", "redacted_thinking", "tool_use", EXT):
+        if extensions and block.wire_type not in ("text", "thinking", "redacted_thinking", "tool_use", EXTENSION_KEY):
             _, extensions = _split(extensions, True)  # an Anthropic block's final object: already streamed
         if extensions:
             ours["extensions"] = extensions
         if block.annotations:
             ours["annotations"] = block.annotations
         if ours:
-            body[EXT] = ours
+            body[EXTENSION_KEY] = ours
         return out + sse(b"content_block_stop", body)
 
     def on_extension(self, event: hub.Extension) -> bytes:
@@ -407,7 +407,7 @@ class StreamEncoder(EncoderDispatch):
             and type(data) is dict
             and str(data.get("type", "")).endswith("_delta")
             and block.started
-            and block.wire_type != EXT
+            and block.wire_type != EXTENSION_KEY
         ):
             wire = {"type": "content_block_delta", "index": block.wire, "delta": data}
             return self._route(block, sse(b"content_block_delta", wire))

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import json_decode, json_encode
+from ..base import EXTENSION_KEY, json_decode, json_encode
 from .common import (
     ERROR_STATUS,
-    EXT,
     NAME,
     apply_usage_extra,
     error_body,
@@ -35,7 +34,7 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
         ]
     if body.get("type") == "error":
         return [hub.ResponseStart(), error_from_body(body), hub.ResponseEnd()]
-    ours = body.get(EXT) if type(body.get(EXT)) is dict else {}
+    ours = body.get(EXTENSION_KEY) if type(body.get(EXTENSION_KEY)) is dict else {}
     extras = {k: v for k, v in body.items() if k not in _MESSAGE_KEYS}
     extensions = {NAME: extras} if extras else None
     if ours.get("extensions"):
@@ -63,15 +62,15 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
     for position, block in enumerate(content if type(content) is list else ()):
         if type(block) is not dict:
             continue
-        block_ours = block.get(EXT) if type(block.get(EXT)) is dict else {}
+        block_ours = block.get(EXTENSION_KEY) if type(block.get(EXTENSION_KEY)) is dict else {}
         n = allocate(block_ours.get("index", position))
         start, text = block_start(block, n, f"toolu_{message_id}_{position + 1}", whole=True)
         fidelity = hub.merge_dicts(start.fidelity, block_ours.get("fidelity"))
         extensions = hub.merge_dicts(start.extensions, block_ours.get("extensions"))
         block_id = start.id or block_ours.get("id")
         events.append(hub.BlockStart(n, start.kind, block_id, start.name, 0, start.mime_type, None, extensions))
-        if block.get("type") == EXT:
-            text = (block.get(EXT) or {}).get("text") or ""
+        if block.get("type") == EXTENSION_KEY:
+            text = (block.get(EXTENSION_KEY) or {}).get("text") or ""
         elif "arguments" in block_ours:
             text = block_ours["arguments"]
         if text:
@@ -124,7 +123,7 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
             continue
         encoded = _block(block, len(content) + 1, response.id)
         if block.index != len(content):  # keep the hub index when renumbering
-            encoded.setdefault(EXT, {})["index"] = block.index
+            encoded.setdefault(EXTENSION_KEY, {})["index"] = block.index
         content.append(encoded)
     usage, usage_extra = usage_to_raw(response.usage)
     body: dict[str, Any] = {
@@ -166,7 +165,7 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
     if notes:
         ours["annotations"] = notes
     if ours:
-        body[EXT] = ours
+        body[EXTENSION_KEY] = ours
     return body
 
 
@@ -233,7 +232,7 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
     else:
         notes = block.annotations
         data = {"kind": kind, "id": block.id, "name": block.name, "mime_type": block.mime_type, "text": block.text}
-        out = {"type": EXT}
+        out = {"type": EXTENSION_KEY}
         ours.update((k, v) for k, v in data.items() if v)
     if kind in ("text", "thinking") and block.id:
         ours["id"] = block.id
@@ -245,7 +244,7 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
     if notes:
         ours["annotations"] = [event_to_json(a) for a in notes]
     if ours:
-        out[EXT] = ours
+        out[EXTENSION_KEY] = ours
     return out
 
 

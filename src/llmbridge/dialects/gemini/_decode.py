@@ -13,13 +13,19 @@ from typing import Any
 import msgspec
 
 from ... import hub, sse
-from ..base import SSEStreamDecoder
-from ._wire import EXT, NAME, ArgsWriter, JSONArraySplitter, error_to_hub, finish_to_hub, parse_time, usage_to_hub
+from ..base import EXTENSION_KEY, SSEStreamDecoder
+from ._wire import NAME, ArgsWriter, JSONArraySplitter, error_to_hub, finish_to_hub, parse_time, usage_to_hub
 
 # Part keys that are attributes of a part rather than its payload.
-_PART_ATTRS = frozenset(("thoughtSignature", "thought", EXT, "partMetadata", "videoMetadata", "mediaResolution"))
+_PART_ATTRS = frozenset(
+    ("thoughtSignature", "thought", EXTENSION_KEY, "partMetadata", "videoMetadata", "mediaResolution")
+)
 # Candidate keys surfaced as an Extension (grounding, citations, safety, logprobs ...).
-_CANDIDATE_HANDLED = frozenset(("content", "finishReason", "index", EXT))
+_CANDIDATE_HANDLED = frozenset(("content", "finishReason", "index", EXTENSION_KEY))
+# Chunk keys read at the start of the stream; the others are kept as an extension.
+_START_HANDLED = frozenset(
+    ("candidates", "usageMetadata", "modelVersion", "responseId", "promptFeedback", EXTENSION_KEY, "error")
+)
 
 
 def _sig(part: dict) -> dict | None:
@@ -107,7 +113,7 @@ class ChunkDecoder:
             u = usage_to_hub(usage)
             if u is not None:
                 self._emit(u)
-        ours = obj.get(EXT)
+        ours = obj.get(EXTENSION_KEY)
         if isinstance(ours, dict):
             if ours.get("complete"):
                 self.marked_complete = True
@@ -122,12 +128,8 @@ class ChunkDecoder:
         self.started = True
         rid = obj.get("responseId")
         self.response_id = rid if isinstance(rid, str) else None
-        extras = {
-            k: v
-            for k, v in obj.items()
-            if k not in ("candidates", "usageMetadata", "modelVersion", "responseId", "promptFeedback", EXT, "error")
-        }
-        ours = obj.get(EXT)
+        extras = {k: v for k, v in obj.items() if k not in _START_HANDLED}
+        ours = obj.get(EXTENSION_KEY)
         ours = ours if isinstance(ours, dict) else {}
         if ours.get("time_from_created"):
             extras.pop("createTime", None)
@@ -183,7 +185,7 @@ class ChunkDecoder:
         if word is not None and not c.finished:
             self._close(c)
             c.finished = True
-            ours = cand.get(EXT) or {}
+            ours = cand.get(EXTENSION_KEY) or {}
             mine = ours.get("finish")
             if isinstance(mine, dict) and mine.get("reason") in hub.FINISH_REASONS:
                 self._emit(hub.Finish(mine["reason"], choice, mine.get("raw", word), mine.get("stop_sequence")))
@@ -210,7 +212,7 @@ class ChunkDecoder:
             c.kind = ""
 
     def _part(self, c: _Candidate, part: dict) -> None:
-        ours = part.get(EXT)
+        ours = part.get(EXTENSION_KEY)
         if ours is None and c.args is None and len(part) == 1 and "text" in part:
             self._text(c, part, None)  # the hot path: a plain text part
             return
@@ -264,7 +266,7 @@ class ChunkDecoder:
             self._close(c)
             name = payload[0]
             value = part[name]
-            raw = {k: v for k, v in part.items() if k not in ("thoughtSignature", EXT)}
+            raw = {k: v for k, v in part.items() if k not in ("thoughtSignature", EXTENSION_KEY)}
             start = (ours or {}).get("start") or {}
             i = self._new_block(
                 c,

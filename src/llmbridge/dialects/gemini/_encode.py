@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 
 from ... import hub
-from ..base import EncoderDispatch
-from ._wire import EXT, NAME, error_from_hub, finish_from_hub, format_time, parse_time, usage_from_hub
+from ..base import EXTENSION_KEY, EncoderDispatch
+from ._wire import NAME, error_from_hub, finish_from_hub, format_time, parse_time, usage_from_hub
 
 json_encode = msgspec.json.encode
 
@@ -88,7 +88,7 @@ def block_part(
             "stop_fidelity": stop_fidelity,
             "stop_extensions": stop_extensions,
         }
-        return {EXT: {"native": {k: v for k, v in native.items() if v}}}
+        return {EXTENSION_KEY: {"native": {k: v for k, v in native.items() if v}}}
     else:  # text / thinking as one part (whole responses)
         part = {"text": text}
         if kind == "thinking":
@@ -103,7 +103,7 @@ def block_part(
     if stop_extensions:
         ours["stop"] = {"extensions": stop_extensions}
     if ours:
-        part[EXT] = ours
+        part[EXTENSION_KEY] = ours
     return part
 
 
@@ -217,7 +217,7 @@ class StreamEncoder(EncoderDispatch):
         if stop is not None:
             ours["stop"] = stop
         if ours:
-            part[EXT] = ours
+            part[EXTENSION_KEY] = ours
         return json_encode(part)
 
     # -- events
@@ -239,14 +239,14 @@ class StreamEncoder(EncoderDispatch):
         self._usage_hub = hub.merge_usage(self._usage_hub, e)
         meta = usage_from_hub(self._usage_hub)
         self._usage_full = b',"usageMetadata":' + json_encode(meta)
-        ours = meta.get(EXT)
+        ours = meta.get(EXTENSION_KEY)
         if ours and "extensions" in ours:  # other vendors' usage extras: once, on the last chunk
             meta = dict(meta)
             ours = {k: v for k, v in ours.items() if k != "extensions"}
             if ours:
-                meta[EXT] = ours
+                meta[EXTENSION_KEY] = ours
             else:
-                del meta[EXT]
+                del meta[EXTENSION_KEY]
         self._usage = b',"usageMetadata":' + json_encode(meta)
         return b""
 
@@ -299,7 +299,7 @@ class StreamEncoder(EncoderDispatch):
         if e.created is not None and parse_time(first["createTime"]) != e.created:
             mine["created"] = e.created
         if mine:
-            first[EXT] = mine
+            first[EXTENSION_KEY] = mine
         self._first = b"," + json_encode(first)[1:-1] if first else b""
 
     def on_block_start(self, e: hub.BlockStart) -> bytes:
@@ -400,7 +400,7 @@ class StreamEncoder(EncoderDispatch):
                 word, extra = finish_from_hub(finish)
                 cand["finishReason"] = word
                 if extra:
-                    cand[EXT] = {"finish": extra}
+                    cand[EXTENSION_KEY] = {"finish": extra}
             cand["index"] = choice
             for k, v in self._candidate_ext.get(choice, {}).items():
                 cand.setdefault(k, v)
@@ -420,7 +420,7 @@ class StreamEncoder(EncoderDispatch):
         if not self._finishes and not self._error_next:
             mine["complete"] = True  # the source ended cleanly without a finish reason
         if mine:
-            chunk[EXT] = mine
+            chunk[EXTENSION_KEY] = mine
         body = json_encode(chunk)[1:-1]
         rest = self._usage_full + self._tail + self._first
         if not body:
@@ -452,7 +452,7 @@ def encode_response(response: hub.Response) -> dict:
             )
         )
         if marker:
-            parts[-1].setdefault(EXT, {}).setdefault("start", {})
+            parts[-1].setdefault(EXTENSION_KEY, {}).setdefault("start", {})
         for ann in b.annotations:
             annotations.append({"namespace": ann.namespace, "data": ann.data, "block": ordinals[b.index]})
     candidate_ext: dict[int, dict] = {}
@@ -474,7 +474,7 @@ def encode_response(response: hub.Response) -> dict:
             word, extra = finish_from_hub(finish)
             cand["finishReason"] = word
             if extra:
-                cand[EXT] = {"finish": extra}
+                cand[EXTENSION_KEY] = {"finish": extra}
         cand["index"] = choice
         for k, v in candidate_ext.get(choice, {}).items():
             cand.setdefault(k, v)
@@ -501,5 +501,5 @@ def encode_response(response: hub.Response) -> dict:
     if response.request_id is not None:
         mine["request_id"] = response.request_id
     if mine:
-        body[EXT] = mine
+        body[EXTENSION_KEY] = mine
     return body

@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 
 from ... import hub
+from ..base import EXTENSION_KEY
 
 NAME = "gemini"
-EXT = "llmbridge"  # our extension key on Gemini objects
 
 json_encode = msgspec.json.encode
 json_decode = msgspec.json.decode
@@ -100,10 +100,10 @@ def usage_to_hub(u: dict) -> hub.Usage | None:
     tool_prompt = u.get("toolUsePromptTokenCount")
     if prompt is None and cand is None and thoughts is None and total is None:
         return None
-    extras = {k: v for k, v in u.items() if k not in _USAGE_COUNTS and k != EXT}
+    extras = {k: v for k, v in u.items() if k not in _USAGE_COUNTS and k != EXTENSION_KEY}
     if tool_prompt is not None:
         extras["toolUsePromptTokenCount"] = tool_prompt
-    ours = u.get(EXT) or {}
+    ours = u.get(EXTENSION_KEY) or {}
     return hub.Usage(
         # no promptTokenCount (our encoder's way to say unknown) is no count, not 0
         input_tokens=(prompt or 0) + (tool_prompt or 0) if prompt is not None or tool_prompt is not None else None,
@@ -148,7 +148,7 @@ def usage_from_hub(u: hub.Usage) -> dict:
     if foreign:
         mine["extensions"] = foreign
     if mine:
-        out[EXT] = mine
+        out[EXTENSION_KEY] = mine
     return out
 
 
@@ -193,7 +193,7 @@ def error_to_hub(obj: Any, http_status: int | None = None) -> hub.Error:
     code = inner.get("code")
     status = code if isinstance(code, int) else http_status
     word = inner.get("status")
-    ours = inner.get(EXT) or {}
+    ours = inner.get(EXTENSION_KEY) or {}
     if ours.get("type") in hub.ERROR_TYPES:
         kind = ours["type"]
     elif word in STATUS_TO_HUB:
@@ -215,7 +215,7 @@ def error_from_hub(error: hub.Error) -> tuple[int, dict]:
     status = error.status or hub.ERROR_STATUS.get(error.type, 500)
     inner = {"code": status, "message": error.message, "status": STATUS_FROM_HUB.get(error.type, "INTERNAL")}
     if STATUS_TO_HUB.get(inner["status"]) != error.type or error.code is not None:
-        inner[EXT] = {"type": error.type, **({"code": error.code} if error.code is not None else {})}
+        inner[EXTENSION_KEY] = {"type": error.type, **({"code": error.code} if error.code is not None else {})}
     return status, {"error": inner}
 
 
