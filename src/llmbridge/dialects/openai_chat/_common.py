@@ -253,3 +253,9 @@ def reasoning_fidelity(items: list[dict[str, Any]]) -> dict[str, Any] | None:
     elif fmt.startswith("google") and merged.get("signature"):
         out["gemini"] = {"thoughtSignature": merged["signature"]}
     return out
+
+
+def status_error_type(status: int) -> str:
+    """The hub error type for an HTTP error ``status`` with no readable error object."""
+    # hub.error_type_for_status(502) answers "incomplete_stream"; an upstream 502 is an api_error
+    return "api_error" if status == 502 else hub.error_type_for_status(status)
