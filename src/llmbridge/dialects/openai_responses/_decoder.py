@@ -772,17 +772,3 @@ class StreamDecoder(SSEStreamDecoder):
         if not self._started:
             self._ensure_started()
         super().on_truncated()
-
-
-def decode_response(body: dict) -> list[hub.Event]:
-    """A non-streaming response object as a hub stream (by replaying it as stream events)."""
-    decoder = StreamDecoder()
-    decoder.whole_items = True
-    decoder.handle({"type": "response.created", "response": {**body, "output": []}})
-    for n, item in enumerate(body.get("output") or []):
-        if isinstance(item, dict) and type(item.get("type")) is str:
-            decoder.handle({"type": "response.output_item.done", "output_index": n, "item": item})
-    status = body.get("status")
-    terminal = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(status, "response.completed")
-    decoder.handle({"type": terminal, "response": body})
-    return decoder.feed(b"") + decoder.close()

@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import msgspec
-
 from ... import hub
 from ..base import EXTENSION_KEY, EncoderDispatch, json_decode, json_encode
 from ._common import ERROR_WORD, FINISH_INCOMPLETE, NAME, carry, usage_to
@@ -663,14 +661,3 @@ def _finish_record(finish: hub.Finish | None) -> dict | None:
         return None
     fields = (("reason", finish.reason), ("raw", finish.raw), ("stop_sequence", finish.stop_sequence))
     return {k: v for k, v in fields if v is not None}
-
-
-def encode_response(response: hub.Response) -> dict:
-    """An assembled response as a Responses object (what ``responses.create()`` returns)."""
-    encoder = StreamEncoder()
-    for event in hub.response_events(response):
-        if type(event) is hub.BlockStart:  # fidelity up front, so items are written with their own ids
-            block = next(b for b in response.blocks if b.index == event.index)
-            event = msgspec.structs.replace(event, fidelity=block.fidelity)
-        encoder.encode(event)
-    return encoder.final_response or {}
