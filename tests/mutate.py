@@ -68,7 +68,7 @@ TARGETS: dict[str, Target] = {
         ("tests/test_hub.py", "tests/test_finish_maps.py", "tests/test_matrix.py::test_round_trip_keeps_hub_content"),
     ),
     "anthropic-messages": Target(
-        "llmbridge.dialects.anthropic_messages.common",
+        "llmbridge.dialects.anthropic_messages._common",
         ("STOP_TO_HUB", "HUB_TO_STOP", "finish_from_stop", "stop_from_finish", "usage_from_raw", "usage_to_raw",
          "apply_usage_extra"),
         FINISH_MAPS,

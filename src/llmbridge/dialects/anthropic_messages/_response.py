@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import EXTENSION_KEY, json_decode, json_encode
-from .common import (
-    ERROR_STATUS,
+from ..base import EXTENSION_KEY, json_decode
+from ._common import (
     NAME,
     apply_usage_extra,
     error_body,
@@ -19,7 +18,7 @@ from .common import (
     usage_from_raw,
     usage_to_raw,
 )
-from .decoder import _MESSAGE_KEYS, block_start, citations
+from ._decoder import _MESSAGE_KEYS, block_start, citations
 
 _BLOCK_EXT_KEYS = ("fidelity", "extensions", "annotations")
 
@@ -246,22 +245,3 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
     if ours:
         out[EXTENSION_KEY] = ours
     return out
-
-
-def encode_error(error: hub.Error) -> tuple[int, dict[str, Any]]:
-    status = error.status or ERROR_STATUS.get(error.type) or hub.ERROR_STATUS.get(error.type, 500)
-    return status, error_body(error)
-
-
-def decode_error(status: int, body: bytes) -> hub.Error:
-    try:
-        data: Any = json_decode(body) if body else None
-    except ValueError:
-        data = body.decode("utf-8", "replace")
-    error = error_from_body(data, status)
-    if error.status is None:
-        error.status = status
-    return error
-
-
-__all__ = ["decode_response", "encode_response", "encode_error", "decode_error", "json_encode"]

@@ -9,25 +9,8 @@ import msgspec
 from ... import hub
 from ..base import EXTENSION_KEY
 
-__all__ = [
-    "ERROR_STATUS",
-    "ERROR_TO_HUB",
-    "HUB_TO_ERROR",
-    "HUB_TO_STOP",
-    "NAME",
-    "STOP_TO_HUB",
-    "apply_usage_extra",
-    "error_body",
-    "error_from_body",
-    "event_from_json",
-    "event_to_json",
-    "finish_from_stop",
-    "stop_from_finish",
-    "usage_from_raw",
-    "usage_to_raw",
-]
-
 NAME = "anthropic-messages"
+ANTHROPIC_VERSION = "2023-06-01"  # the anthropic-version header every request carries
 
 # Anthropic stop_reason -> hub finish reason.
 STOP_TO_HUB: dict[str, hub.FinishReason] = {

@@ -14,9 +14,7 @@ import msgspec
 
 from ... import hub, sse
 from ..base import EXTENSION_KEY, SSEStreamDecoder, json_decode, json_encode
-from .common import NAME, apply_usage_extra, error_from_body, event_from_json, finish_from_stop, usage_from_raw
-
-__all__ = ["StreamDecoder", "block_start", "citations"]
+from ._common import NAME, apply_usage_extra, error_from_body, event_from_json, finish_from_stop, usage_from_raw
 
 _TEXT_KEYS = frozenset(("type", "text"))
 _WHOLE_TEXT_KEYS = frozenset(("type", "text", "citations"))

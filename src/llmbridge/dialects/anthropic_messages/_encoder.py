@@ -16,9 +16,7 @@ from typing import Any
 
 from ... import hub
 from ..base import EXTENSION_KEY, EncoderDispatch, json_encode
-from .common import NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
-
-__all__ = ["StreamEncoder", "sse"]
+from ._common import NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
