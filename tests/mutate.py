@@ -93,7 +93,7 @@ TARGETS: dict[str, Target] = {
         "responses",
     ),
     "gemini": Target(
-        "llmbridge.dialects.gemini._wire",
+        "llmbridge.dialects.gemini._common",
         ("FINISH_TO_HUB", "FINISH_FROM_HUB", "finish_to_hub", "finish_from_hub", "usage_to_hub", "usage_from_hub"),
         FINISH_MAPS,
         "gemini and not interactions",

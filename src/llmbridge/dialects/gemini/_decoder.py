@@ -14,7 +14,7 @@ import msgspec
 
 from ... import hub, sse
 from ..base import EXTENSION_KEY, SSEStreamDecoder
-from ._wire import NAME, ArgsWriter, JSONArraySplitter, error_to_hub, finish_to_hub, parse_time, usage_to_hub
+from ._common import NAME, ArgsWriter, JSONArraySplitter, error_to_hub, finish_to_hub, parse_time, usage_to_hub
 
 # Part keys that are attributes of a part rather than its payload.
 _PART_ATTRS = frozenset(
@@ -469,25 +469,3 @@ class StreamDecoder(SSEStreamDecoder):
                 self.on_truncated()
         out, self._out = self._out, []
         return out
-
-
-def decode_response(body: Any) -> list[hub.Event]:
-    """A ``generateContent`` body (or a JSON-array body of chunks) as a hub stream."""
-    out: list[hub.Event] = []
-    violations: list[str] = []
-    chunks = ChunkDecoder(out.append, lambda rule, msg, event=None: violations.append(rule))
-    for obj in body if isinstance(body, list) else [body]:
-        try:
-            chunks.chunk(obj)
-        except (AttributeError, TypeError, ValueError, KeyError, IndexError):
-            violations.append("chunk-shape")
-        if chunks.errored:
-            break
-    if not chunks.started:
-        chunks.start({})
-    if not chunks.errored:
-        chunks.end()
-        if not chunks.complete:
-            out.append(hub.Error("response has no finishReason", "incomplete_stream"))
-    out.append(hub.ResponseEnd())
-    return out

@@ -1,5 +1,6 @@
 """Gemini wire details shared by the stream and response codecs: finish reasons, usage,
-errors, the incremental JSON-array splitter and the ``partialArgs`` argument writer."""
+errors, the incremental JSON-array splitter, the ``partialArgs`` argument writer, and a
+whole block as one part (the encoder's non-text blocks and every block of a response)."""
 
 from __future__ import annotations
 
@@ -435,3 +436,89 @@ class ArgsWriter:
         while self._stack:
             out.append("]" if self._stack.pop()[1] else "}")
         return "".join(out)
+
+
+# --------------------------------------------------------------------------- whole parts
+
+
+def split_fidelity(fidelity: dict | None) -> tuple[str | None, dict | None]:
+    """Gemini's thought signature, and everything else (other vendors' fidelity)."""
+    if not fidelity:
+        return None, None
+    ours = fidelity.get(NAME)
+    sig = ours.get("thoughtSignature") if isinstance(ours, dict) else None
+    rest = {k: v for k, v in fidelity.items() if k != NAME}
+    if isinstance(ours, dict) and len(ours) > (sig is not None):
+        rest[NAME] = {k: v for k, v in ours.items() if k != "thoughtSignature"}
+    return sig, rest or None
+
+
+def parse_args(text: str) -> tuple[dict, str | None]:
+    """Argument JSON -> ``args`` object, plus the raw text when it is not an object."""
+    if not text.strip():
+        return {}, None
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return {}, text
+    return (value, None) if isinstance(value, dict) else ({}, text)
+
+
+def block_part(
+    kind: str,
+    text: str,
+    *,
+    id: str | None = None,
+    name: str | None = None,
+    mime_type: str | None = None,
+    fidelity: dict | None = None,
+    extensions: dict | None = None,
+    stop_fidelity: dict | None = None,
+    stop_extensions: dict | None = None,
+) -> dict:
+    """A whole non-text block as one Gemini part."""
+    sig, foreign = split_fidelity(hub.merge_dicts(fidelity, stop_fidelity))
+    part: dict[str, Any]
+    ours: dict[str, Any] = {}
+    if kind == "tool_call":
+        args, raw = parse_args(text)
+        call: dict[str, Any] = {"name": name or "", "args": args}
+        if id:
+            call["id"] = id
+        part = {"functionCall": call}
+        if raw is not None or json_encode(args).decode() != text:
+            ours["arguments"] = text  # not an object, or spaced differently: keep the source's exact text
+    elif kind == "data":
+        part = {"inlineData": {"mimeType": mime_type or "application/octet-stream", "data": text}}
+    elif kind == "native" and isinstance((extensions or {}).get(NAME), dict) and len(extensions) == 1:
+        part = dict(extensions[NAME])  # one of Gemini's own parts, replayed as it came
+        extensions = None
+        if stop_extensions and set(stop_extensions) == {NAME}:
+            stop_extensions = None
+    elif kind == "native":
+        native = {
+            "id": id,
+            "name": name,
+            "fidelity": fidelity,
+            "extensions": extensions,
+            "text": text,
+            "stop_fidelity": stop_fidelity,
+            "stop_extensions": stop_extensions,
+        }
+        return {EXTENSION_KEY: {"native": {k: v for k, v in native.items() if v}}}
+    else:  # text / thinking as one part (whole responses)
+        part = {"text": text}
+        if kind == "thinking":
+            part["thought"] = True
+    if sig is not None:
+        part["thoughtSignature"] = sig
+    start = {k: v for k, v in (("fidelity", foreign), ("extensions", extensions)) if v}
+    if kind in ("text", "thinking") and id:
+        start["id"] = id
+    if start:
+        ours["start"] = start
+    if stop_extensions:
+        ours["stop"] = {"extensions": stop_extensions}
+    if ours:
+        part[EXTENSION_KEY] = ours
+    return part
