@@ -13,84 +13,18 @@ from typing import Any
 import msgspec
 
 from ... import hub, sse
-from ..base import EXTENSION_KEY, SSEStreamDecoder, json_decode, json_encode
-from ._common import NAME, apply_usage_extra, error_from_body, event_from_json, finish_from_stop, usage_from_raw
-
-_TEXT_KEYS = frozenset(("type", "text"))
-_WHOLE_TEXT_KEYS = frozenset(("type", "text", "citations"))
-_THINKING_KEYS = frozenset(("type", "thinking", "signature", EXTENSION_KEY))
-_TOOL_KEYS = frozenset(("type", "id", "name", "input", EXTENSION_KEY))
-_MESSAGE_KEYS = frozenset(
-    ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage", EXTENSION_KEY)
+from ..base import EXTENSION_KEY, SSEStreamDecoder, json_decode
+from ._common import (
+    MESSAGE_KEYS,
+    NAME,
+    apply_usage_extra,
+    block_start,
+    citations,
+    error_from_body,
+    event_from_json,
+    finish_from_stop,
+    usage_from_raw,
 )
-
-
-def _extras(block: dict[str, Any], known: frozenset[str]) -> dict[str, Any] | None:
-    extras = {k: v for k, v in block.items() if k not in known and k != EXTENSION_KEY}
-    return {NAME: extras} if extras else None
-
-
-def block_start(block: dict[str, Any], index: int, tool_id: str, whole: bool = False) -> tuple[hub.BlockStart, str]:
-    """The hub BlockStart for an Anthropic content block, and the text it already holds.
-
-    ``whole`` blocks (non-streaming, pre-populated) hold their final input or content, which
-    becomes the text a streamed block would have had; their citations go out as Extensions
-    (:func:`citations`), as streamed ones do.
-    """
-    kind = block.get("type")
-    if kind == "text":
-        start = hub.BlockStart(index, "text", extensions=_extras(block, _WHOLE_TEXT_KEYS if whole else _TEXT_KEYS))
-        text = block.get("text")
-        return start, text if type(text) is str else ""
-    if kind == "thinking":
-        sig = block.get("signature")
-        fidelity = {NAME: {"signature": sig}} if sig else None
-        text = block.get("thinking")
-        return hub.BlockStart(index, "thinking", fidelity=fidelity), text if type(text) is str else ""
-    if kind == "redacted_thinking":
-        return hub.BlockStart(index, "thinking", fidelity={NAME: {"redacted_data": block.get("data")}}), ""
-    if kind == "tool_use":
-        start = hub.BlockStart(
-            index,
-            "tool_call",
-            block.get("id") or tool_id,
-            block.get("name") or "",
-            extensions=_extras(block, _TOOL_KEYS),
-        )
-        args = block.get("input")
-        return start, json_encode(args).decode() if args else ""
-    if kind == EXTENSION_KEY:  # a hub block this dialect has no type for, carried by our encoder
-        data = block.get(EXTENSION_KEY) or {}
-        return hub.BlockStart(
-            index,
-            data.get("kind") or "native",
-            data.get("id"),
-            data.get("name"),
-            0,
-            data.get("mime_type"),
-            data.get("fidelity"),
-            data.get("extensions"),
-        ), ""
-    # server_tool_use, *_tool_result, mcp_*, compaction, and block types yet to come
-    text = ""
-    if whole:
-        args, content = block.get("input"), block.get("content")
-        text = json_encode(args).decode() if args else content if kind == "compaction" and type(content) is str else ""
-    return hub.BlockStart(
-        index,
-        "native",
-        block.get("id") or block.get("tool_use_id"),
-        block.get("name") or kind,
-        extensions={NAME: block},
-    ), text
-
-
-def citations(block: dict[str, Any], index: int) -> list[hub.Extension]:
-    """A whole text block's citations, as the citations_delta Extensions a stream carries."""
-    found = block.get("citations") if block.get("type") == "text" else None
-    if type(found) is not list:
-        return []
-    return [hub.Extension(NAME, {"type": "citations_delta", "citation": c}, index) for c in found]
 
 
 def _with_ext(start: hub.BlockStart, ours: Any) -> hub.BlockStart:
@@ -212,7 +146,7 @@ class StreamDecoder(SSEStreamDecoder):
             message = {}
         self._message_id = message.get("id") or ""
         ours = message.get(EXTENSION_KEY) if type(message.get(EXTENSION_KEY)) is dict else {}
-        extras = {k: v for k, v in message.items() if k not in _MESSAGE_KEYS}
+        extras = {k: v for k, v in message.items() if k not in MESSAGE_KEYS}
         extensions = {NAME: extras} if extras else None
         if ours.get("extensions"):
             extensions = {**(extensions or {}), **ours["extensions"]}

@@ -7,8 +7,11 @@ from typing import Any
 from ... import hub
 from ..base import EXTENSION_KEY, json_decode
 from ._common import (
+    MESSAGE_KEYS,
     NAME,
     apply_usage_extra,
+    block_start,
+    citations,
     error_body,
     error_from_body,
     event_from_json,
@@ -18,7 +21,6 @@ from ._common import (
     usage_from_raw,
     usage_to_raw,
 )
-from ._decoder import _MESSAGE_KEYS, block_start, citations
 
 _BLOCK_EXT_KEYS = ("fidelity", "extensions", "annotations")
 
@@ -34,7 +36,7 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
     if body.get("type") == "error":
         return [hub.ResponseStart(), error_from_body(body), hub.ResponseEnd()]
     ours = body.get(EXTENSION_KEY) if type(body.get(EXTENSION_KEY)) is dict else {}
-    extras = {k: v for k, v in body.items() if k not in _MESSAGE_KEYS}
+    extras = {k: v for k, v in body.items() if k not in MESSAGE_KEYS}
     extensions = {NAME: extras} if extras else None
     if ours.get("extensions"):
         extensions = {**(extensions or {}), **ours["extensions"]}
