@@ -111,7 +111,7 @@ TARGETS: dict[str, Target] = {
         "llm",
     ),
     "cohere-v2": Target(
-        "llmbridge.dialects.cohere_v2",
+        "llmbridge.dialects.cohere_v2._common",
         ("FINISH_TO_HUB", "FINISH_TO_WIRE", "usage_from_wire", "usage_to_wire"),
         FINISH_MAPS,
         "cohere",
