@@ -117,8 +117,8 @@ TARGETS: dict[str, Target] = {
         "cohere",
     ),
     "bedrock-converse": Target(
-        "llmbridge.dialects.bedrock_converse",
-        ("STOP_TO_HUB", "HUB_TO_STOP", "usage_from_wire", "usage_to_wire", "_apply_usage"),
+        "llmbridge.dialects.bedrock_converse._common",
+        ("STOP_TO_HUB", "HUB_TO_STOP", "usage_from_wire", "usage_to_wire", "apply_usage_rest"),
         FINISH_MAPS,
         "bedrock",
     ),
