@@ -123,7 +123,7 @@ TARGETS: dict[str, Target] = {
         "bedrock",
     ),
     "gemini-interactions": Target(
-        "llmbridge.dialects.gemini_interactions",
+        "llmbridge.dialects.gemini_interactions._common",
         ("STATUS_TO_HUB", "HUB_TO_STATUS", "usage_from_wire", "usage_to_wire"),
         FINISH_MAPS,
         "interactions",
