@@ -118,6 +118,7 @@ SURFACE: dict[str, list[str]] = {
         "DialectModule",
         "EXTENSION_KEY",
         "EncoderDispatch",
+        "EncoderState",
         "SSEStreamDecoder",
         "StreamDecoder",
         "StreamEncoder",

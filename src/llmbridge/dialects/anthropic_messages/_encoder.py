@@ -15,11 +15,13 @@ from collections import deque
 from typing import Any
 
 from ... import hub
-from ..base import EXTENSION_KEY, EncoderDispatch, json_encode
+from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState, json_encode
 from ._common import NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
+# The states as globals for the per-event checks (see EncoderState).
+_IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 
 
 def sse(event: bytes, data: Any) -> bytes:
@@ -67,7 +69,7 @@ class StreamEncoder(EncoderDispatch):
 
     def __init__(self) -> None:
         self._start: hub.ResponseStart | None = None
-        self._message_sent = False
+        self._state = _IDLE  # OPEN once message_start is out (it waits for the first block)
         self._usage: hub.Usage | None = None
         self._finish: hub.Finish | None = None
         self._blocks: dict[int, _Out] = {}  # hub index -> choice 0 block
@@ -79,12 +81,11 @@ class StreamEncoder(EncoderDispatch):
         self._other_blocks: set[int] = set()
         self._delta_extras: dict[str, Any] = {}
         self._tools = 0
-        self._done = False
 
     def encode(self, event: hub.Event) -> bytes:
         """The hot path without a call: more text for the block on the wire (what
         ``_route(_delta())`` gives); every other event goes through :class:`EncoderDispatch`."""
-        if type(event) is hub.Delta and not self._done:
+        if type(event) is hub.Delta and self._state is not _CLOSED:
             block = self._blocks.get(event.index)
             if block is self._live and block is not None and block.started and event.text:
                 return block.prefix + json_encode(event.text) + _END
@@ -120,9 +121,9 @@ class StreamEncoder(EncoderDispatch):
     # -- message frame
 
     def _message_start(self) -> bytes:
-        if self._message_sent:
+        if self._state is not _IDLE:
             return b""
-        self._message_sent = True
+        self._state = _OPEN
         start = self._start or hub.ResponseStart()
         usage, usage_extra = usage_to_raw(self._usage)
         message: dict[str, Any] = {
@@ -150,7 +151,7 @@ class StreamEncoder(EncoderDispatch):
     def on_response_end(self, event: hub.ResponseEnd) -> bytes:
         out = [self._message_start(), *self._close_all(), self._message_delta()]
         out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
-        self._done = True
+        self._state = _CLOSED
         return b"".join(out)
 
     def on_error(self, error: hub.Error) -> bytes:
@@ -163,7 +164,7 @@ class StreamEncoder(EncoderDispatch):
             while self._queue:  # what arrived, in order; Anthropic leaves blocks open on error
                 out.extend(self._queue.popleft().chunks)
         out.append(sse(b"error", error_body(error)))
-        self._done = True
+        self._state = _CLOSED
         return b"".join(out)
 
     def _close_all(self) -> list[bytes]:

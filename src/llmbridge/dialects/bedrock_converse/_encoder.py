@@ -7,7 +7,7 @@ from typing import Any
 from ... import hub
 from .. import _bridge as br
 from .._carrying import WIRE_KINDS, CarryingEncoder
-from ..base import json_encode
+from ..base import EncoderState, json_encode
 from ..eventstream import encode_frame
 from ._common import EXCEPTION_TO_HUB, HUB_TO_EXCEPTION, HUB_TO_STOP, NAME, STOP_TO_HUB, usage_to_wire
 
@@ -154,7 +154,7 @@ class StreamEncoder(CarryingEncoder):
         if self._usage is None:
             rest = {"none": True}
         out += _event("metadata", self._ext({"usage": usage, "metrics": metrics}, usage=rest))
-        self._done = True
+        self._state = EncoderState.CLOSED
         return out
 
     def _error(self, error: hub.Error) -> bytes:

@@ -7,7 +7,7 @@ from typing import Any
 from ... import hub
 from .. import _bridge as br
 from .._carrying import WIRE_KINDS, CarryingEncoder
-from ..base import json_encode
+from ..base import EncoderState, json_encode
 from ._common import FINISH_TO_HUB, FINISH_TO_WIRE, NAME, is_plan, usage_to_wire
 
 
@@ -136,7 +136,7 @@ class StreamEncoder(CarryingEncoder):
             delta["finish_reason"], more["finish"] = self._finish_word(FINISH_TO_WIRE, FINISH_TO_HUB, "COMPLETE")
         if self._usage is not None:
             delta["usage"], more["usage"] = usage_to_wire(self._usage)
-        self._done = True
+        self._state = EncoderState.CLOSED
         return out + _sse("message-end", self._ext({"type": "message-end", "delta": delta}, **more))
 
     def _error(self, error: hub.Error) -> bytes:

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ... import hub
-from ..base import EXTENSION_KEY, EncoderDispatch
+from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState
 from ._common import (
     NAME,
     block_part,
@@ -97,8 +97,7 @@ class StreamEncoder(EncoderDispatch):
         self._candidate_ext: dict[int, dict] = {}
         self._chunk_ext: dict[str, Any] = {}
         self._annotations: list[dict] = []
-        self._done = False
-        self._error_next = False
+        self._state = EncoderState.IDLE  # no opening event on this wire: IDLE until CLOSED
 
     # -- chunks
 
@@ -189,14 +188,13 @@ class StreamEncoder(EncoderDispatch):
         return b""
 
     def on_error(self, e: hub.Error) -> bytes:
-        self._done = True
+        self._state = EncoderState.CLOSED
         # What was already said (finish, usage) goes out first; then Gemini's error chunk.
-        self._error_next = True
-        head = self._last_chunk(None) if self._finishes or self._usage or self._annotations else b""
+        head = self._last_chunk(None, failed=True) if self._finishes or self._usage or self._annotations else b""
         return head + b"data: " + json_encode(error_from_hub(e)[1]) + b"\n\n"
 
     def on_response_end(self, e: hub.ResponseEnd) -> bytes:
-        self._done = True
+        self._state = EncoderState.CLOSED
         held = b"".join(self._pump(c, everything=True) for c in list(self._queues))
         return held + self._last_chunk(e.request_id)
 
@@ -317,7 +315,8 @@ class StreamEncoder(EncoderDispatch):
             ann["block"] = e.index  # made an ordinal when the last chunk is written
         self._annotations.append(ann)
 
-    def _last_chunk(self, request_id: str | None) -> bytes:
+    def _last_chunk(self, request_id: str | None, failed: bool = False) -> bytes:
+        """The chunk with every finish, the usage and our notes; ``failed``: an error chunk follows."""
         candidates = []
         for choice in sorted(set(self._finishes) | set(self._candidate_ext)):
             cand: dict[str, Any] = {}
@@ -343,7 +342,7 @@ class StreamEncoder(EncoderDispatch):
             mine["annotations"] = self._annotations
         if request_id is not None:
             mine["request_id"] = request_id
-        if not self._finishes and not self._error_next:
+        if not self._finishes and not failed:
             mine["complete"] = True  # the source ended cleanly without a finish reason
         if mine:
             chunk[EXTENSION_KEY] = mine

@@ -7,7 +7,7 @@ from typing import Any
 from ... import hub
 from .. import _bridge as br
 from .._carrying import WIRE_KINDS, CarryingEncoder
-from ..base import json_encode
+from ..base import EncoderState, json_encode
 from ._common import HUB_TO_GOOGLE, HUB_TO_STATUS, NAME, STATUS_TO_HUB, usage_to_wire
 
 
@@ -135,7 +135,7 @@ class StreamEncoder(CarryingEncoder):
             interaction.setdefault(key, value)
         interaction.setdefault("object", "interaction")
         interaction.setdefault("model", start.model or "")
-        self._done = True
+        self._state = EncoderState.CLOSED
         return out + _sse(self._ext({"interaction": interaction, "event_type": "interaction.completed"}, **more))
 
     def _error(self, error: hub.Error) -> bytes:

@@ -19,10 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import EXTENSION_KEY, json_encode, not_a_hub_event
+from ..base import EXTENSION_KEY, EncoderState, json_encode, not_a_hub_event
 from ._common import CONTENT_KEYS, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
 
 _DONE = b"data: [DONE]\n\n"
+# The states as globals for the per-event checks (see EncoderState).
+_IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 _CHOICE_NATIVE = ("logprobs", "content_filter_results")  # choice fields the SDK reads or ignores safely
 _RESERVED = frozenset({"id", "object", "created", "model", "choices", "usage", "error", EXTENSION_KEY})
 
@@ -80,13 +82,12 @@ class StreamEncoder:
         self._current: dict[int, int] = {}  # choice -> hub index of that block
         self._refused: set[int] = set()
         self._usage: hub.Usage | None = None
-        self._done = False
-        self._started = False
+        self._state = _IDLE  # OPEN at the first event (the chunk head is known), CLOSED at [DONE]
 
     # ------------------------------------------------------------------ framing
 
     def _start(self, event: hub.ResponseStart | None) -> None:
-        self._started = True
+        self._state = _OPEN
         rid = event.id if event and event.id else ""
         created = event.created if event and event.created else 0
         model = event.model if event and event.model else ""
@@ -147,9 +148,10 @@ class StreamEncoder:
             if block.field:  # text of an interleaved block: on the wire as usual, routed by the ref
                 return self._choice(block.choice, {block.field: event.text}, **{EXTENSION_KEY: {"ref": event.index}})
             return self._choice(block.choice, {}, **{EXTENSION_KEY: {"delta": event.text, "ref": event.index}})
-        if self._done:
-            return b""
-        if not self._started:
+        state = self._state
+        if state is not _OPEN:  # one test on the common path; the rare ones inside
+            if state is _CLOSED:
+                return b""
             self._start(event if kind is hub.ResponseStart else None)
             if kind is hub.ResponseStart:
                 return b""
@@ -165,7 +167,7 @@ class StreamEncoder:
         if kind is hub.Extension:
             return self._extension(event)
         if kind is hub.Error:
-            self._done = True
+            self._state = _CLOSED
             self._blocks.clear()
             usage = self._usage_chunk()  # first: the SDK raises at the error chunk
             # every choice still open ends with "error" (choice 0 when none started)
@@ -174,7 +176,7 @@ class StreamEncoder:
             self._prefix += choices
             return usage + self._top({"error": error_object(event)}) + _DONE
         if kind is hub.ResponseEnd:
-            self._done = True
+            self._state = _CLOSED
             self._blocks.clear()
             return self._usage_chunk() + _DONE
         not_a_hub_event(event)

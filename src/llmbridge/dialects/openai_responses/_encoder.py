@@ -16,7 +16,7 @@ import hashlib
 from typing import Any
 
 from ... import hub
-from ..base import EXTENSION_KEY, EncoderDispatch, json_decode, json_encode
+from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState, json_decode, json_encode
 from ._common import ERROR_WORD, FINISH_INCOMPLETE, NAME, carry, usage_to
 
 _REQUIRED_RESPONSE: dict[str, Any] = {
@@ -122,7 +122,7 @@ class StreamEncoder(EncoderDispatch):
         self._carry: list[dict] = []
         self._finish: hub.Finish | None = None
         self._usage: hub.Usage | None = None
-        self._done = False
+        self._state = EncoderState.IDLE  # OPEN once response.created is out
         self.final_response: dict | None = None  # the response object of the terminal event
 
     # ------------------------------------------------------------------ writing
@@ -208,6 +208,7 @@ class StreamEncoder(EncoderDispatch):
         if extra:
             response[EXTENSION_KEY] = extra
         self._response = response
+        self._state = EncoderState.OPEN
         return self._write({"type": "response.created", "response": response}) + self._write(
             {"type": "response.in_progress", "response": response}
         )
@@ -612,7 +613,7 @@ class StreamEncoder(EncoderDispatch):
             response[EXTENSION_KEY] = {**response.get(EXTENSION_KEY, {}), "request_id": event.request_id}
         response.update(status=status, output=self._output(), usage=usage_to(self._usage))
         self.final_response = response
-        self._done = True
+        self._state = EncoderState.CLOSED
         return out + self._write({"type": kind, "response": response})
 
     def _close_open(self) -> bytes:
@@ -651,7 +652,7 @@ class StreamEncoder(EncoderDispatch):
             usage=usage_to(self._usage),
         )
         self.final_response = response
-        self._done = True
+        self._state = EncoderState.CLOSED
         return out + self._write({"type": "response.failed", "response": response})
 
 
