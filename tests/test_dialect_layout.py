@@ -66,7 +66,9 @@ def test_the_package_has_the_template_files(name):
 @pytest.mark.parametrize("name", ALL)
 def test_init_defines_only_the_allowed_names(name):
     tree = init_tree(package(name))
-    assert ast.get_docstring(tree), "the package docstring says what the dialect is and its terminal rule"
+    doc = ast.get_docstring(tree) or ""
+    assert "terminal rule" in doc.lower(), "the package docstring says what the dialect is and its terminal rule"
+    assert "_decoder" in doc and "_request" in doc, "the package docstring says which file holds what"
     defined: list[str] = []
     for node in tree.body[1:]:
         if isinstance(node, ast.Import | ast.ImportFrom):
