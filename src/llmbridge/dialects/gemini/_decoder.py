@@ -8,6 +8,7 @@ prompt) and the body then ended; a body that ends before that is truncated and d
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgspec
@@ -58,17 +59,32 @@ class _Candidate:
         self.last_ext: dict[str, Any] = {}
 
 
+class _State(enum.Enum):
+    """Where a chunk stream is: no chunk yet, reading chunks, or ended by an ``{"error"}`` chunk."""
+
+    IDLE = "idle"
+    READING = "reading"
+    FAILED = "failed"
+
+
+_IDLE, _READING, _FAILED = _State.IDLE, _State.READING, _State.FAILED
+
+
 class ChunkDecoder:
-    """The state machine over parsed chunks; the stream decoder and ``decode_response`` share it."""
+    """The state machine over parsed chunks; the stream decoder and ``decode_response`` share it.
+
+    Its state is one :class:`_State` (``IDLE`` -> ``READING`` at the first chunk, -> ``FAILED``
+    at an error chunk, which ends it); whether the stream is complete also depends on facts
+    that are not states (a blocked prompt, our ``complete`` mark, each candidate's finish).
+    """
 
     def __init__(self, emit, violation) -> None:
         self._emit = emit
         self._violation = violation
-        self.started = False
+        self._state = _IDLE
         self.response_id: str | None = None
         self.candidates: dict[int, _Candidate] = {}
         self.blocked = False  # promptFeedback.blockReason
-        self.errored = False
         self.marked_complete = False  # our extension key says the source ended cleanly
         self._next_block = 0
         self._calls = 0
@@ -83,7 +99,7 @@ class ChunkDecoder:
             return
         if "error" in obj:
             self.start(obj)
-            self.errored = True
+            self._state = _FAILED
             self._emit(error_to_hub(obj))
             return
         self.start(obj)
@@ -122,10 +138,20 @@ class ChunkDecoder:
                 index = self._ordinal[block] if isinstance(block, int) and block < len(self._ordinal) else None
                 self._emit(hub.Extension(ann.get("namespace", NAME), ann.get("data"), index))
 
+    @property
+    def started(self) -> bool:
+        """A chunk (or the caller's ``start``) opened the hub stream."""
+        return self._state is not _IDLE
+
+    @property
+    def errored(self) -> bool:
+        """An error chunk ended the stream."""
+        return self._state is _FAILED
+
     def start(self, obj: dict) -> None:
-        if self.started:
+        if self._state is not _IDLE:
             return
-        self.started = True
+        self._state = _READING
         rid = obj.get("responseId")
         self.response_id = rid if isinstance(rid, str) else None
         extras = {k: v for k, v in obj.items() if k not in _START_HANDLED}
