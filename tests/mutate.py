@@ -68,7 +68,7 @@ TARGETS: dict[str, Target] = {
         ("tests/test_hub.py", "tests/test_finish_maps.py", "tests/test_matrix.py::test_round_trip_keeps_hub_content"),
     ),
     "anthropic-messages": Target(
-        "llmbridge.dialects.anthropic_messages.common",
+        "llmbridge.dialects.anthropic_messages._common",
         ("STOP_TO_HUB", "HUB_TO_STOP", "finish_from_stop", "stop_from_finish", "usage_from_raw", "usage_to_raw",
          "apply_usage_extra"),
         FINISH_MAPS,
@@ -93,7 +93,7 @@ TARGETS: dict[str, Target] = {
         "responses",
     ),
     "gemini": Target(
-        "llmbridge.dialects.gemini._wire",
+        "llmbridge.dialects.gemini._common",
         ("FINISH_TO_HUB", "FINISH_FROM_HUB", "finish_to_hub", "finish_from_hub", "usage_to_hub", "usage_from_hub"),
         FINISH_MAPS,
         "gemini and not interactions",
@@ -111,19 +111,19 @@ TARGETS: dict[str, Target] = {
         "llm",
     ),
     "cohere-v2": Target(
-        "llmbridge.dialects.cohere_v2",
+        "llmbridge.dialects.cohere_v2._common",
         ("FINISH_TO_HUB", "FINISH_TO_WIRE", "usage_from_wire", "usage_to_wire"),
         FINISH_MAPS,
         "cohere",
     ),
     "bedrock-converse": Target(
-        "llmbridge.dialects.bedrock_converse",
-        ("STOP_TO_HUB", "HUB_TO_STOP", "usage_from_wire", "usage_to_wire", "_apply_usage"),
+        "llmbridge.dialects.bedrock_converse._common",
+        ("STOP_TO_HUB", "HUB_TO_STOP", "usage_from_wire", "usage_to_wire", "apply_usage_rest"),
         FINISH_MAPS,
         "bedrock",
     ),
     "gemini-interactions": Target(
-        "llmbridge.dialects.gemini_interactions",
+        "llmbridge.dialects.gemini_interactions._common",
         ("STATUS_TO_HUB", "HUB_TO_STATUS", "usage_from_wire", "usage_to_wire"),
         FINISH_MAPS,
         "interactions",

@@ -148,9 +148,9 @@ def test_continuation_stream_with_prepopulated_content():
 def test_stop_reasons():
     reasons = {p.name: hub.assemble(decode(p.read_bytes())[0]).finish.raw for p in FILES}
     assert reasons["claude-pause-turn-web-search.sse"] == "pause_turn"
-    assert am.common.finish_from_stop("model_context_window_exceeded").reason == "max_tokens"
-    assert am.common.finish_from_stop("refusal").reason == "refusal"
-    assert am.common.finish_from_stop("something_new").reason == "other"
+    assert am._common.finish_from_stop("model_context_window_exceeded").reason == "max_tokens"
+    assert am._common.finish_from_stop("refusal").reason == "refusal"
+    assert am._common.finish_from_stop("something_new").reason == "other"
 
 
 # --------------------------------------------------------------------------- grammar breaks

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from llmbridge import hub
 from llmbridge.dialects import gemini
 from llmbridge.dialects.base import decode_all, encode_all
-from llmbridge.dialects.gemini._wire import ArgsWriter, JSONArraySplitter
+from llmbridge.dialects.gemini._common import ArgsWriter, JSONArraySplitter
 from llmbridge.errors import RequestError
 from tests.conftest import CORPUS, corpus_files
 from tests.readers import expected

@@ -17,8 +17,6 @@ from .. import hub
 from ..errors import RequestError
 from .base import json_decode
 
-EXT = "llmbridge"
-
 # (a carried ResponseEnd must never end the stream early, so it is not read back)
 _CARRIED = tuple(t for t in hub.EVENT_TYPES.values() if t is not hub.ResponseEnd)
 

@@ -13,9 +13,11 @@ from typing import Any
 
 from .. import hub
 from . import _bridge as br
-from .base import EncoderDispatch
+from .base import EXTENSION_KEY, EncoderDispatch, EncoderState
 
 WIRE_KINDS = ("text", "thinking", "tool_call")  # block kinds these wires have events for
+# The states as globals for the per-event checks (see EncoderState).
+_IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 
 
 class CarryingEncoder(EncoderDispatch):
@@ -28,8 +30,7 @@ class CarryingEncoder(EncoderDispatch):
         self._pending: list[dict[str, Any]] = []  # hub events waiting for the next wire object
         self._usage: hub.Usage | None = None
         self._finish: hub.Finish | None = None
-        self._started = False
-        self._done = False
+        self._state = _IDLE  # OPEN once the wire's opening event is out
         self._calls = False  # a tool call went on the wire (so its decoder reads a plain end as tool_use)
 
     # EncoderDispatch.encode calls these, one per hub event type; the wire's opening event
@@ -70,9 +71,9 @@ class CarryingEncoder(EncoderDispatch):
         return self._start() + self._end()
 
     def _start(self, event: hub.ResponseStart | None = None) -> bytes:
-        if self._started:
+        if self._state is not _IDLE:
             return b""
-        self._started = True
+        self._state = _OPEN
         return self._start_wire(event or hub.ResponseStart())
 
     def _ext(self, body: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -81,7 +82,7 @@ class CarryingEncoder(EncoderDispatch):
         if self._pending:
             ours["events"], self._pending = self._pending, []
         if ours:
-            body[br.EXT] = ours
+            body[EXTENSION_KEY] = ours
         return body
 
     def _extension(self, e: hub.Extension) -> bytes:
@@ -124,7 +125,7 @@ class CarryingEncoder(EncoderDispatch):
             self._pending.append(br.event_to_json(self._usage))
         if self._finish is not None:
             self._pending.append(br.event_to_json(self._finish))
-        self._done = True
+        self._state = _CLOSED
 
 
 class CarriedDecoding:

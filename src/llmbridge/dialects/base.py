@@ -3,6 +3,7 @@ the SSE decoder base (event counting, violations, truncation) and whole-stream h
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgspec
@@ -15,6 +16,7 @@ __all__ = [
     "EXTENSION_KEY",
     "DialectModule",
     "EncoderDispatch",
+    "EncoderState",
     "SSEStreamDecoder",
     "StreamDecoder",
     "StreamEncoder",
@@ -103,21 +105,42 @@ class SSEStreamDecoder:
         self.finish_stream()
 
 
+class EncoderState(enum.Enum):
+    """Where a stream encoder is on its wire: one state instead of a flag per fact (as h11's).
+
+    ``IDLE`` until the wire's opening event goes out, then ``OPEN`` (a wire without an opening
+    event, such as Gemini's, may stay ``IDLE`` until the end); ``CLOSED`` once the terminal
+    event (for ``ResponseEnd``, or an ``Error`` and what ends the wire after it) is written,
+    from either.  Nothing leaves ``CLOSED``: every later event gives ``b""`` (see
+    :mod:`._contracts`).  Hot paths compare with module-level aliases of the members
+    (``_CLOSED = EncoderState.CLOSED``): on Python 3.11 ``EncoderState.CLOSED`` costs an enum
+    class attribute lookup, several times a plain global's.
+    """
+
+    IDLE = "idle"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+_CLOSED = EncoderState.CLOSED
+
+
 class EncoderDispatch:
     """The shared ``encode`` of stream encoders: one ``on_*`` method per hub event type.
 
-    The edges are the same for every encoder (see :mod:`._contracts`): once ``_done`` is
-    set (the subclass sets it when it writes its wire's terminal event) every event gives
-    ``b""``; an object that is not a hub event raises ``TypeError``.  The chain tests
-    ``Delta`` first because it is nearly every event of a stream; ``type(x) is`` rather than
-    ``isinstance`` because it is the fastest test and hub events are never subclassed.
+    The edges are the same for every encoder (see :mod:`._contracts`): once ``_state`` is
+    :attr:`EncoderState.CLOSED` (the subclass sets it when it writes its wire's terminal
+    event) every event gives ``b""``; an object that is not a hub event raises ``TypeError``.
+    The chain tests ``Delta`` first because it is nearly every event of a stream;
+    ``type(x) is`` rather than ``isinstance`` because it is the fastest test and hub events
+    are never subclassed.
     """
 
-    _done = False
+    _state = EncoderState.IDLE
 
     def encode(self, event: hub.Event) -> bytes:
         """The wire bytes for ``event`` (``b""`` while buffering and after the end)."""
-        if self._done:
+        if self._state is _CLOSED:
             return b""
         kind = type(event)
         if kind is hub.Delta:
@@ -164,11 +187,11 @@ class EncoderDispatch:
         raise NotImplementedError
 
     def on_error(self, event: hub.Error) -> bytes:
-        """Must write the wire's error and terminal events and set ``_done``."""
+        """Must write the wire's error and terminal events and set ``_state`` to ``CLOSED``."""
         raise NotImplementedError
 
     def on_response_end(self, event: hub.ResponseEnd) -> bytes:
-        """Must write the wire's terminal event and set ``_done``."""
+        """Must write the wire's terminal event and set ``_state`` to ``CLOSED``."""
         raise NotImplementedError
 
 

@@ -1,25 +1,28 @@
 """The ``anthropic-messages`` dialect: Anthropic's Messages API (``POST /v1/messages``).
 
-A small package: :mod:`.decoder` (stream -> hub), :mod:`.encoder` (hub -> stream),
-:mod:`.request` (request bodies), :mod:`.response` (non-streaming and error bodies),
-:mod:`.common` (reason, error and usage maps).  See docs/dialects/anthropic_messages.md.
+Streams are SSE events named like their ``type`` (``message_start``, ``content_block_*``,
+``message_delta``); terminal rule: ``message_stop`` ends the stream, and so does an ``error``
+event (with a hub ``Error``).  Files: ``_common`` (reason, error and usage maps, carried hub
+events), ``_decoder`` (StreamDecoder), ``_encoder`` (StreamEncoder), ``_request`` (request
+bodies), ``_response`` (non-streaming message bodies).  See docs/dialects/anthropic_messages.md.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from ... import hub
-from .common import EXT, NAME
-from .decoder import StreamDecoder
-from .encoder import StreamEncoder
-from .request import DEFAULT_MAX_TOKENS, decode_request, encode_request
-from .response import decode_error, decode_response, encode_error, encode_response
+from ..base import json_decode
+from ._common import ANTHROPIC_VERSION, ERROR_STATUS, NAME, error_body, error_from_body
+from ._decoder import StreamDecoder
+from ._encoder import StreamEncoder
+from ._request import DEFAULT_MAX_TOKENS, decode_request, encode_request
+from ._response import decode_response, encode_response
 
 STREAM_CONTENT_TYPE = "text/event-stream"
-ANTHROPIC_VERSION = "2023-06-01"
 
 __all__ = [
     "NAME",
-    "EXT",
     "STREAM_CONTENT_TYPE",
     "DEFAULT_MAX_TOKENS",
     "decode_request",
@@ -44,3 +47,21 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
     if request.stream:
         headers["accept"] = STREAM_CONTENT_TYPE
     return url, headers
+
+
+def encode_error(error: hub.Error) -> tuple[int, dict[str, Any]]:
+    """HTTP status and Anthropic's ``{"type": "error", "error": {"type", "message"}}`` body."""
+    status = error.status or ERROR_STATUS.get(error.type) or hub.ERROR_STATUS.get(error.type, 500)
+    return status, error_body(error)
+
+
+def decode_error(status: int, body: bytes) -> hub.Error:
+    """An upstream's HTTP error response (Anthropic's error body, or any text) to the hub."""
+    try:
+        data: Any = json_decode(body) if body else None
+    except ValueError:
+        data = body.decode("utf-8", "replace")
+    error = error_from_body(data, status)
+    if error.status is None:
+        error.status = status
+    return error

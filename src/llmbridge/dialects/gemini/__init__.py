@@ -1,6 +1,12 @@
 """The ``gemini`` dialect: Google Gemini ``generateContent`` / ``streamGenerateContent``.
 
-Mapping tables and coverage notes: docs/dialects/gemini.md.
+Streams are ``GenerateContentResponse`` chunks, as SSE ``data:`` (``?alt=sse``) or as one
+JSON array; terminal rule: the wire has no terminal event, so the stream is complete when
+every candidate seen has its ``finishReason`` (and the array its closing ``]``); an
+``{"error": ...}`` chunk ends it with a hub ``Error``.  Files: ``_common`` (finish, usage and
+error maps, argument and part helpers, the JSON-array splitter), ``_decoder`` (StreamDecoder),
+``_encoder`` (StreamEncoder), ``_request`` (request bodies), ``_response`` (``generateContent``
+bodies).  Mapping tables and coverage notes: docs/dialects/gemini.md.
 """
 
 from __future__ import annotations
@@ -8,10 +14,11 @@ from __future__ import annotations
 import msgspec
 
 from ... import hub
-from ._decode import StreamDecoder, decode_response
-from ._encode import StreamEncoder, encode_response
-from ._request import decode_request, encode_request, endpoint
-from ._wire import NAME, error_from_hub, error_to_hub
+from ._common import NAME, error_from_hub, error_to_hub
+from ._decoder import StreamDecoder
+from ._encoder import StreamEncoder
+from ._request import decode_request, encode_request
+from ._response import decode_response, encode_response
 
 __all__ = [
     "NAME",
@@ -51,3 +58,18 @@ def decode_error(status: int, body: bytes) -> hub.Error:
     if error.type == "api_error" and status != 500:
         error.type = hub.error_type_for_status(status)
     return error
+
+
+def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
+    """``{base}/v1beta/models/{model}:streamGenerateContent?alt=sse`` or ``:generateContent``."""
+    base = base_url.rstrip("/")
+    if not base.rsplit("/", 1)[-1].startswith("v1"):
+        base += "/v1beta"
+    model = request.model or ""
+    if model.startswith("models/"):
+        model = model[len("models/") :]
+    method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
+    headers = {"content-type": "application/json"}
+    if api_key:
+        headers["x-goog-api-key"] = api_key
+    return f"{base}/models/{model}:{method}", headers

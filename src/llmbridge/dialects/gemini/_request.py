@@ -9,7 +9,7 @@ from typing import Any
 
 from ... import hub
 from ...errors import RequestError
-from ._wire import NAME
+from ._common import NAME
 
 _IMAGE = "image/"
 
@@ -573,18 +573,3 @@ def _encode_generation(request: hub.Request) -> dict:
     for k, v in (ext.get(f"{NAME}:generationConfig") or {}).items():
         gen.setdefault(k, v)
     return gen
-
-
-def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
-    """``{base}/v1beta/models/{model}:streamGenerateContent?alt=sse`` or ``:generateContent``."""
-    base = base_url.rstrip("/")
-    if not base.rsplit("/", 1)[-1].startswith("v1"):
-        base += "/v1beta"
-    model = request.model or ""
-    if model.startswith("models/"):
-        model = model[len("models/") :]
-    method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
-    headers = {"content-type": "application/json"}
-    if api_key:
-        headers["x-goog-api-key"] = api_key
-    return f"{base}/models/{model}:{method}", headers

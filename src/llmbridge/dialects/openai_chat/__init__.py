@@ -1,7 +1,11 @@
 """The ``openai-chat`` dialect: OpenAI Chat Completions and its many compatible servers.
 
-See ``docs/dialects/openai_chat.md`` for the field mapping and what travels under the
-``llmbridge`` extension key.
+Streams are SSE ``data:`` chunks (``chat.completion.chunk`` objects); terminal rule:
+``data: [DONE]`` ends the stream, not a chunk's ``finish_reason``, and an ``{"error": ...}``
+chunk ends it with that error.  Files: ``_common`` (finish, usage and error maps),
+``_decoder`` (StreamDecoder), ``_encoder`` (StreamEncoder, ``encode_events``), ``_request``
+and ``_response`` (request and non-streaming bodies).  ``docs/dialects/openai_chat.md`` has
+the field mapping and what travels under the ``llmbridge`` extension key.
 """
 
 from __future__ import annotations
@@ -9,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import json_decode
-from ._common import NAME, error_from_object, error_object
+from ..base import EXTENSION_KEY, json_decode
+from ._common import NAME, error_from_object, error_object, status_error_type
 from ._decoder import StreamDecoder
 from ._encoder import StreamEncoder, encode_events
 from ._request import decode_request, encode_request
@@ -67,14 +71,9 @@ def decode_error(status: int, body: bytes) -> hub.Error:
         parsed = parsed[0]  # some gateways wrap the error body in a list
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         obj = parsed["error"]
-        bridge = obj.get("llmbridge")
-        return error_from_object({k: v for k, v in obj.items() if k != "llmbridge"}, status, bridge)
+        bridge = obj.get(EXTENSION_KEY)
+        return error_from_object({k: v for k, v in obj.items() if k != EXTENSION_KEY}, status, bridge)
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):  # {"error": "message"} (Ollama ...)
-        return hub.Error(parsed["error"], _status_type(status), status=status, body=parsed)
+        return hub.Error(parsed["error"], status_error_type(status), status=status, body=parsed)
     text = body.decode("utf-8", "replace").strip() if body else ""
-    return hub.Error(text or f"HTTP {status}", _status_type(status), status=status, body=parsed)
-
-
-def _status_type(status: int) -> str:
-    # hub.error_type_for_status(502) answers "incomplete_stream"; an upstream 502 is an api_error
-    return "api_error" if status == 502 else hub.error_type_for_status(status)
+    return hub.Error(text or f"HTTP {status}", status_error_type(status), status=status, body=parsed)

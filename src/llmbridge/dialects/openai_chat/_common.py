@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
+from ..base import EXTENSION_KEY
 
 NAME = "openai-chat"
-BRIDGE = "llmbridge"  # the extension key on chunks, choices, messages and error objects
 # Top-level chunk fields that are content (citations, filter and moderation verdicts): hub Extension
 # events.  Other extra top-level fields describe the response: ResponseStart.extensions.
 CONTENT_KEYS = frozenset(
@@ -111,10 +111,10 @@ def error_object(error: hub.Error) -> dict[str, Any]:
         "code": error.code,
     }
     if isinstance(body, dict):  # the vendor's other fields (Groq's failed_generation ...) ride along
-        obj.update((k, v) for k, v in body.items() if k not in obj and k != BRIDGE)
+        obj.update((k, v) for k, v in body.items() if k not in obj and k != EXTENSION_KEY)
         if body.get("code") is not None and str(body["code"]) == error.code:
             obj["code"] = body["code"]  # OpenRouter's numeric code stays a number
-    obj[BRIDGE] = {"type": error.type, "status": error.status or hub.ERROR_STATUS.get(error.type, 500)}
+    obj[EXTENSION_KEY] = {"type": error.type, "status": error.status or hub.ERROR_STATUS.get(error.type, 500)}
     return obj
 
 
@@ -148,7 +148,7 @@ def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
         completion += reasoning
     rest: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in _USAGE_MAIN or key == BRIDGE:
+        if key in _USAGE_MAIN or key == EXTENSION_KEY:
             continue
         if key == "prompt_tokens_details" and isinstance(value, dict):
             value = {k: v for k, v in value.items() if k not in ("cached_tokens", "cache_write_tokens")}
@@ -157,7 +157,7 @@ def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
         if value != {}:
             rest[key] = value
     # Counts our encoder wrote as 0 only because OpenAI's usage requires them (usage_to_wire).
-    bridge = raw.get(BRIDGE)
+    bridge = raw.get(EXTENSION_KEY)
     unknown = bridge.get("none") if isinstance(bridge, dict) else None
     if isinstance(unknown, list):
         prompt = None if "input_tokens" in unknown else prompt
@@ -209,12 +209,12 @@ def usage_to_wire(usage: hub.Usage) -> dict[str, Any]:
     if unknown:
         bridge["none"] = unknown
     if bridge:
-        out[BRIDGE] = bridge
+        out[EXTENSION_KEY] = bridge
     return out
 
 
 def usage_foreign(raw: dict[str, Any]) -> dict[str, Any] | None:
-    bridge = raw.get(BRIDGE)
+    bridge = raw.get(EXTENSION_KEY)
     if isinstance(bridge, dict) and isinstance(bridge.get("extensions"), dict):
         return bridge["extensions"]
     return None
@@ -253,3 +253,9 @@ def reasoning_fidelity(items: list[dict[str, Any]]) -> dict[str, Any] | None:
     elif fmt.startswith("google") and merged.get("signature"):
         out["gemini"] = {"thoughtSignature": merged["signature"]}
     return out
+
+
+def status_error_type(status: int) -> str:
+    """The hub error type for an HTTP error ``status`` with no readable error object."""
+    # hub.error_type_for_status(502) answers "incomplete_stream"; an upstream 502 is an api_error
+    return "api_error" if status == 502 else hub.error_type_for_status(status)

@@ -14,9 +14,8 @@ from typing import Any
 import msgspec
 
 from ... import hub, sse
-from ..base import SSEStreamDecoder, json_decode
+from ..base import EXTENSION_KEY, SSEStreamDecoder, json_decode
 from ._common import (
-    BRIDGE,
     CONTENT_KEYS,
     FINISH_FROM_WIRE,
     NAME,
@@ -26,7 +25,11 @@ from ._common import (
 )
 
 # Top-level chunk keys with a meaning of their own, or noise that changes on every chunk.
-_CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "error", BRIDGE, "obfuscation"})
+_CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "usage", "error", EXTENSION_KEY, "obfuscation"})
+# Choice keys the decoder reads itself; the rest of a choice travels as an extension.
+_CHOICE_HANDLED = frozenset(
+    ("index", "delta", "finish_reason", "logprobs", "text", "token_ids", EXTENSION_KEY, "stop_reason")
+)
 _NOT_EXTRA = _CHUNK_KEYS | {"sla_metrics"}  # sla_metrics changes on every chunk: kept from the first only
 _DELTA_SKIP = frozenset({"role", "token_id", "channel"})  # per-token decoding metadata
 _DELTA_PLAIN = _DELTA_SKIP | {"content", "reasoning_content", "reasoning", "reasoning_details", "refusal", "tool_calls"}
@@ -213,7 +216,7 @@ class StreamDecoder(SSEStreamDecoder):
             if key not in _NOT_EXTRA and value is not None and seen.get(key, _MISSING) != value:
                 seen[key] = value
                 self.emit(hub.Extension(NAME, {key: value}))
-        bridge = chunk.get(BRIDGE)
+        bridge = chunk.get(EXTENSION_KEY)
         if isinstance(bridge, dict) and isinstance(bridge.get("extension"), dict):
             ext = bridge["extension"]
             self.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data")))
@@ -331,7 +334,7 @@ class StreamDecoder(SSEStreamDecoder):
         content = {k: self._pending_ext.pop(k) for k in list(self._pending_ext) if k in CONTENT_KEYS}
         extensions: dict[str, Any] = {NAME: self._pending_ext} if self._pending_ext else {}
         self._seen = dict(self._pending_ext)
-        bridge = chunk.get(BRIDGE)
+        bridge = chunk.get(EXTENSION_KEY)
         request_id = None
         if isinstance(bridge, dict):
             if isinstance(bridge.get("extensions"), dict):
@@ -361,13 +364,13 @@ class StreamDecoder(SSEStreamDecoder):
             return  # Perplexity repeats it on every chunk
         self._last_usage = raw
         usage = usage_from_wire(raw)
-        foreign = raw.get(BRIDGE)
+        foreign = raw.get(EXTENSION_KEY)
         if isinstance(foreign, dict) and isinstance(foreign.get("extensions"), dict):
             ext = dict(usage.extensions or {})
             ext.update(foreign["extensions"])
             own = ext.get(NAME)
-            if isinstance(own, dict) and BRIDGE in own:
-                own = {k: v for k, v in own.items() if k != BRIDGE}
+            if isinstance(own, dict) and EXTENSION_KEY in own:
+                own = {k: v for k, v in own.items() if k != EXTENSION_KEY}
                 if own:
                     ext[NAME] = own
                 else:
@@ -384,10 +387,10 @@ class StreamDecoder(SSEStreamDecoder):
             self._flush_think(choice)
         obj = chunk.get("error")
         if obj is None:
-            obj = {k: v for k, v in chunk.items() if k != BRIDGE}
-        bridge = obj.get(BRIDGE) if isinstance(obj, dict) else None
-        if isinstance(obj, dict) and BRIDGE in obj:
-            obj = {k: v for k, v in obj.items() if k != BRIDGE}
+            obj = {k: v for k, v in chunk.items() if k != EXTENSION_KEY}
+        bridge = obj.get(EXTENSION_KEY) if isinstance(obj, dict) else None
+        if isinstance(obj, dict) and EXTENSION_KEY in obj:
+            obj = {k: v for k, v in obj.items() if k != EXTENSION_KEY}
         self.fail(error_from_object(obj, bridge=bridge))
 
     def _end(self) -> None:
@@ -474,7 +477,7 @@ class StreamDecoder(SSEStreamDecoder):
         ch = self._choices.get(n)
         if ch is None:
             ch = self._choices[n] = _Choice(n)
-        bridge = choice.get(BRIDGE)
+        bridge = choice.get(EXTENSION_KEY)
         if bridge is not None:
             self._bridge_before(ch, bridge)
         delta = choice.get("delta")
@@ -696,7 +699,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _choice_extras(self, ch: _Choice, choice: dict) -> None:
         for key, value in choice.items():
-            if key in ("index", "delta", "finish_reason", "logprobs", "text", "token_ids", BRIDGE, "stop_reason"):
+            if key in _CHOICE_HANDLED:
                 continue
             if value is None or value == {} or value == []:
                 continue

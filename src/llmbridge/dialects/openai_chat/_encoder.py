@@ -19,12 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import json_encode, not_a_hub_event
-from ._common import BRIDGE, CONTENT_KEYS, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
+from ..base import EXTENSION_KEY, EncoderState, json_encode, not_a_hub_event
+from ._common import CONTENT_KEYS, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
 
 _DONE = b"data: [DONE]\n\n"
+# The states as globals for the per-event checks (see EncoderState).
+_IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 _CHOICE_NATIVE = ("logprobs", "content_filter_results")  # choice fields the SDK reads or ignores safely
-_RESERVED = frozenset({"id", "object", "created", "model", "choices", "usage", "error", BRIDGE})
+_RESERVED = frozenset({"id", "object", "created", "model", "choices", "usage", "error", EXTENSION_KEY})
 
 
 class _Block:
@@ -80,13 +82,12 @@ class StreamEncoder:
         self._current: dict[int, int] = {}  # choice -> hub index of that block
         self._refused: set[int] = set()
         self._usage: hub.Usage | None = None
-        self._done = False
-        self._started = False
+        self._state = _IDLE  # OPEN at the first event (the chunk head is known), CLOSED at [DONE]
 
     # ------------------------------------------------------------------ framing
 
     def _start(self, event: hub.ResponseStart | None) -> None:
-        self._started = True
+        self._state = _OPEN
         rid = event.id if event and event.id else ""
         created = event.created if event and event.created else 0
         model = event.model if event and event.model else ""
@@ -104,7 +105,7 @@ class StreamEncoder:
         if event and event.request_id:
             bridge["request_id"] = event.request_id
         if bridge:
-            self._first_extra[BRIDGE] = bridge
+            self._first_extra[EXTENSION_KEY] = bridge
         self._prefix = b"data: " + json_encode(head)[:-1] + b',"choices":['
 
     def _chunk(self, choice_json: bytes) -> bytes:
@@ -145,11 +146,12 @@ class StreamEncoder:
             if block.current and block.head:
                 return block.head + json_encode(event.text) + block.tail
             if block.field:  # text of an interleaved block: on the wire as usual, routed by the ref
-                return self._choice(block.choice, {block.field: event.text}, **{BRIDGE: {"ref": event.index}})
-            return self._choice(block.choice, {}, **{BRIDGE: {"delta": event.text, "ref": event.index}})
-        if self._done:
-            return b""
-        if not self._started:
+                return self._choice(block.choice, {block.field: event.text}, **{EXTENSION_KEY: {"ref": event.index}})
+            return self._choice(block.choice, {}, **{EXTENSION_KEY: {"delta": event.text, "ref": event.index}})
+        state = self._state
+        if state is not _OPEN:  # one test on the common path; the rare ones inside
+            if state is _CLOSED:
+                return b""
             self._start(event if kind is hub.ResponseStart else None)
             if kind is hub.ResponseStart:
                 return b""
@@ -165,7 +167,7 @@ class StreamEncoder:
         if kind is hub.Extension:
             return self._extension(event)
         if kind is hub.Error:
-            self._done = True
+            self._state = _CLOSED
             self._blocks.clear()
             usage = self._usage_chunk()  # first: the SDK raises at the error chunk
             # every choice still open ends with "error" (choice 0 when none started)
@@ -174,7 +176,7 @@ class StreamEncoder:
             self._prefix += choices
             return usage + self._top({"error": error_object(event)}) + _DONE
         if kind is hub.ResponseEnd:
-            self._done = True
+            self._state = _CLOSED
             self._blocks.clear()
             return self._usage_chunk() + _DONE
         not_a_hub_event(event)
@@ -208,7 +210,7 @@ class StreamEncoder:
                 "function": {"name": e.name or "", "arguments": ""},
             }
             delta = {"content": None, "tool_calls": [call]} if n not in self._introduced else {"tool_calls": [call]}
-            return self._choice(n, delta, **({BRIDGE: {"keep": keep}} if keep is not None else {}))
+            return self._choice(n, delta, **({EXTENSION_KEY: {"keep": keep}} if keep is not None else {}))
         refusal = bool(e.kind == "text" and e.extensions and (e.extensions.get(NAME) or {}).get("refusal"))
         block.refusal = refusal
         if refusal:
@@ -242,7 +244,7 @@ class StreamEncoder:
         bridge: dict[str, Any] = {"block": marker}
         if keep is not None:
             bridge["keep"] = keep
-        return self._choice(n, {}, **{BRIDGE: bridge})
+        return self._choice(n, {}, **{EXTENSION_KEY: bridge})
 
     def _replace_current(self, n: int, index: int | None) -> dict[str, Any] | None:
         """Make ``index`` the block the decoder extends.  A replaced block that is still open
@@ -286,7 +288,7 @@ class StreamEncoder:
             stop["fidelity"] = fidelity
         if extensions:
             stop["extensions"] = extensions
-        return self._choice(n, {}, **{BRIDGE: {"stop": stop}})
+        return self._choice(n, {}, **{EXTENSION_KEY: {"stop": stop}})
 
     def _finish(self, e: hub.Finish) -> bytes:
         n = e.choice
@@ -295,7 +297,7 @@ class StreamEncoder:
         if e.reason == "refusal" and n in self._refused and n not in self._tools:
             word = "stop"  # OpenAI's own refusals end with "stop" and carry delta.refusal
         elif word is None or (e.raw and e.raw != word) or (word == "stop" and self._derived(n, e) != e.reason):
-            fields[BRIDGE] = {"finish": e.reason, "raw": e.raw or e.reason}
+            fields[EXTENSION_KEY] = {"finish": e.reason, "raw": e.raw or e.reason}
         if word is None:
             word = "content_filter" if e.reason == "refusal" else "stop"
         fields["finish_reason"] = word
@@ -320,7 +322,7 @@ class StreamEncoder:
             data = e.data
             if e.namespace == NAME and isinstance(data, dict) and data and data.keys() <= CONTENT_KEYS:
                 return self._top(data)
-            return self._top({BRIDGE: {"extension": {"namespace": e.namespace, "data": data}}})
+            return self._top({EXTENSION_KEY: {"extension": {"namespace": e.namespace, "data": data}}})
         data = e.data
         if e.namespace == NAME and isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _CHOICE_NATIVE:
             return self._choice(block.choice, {}, **data)
@@ -329,7 +331,7 @@ class StreamEncoder:
             ext["tool"] = block.tool
         if block.refusal:
             ext["refusal"] = True
-        return self._choice(block.choice, {}, **{BRIDGE: {"extension": ext}})
+        return self._choice(block.choice, {}, **{EXTENSION_KEY: {"extension": ext}})
 
 
 def _only_refusal(extensions: dict) -> bool:

@@ -6,8 +6,8 @@ from typing import Any
 
 from ... import hub
 from ...errors import RequestError
-from ..base import json_encode
-from ._common import BRIDGE, NAME
+from ..base import EXTENSION_KEY, json_encode
+from ._common import NAME
 
 _KNOWN = frozenset(
     {
@@ -100,9 +100,9 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
     if isinstance(body.get("stream_options"), dict):
         req.extensions[f"{NAME}:stream_options"] = body["stream_options"]
     for key, value in body.items():
-        if key not in _KNOWN and key != BRIDGE:
+        if key not in _KNOWN and key != EXTENSION_KEY:
             req.extensions[key if ":" in key else f"{NAME}:{key}"] = value
-    bridge = body.get(BRIDGE)
+    bridge = body.get(EXTENSION_KEY)
     if isinstance(bridge, dict) and isinstance(bridge.get("extensions"), dict):
         req.extensions.update(bridge["extensions"])
     return req
@@ -160,7 +160,7 @@ def _decode_message(message: Any, where: str) -> list[hub.Message]:
         if not isinstance(call_id, str):
             raise RequestError("required, a string", f"{where}.{'tool_call_id' if role == 'tool' else 'name'}")
         parts = _text_of(content if content is not None else "", f"{where}.content")
-        bridge = message.get(BRIDGE) if isinstance(message.get(BRIDGE), dict) else {}
+        bridge = message.get(EXTENSION_KEY) if isinstance(message.get(EXTENSION_KEY), dict) else {}
         result = hub.ToolResultPart(call_id, parts, bool(bridge.get("is_error")), name if role == "function" else None)
         return [hub.Message("tool", [result])]
     if role == "assistant":
@@ -170,7 +170,7 @@ def _decode_message(message: Any, where: str) -> list[hub.Message]:
 
 def _decode_assistant(message: dict, where: str) -> list[hub.Part]:
     parts: list[hub.Part] = []
-    bridge = message.get(BRIDGE) if isinstance(message.get(BRIDGE), dict) else {}
+    bridge = message.get(EXTENSION_KEY) if isinstance(message.get(EXTENSION_KEY), dict) else {}
     thinking = bridge.get("thinking")
     if isinstance(thinking, list):
         for t in thinking:
@@ -410,7 +410,7 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
         else:
             foreign[key] = value
     if foreign:
-        body[BRIDGE] = {"extensions": foreign}
+        body[EXTENSION_KEY] = {"extensions": foreign}
     return body
 
 
@@ -482,7 +482,7 @@ def _encode_message(message: hub.Message) -> list[dict[str, Any]]:
             content = content or "error"
         msg: dict[str, Any] = {"role": "tool", "tool_call_id": result.tool_call_id, "content": content}
         if result.is_error:
-            msg[BRIDGE] = {"is_error": True}
+            msg[EXTENSION_KEY] = {"is_error": True}
         out.append(msg)
     rest = [p for p in message.parts if not isinstance(p, hub.ToolResultPart)]
     if role == "tool" or (results and not rest):
@@ -530,5 +530,5 @@ def _encode_assistant(parts: list[hub.Part]) -> dict[str, Any]:
     if natives:
         bridge["native"] = [{"namespace": p.namespace, "data": p.data} for p in natives]
     if bridge:
-        msg[BRIDGE] = bridge
+        msg[EXTENSION_KEY] = bridge
     return msg

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ._common import BRIDGE, FINISH_TO_WIRE, NAME, error_from_object, usage_to_wire
+from ..base import EXTENSION_KEY
+from ._common import FINISH_TO_WIRE, NAME, error_from_object, usage_to_wire
 from ._decoder import StreamDecoder
 
 
@@ -35,16 +36,16 @@ def decode_response(body: Any) -> list[hub.Event]:
         if not isinstance(choice, dict):
             continue
         message = choice.get("message") or {}
-        bridge = message.get(BRIDGE) if isinstance(message, dict) else None
+        bridge = message.get(EXTENSION_KEY) if isinstance(message, dict) else None
         if isinstance(bridge, dict) and isinstance(bridge.get("blocks"), list):
             _replay_blocks(decoder, choice, message, bridge["blocks"])
             continue
         if not isinstance(message, dict):
             continue
         chunk_choice = {k: v for k, v in choice.items() if k != "message"}
-        chunk_choice["delta"] = {k: v for k, v in message.items() if k not in ("annotations", BRIDGE)}
+        chunk_choice["delta"] = {k: v for k, v in message.items() if k not in ("annotations", EXTENSION_KEY)}
         if isinstance(bridge, dict) and "finish" in bridge:
-            chunk_choice[BRIDGE] = {"finish": bridge["finish"], "raw": bridge.get("raw")}
+            chunk_choice[EXTENSION_KEY] = {"finish": bridge["finish"], "raw": bridge.get("raw")}
         decoder._choice(chunk_choice)
         ch = decoder._choices.get(choice.get("index", 0))
         if message.get("annotations") and ch is not None:
@@ -54,7 +55,7 @@ def decode_response(body: Any) -> list[hub.Event]:
             decoder._close_choice(ch)
     if isinstance(body.get("usage"), dict):
         decoder._usage(body["usage"])
-    bridge = body.get(BRIDGE) if isinstance(body.get(BRIDGE), dict) else {}
+    bridge = body.get(EXTENSION_KEY) if isinstance(body.get(EXTENSION_KEY), dict) else {}
     for ann in bridge.get("annotations") or []:
         decoder.emit(hub.Extension(ann.get("namespace") or NAME, ann.get("data")))
     if isinstance(bridge.get("error"), dict):
@@ -112,7 +113,7 @@ def _replay_blocks(decoder: StreamDecoder, choice: dict, message: dict, blocks: 
         ch = decoder._choices.setdefault(n, _new_choice(n))
         ch.refused = any(spec.get("refusal") for spec in blocks)
         ch.had_tools = any(spec.get("kind") == "tool_call" for spec in blocks)
-        decoder._finish(ch, reason, choice, message.get(BRIDGE) or {})
+        decoder._finish(ch, reason, choice, message.get(EXTENSION_KEY) or {})
 
 
 def _new_choice(n: int) -> Any:
@@ -146,7 +147,7 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
     if response.error is not None:
         bridge["error"] = {"message": response.error.message, "type": response.error.type, "code": response.error.code}
     if bridge:
-        body[BRIDGE] = bridge
+        body[EXTENSION_KEY] = bridge
     return body
 
 
@@ -201,7 +202,7 @@ def _encode_choice(response: hub.Response, n: int) -> dict[str, Any]:
             if b.annotations:
                 spec["annotations"] = [{"namespace": a.namespace, "data": a.data} for a in b.annotations]
             specs.append(spec)
-        message[BRIDGE] = {"blocks": specs}
+        message[EXTENSION_KEY] = {"blocks": specs}
     choice: dict[str, Any] = {"index": n, "message": message, "logprobs": None, "finish_reason": None}
     finish = response.finishes.get(n)
     if finish is not None:
@@ -212,7 +213,7 @@ def _encode_choice(response: hub.Response, n: int) -> dict[str, Any]:
         if finish.reason == "refusal" and refusal and not calls:
             word = "stop"
         elif word is None or (finish.raw and finish.raw != word) or (word == "stop" and derived != finish.reason):
-            message.setdefault(BRIDGE, {}).update({"finish": finish.reason, "raw": finish.raw or finish.reason})
+            message.setdefault(EXTENSION_KEY, {}).update({"finish": finish.reason, "raw": finish.raw or finish.reason})
         choice["finish_reason"] = word or ("content_filter" if finish.reason == "refusal" else "stop")
         if finish.stop_sequence:
             choice["stop_reason"] = finish.stop_sequence

@@ -1,6 +1,11 @@
-"""The OpenAI Responses dialect (``POST /v1/responses``): ``event: response.*`` SSE streams.
+"""The ``openai-responses`` dialect: OpenAI's Responses API (``POST /v1/responses``).
 
-See ``docs/dialects/openai_responses.md`` for the mapping tables.
+Streams are SSE ``event: response.*`` events; terminal rule: ``response.completed``,
+``response.incomplete``, ``response.failed`` or an ``error`` event ends the stream (the last
+two with a hub ``Error``).  Files: ``_common`` (error words, finish and usage maps, carried
+hub events), ``_decoder`` (StreamDecoder), ``_encoder`` (StreamEncoder), ``_request``
+(request bodies), ``_response`` (non-streaming response objects).
+``docs/dialects/openai_responses.md`` has the mapping tables.
 """
 
 from __future__ import annotations
@@ -9,9 +14,10 @@ import msgspec
 
 from ... import hub
 from ._common import ERROR_WORD, NAME, error_type
-from ._decoder import StreamDecoder, decode_response
-from ._encoder import StreamEncoder, encode_response
+from ._decoder import StreamDecoder
+from ._encoder import StreamEncoder
 from ._request import decode_request, encode_request
+from ._response import decode_response, encode_response
 
 STREAM_CONTENT_TYPE = "text/event-stream"
 

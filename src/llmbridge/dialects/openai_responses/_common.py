@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
+from ..base import EXTENSION_KEY
 
 NAME = "openai-responses"
-EXT_KEY = "llmbridge"  # our key on Responses objects for hub data the dialect cannot express
 
 # Event fields that only place an event in the stream; dropped when an event is kept as data.
 POSITIONAL = frozenset(("sequence_number", "output_index", "item_id", "content_index", "obfuscation"))
@@ -74,7 +74,7 @@ def usage_from(usage: Any) -> hub.Usage | None:
         return None
     cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
     reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
-    extra: dict[str, Any] = usage.get(EXT_KEY) if isinstance(usage.get(EXT_KEY), dict) else {}
+    extra: dict[str, Any] = usage.get(EXTENSION_KEY) if isinstance(usage.get(EXTENSION_KEY), dict) else {}
     if extra.get("absent"):  # fields the source did not report, which Responses always has
         absent = set(extra["absent"])
         return hub.Usage(
@@ -125,5 +125,5 @@ def usage_to(usage: hub.Usage | None) -> dict[str, Any] | None:
     if usage.extensions:
         extra["extensions"] = usage.extensions
     if extra:
-        body[EXT_KEY] = extra
+        body[EXTENSION_KEY] = extra
     return body

@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 
 from ... import hub, sse
-from ..base import SSEStreamDecoder, json_decode, json_encode
-from ._common import EXT_KEY, INCOMPLETE_FINISH, NAME, POSITIONAL, error_type, uncarry, usage_from
+from ..base import EXTENSION_KEY, SSEStreamDecoder, json_decode, json_encode
+from ._common import INCOMPLETE_FINISH, NAME, POSITIONAL, error_type, uncarry, usage_from
 
 PART_SEPARATOR = "\n\n"  # between the summary parts of one reasoning item
 IMAGE_ITEM = "image_generation_call"
@@ -51,10 +51,10 @@ _RESPONSE_MODELED = frozenset(
         "output_text",
         "instructions",
         "tools",
-        EXT_KEY,
+        EXTENSION_KEY,
     )
 )
-_MESSAGE_MODELED = frozenset(("id", "type", "status", "role", "content", EXT_KEY))
+_MESSAGE_MODELED = frozenset(("id", "type", "status", "role", "content", EXTENSION_KEY))
 
 
 def _positionless(event: dict) -> dict:
@@ -190,7 +190,13 @@ class StreamDecoder(SSEStreamDecoder):
         if obj["type"] == "response.output_text.delta":  # the hot path: one dict lookup, one event
             slot = self._text_slots.get((obj.get("output_index"), obj.get("content_index")))
             delta = obj.get("delta")
-            if slot is not None and slot.open and type(delta) is str and not obj.get("logprobs") and EXT_KEY not in obj:
+            if (
+                slot is not None
+                and slot.open
+                and type(delta) is str
+                and not obj.get("logprobs")
+                and EXTENSION_KEY not in obj
+            ):
                 slot.streamed = True
                 self._out.append(hub.Delta(slot.index, delta))
                 return
@@ -198,7 +204,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def handle(self, obj: dict) -> None:
         """Decode one parsed Responses event."""
-        carried = obj.get(EXT_KEY)
+        carried = obj.get(EXTENSION_KEY)
         if carried:
             self._replay(carried)
         kind = obj["type"]
@@ -217,7 +223,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._started = True
         response = response or {}
         self._response_id = response.get("id")
-        own = response.get(EXT_KEY) if isinstance(response.get(EXT_KEY), dict) else {}
+        own = response.get(EXTENSION_KEY) if isinstance(response.get(EXTENSION_KEY), dict) else {}
         extras = {k: v for k, v in response.items() if k not in _RESPONSE_MODELED and v is not None}
         extensions = {NAME: extras} if extras and not own.get("defaults") else {}
         if isinstance(own.get("extensions"), dict):
@@ -284,7 +290,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _open_item(self, out: int, item: dict) -> _Item:
         kind, item_id = item["type"], item.get("id")
-        own = item.get(EXT_KEY) if isinstance(item.get(EXT_KEY), dict) else {}
+        own = item.get(EXTENSION_KEY) if isinstance(item.get(EXTENSION_KEY), dict) else {}
         state = _Item(kind, item_id, out)
         self._items[out] = state
         if item_id:
@@ -340,7 +346,7 @@ class StreamDecoder(SSEStreamDecoder):
         self._close_item(state, item)
 
     def _close_item(self, state: _Item, item: dict) -> None:
-        own = item.get(EXT_KEY) if isinstance(item.get(EXT_KEY), dict) else {}
+        own = item.get(EXTENSION_KEY) if isinstance(item.get(EXTENSION_KEY), dict) else {}
         kind = state.type
         if kind == "message":
             for n, part in enumerate(item.get("content") or []):
@@ -382,8 +388,8 @@ class StreamDecoder(SSEStreamDecoder):
     def _close_image(self, state: _Item, item: dict) -> None:
         """The final image as one data block; an item without one (failed) as a native block."""
         result = item.get("result")
-        own = item.get(EXT_KEY) if isinstance(item.get(EXT_KEY), dict) else {}
-        meta = {k: v for k, v in item.items() if k not in ("result", EXT_KEY)}
+        own = item.get(EXTENSION_KEY) if isinstance(item.get(EXTENSION_KEY), dict) else {}
+        meta = {k: v for k, v in item.items() if k not in ("result", EXTENSION_KEY)}
         if state.ext is None:  # another dialect's image: its progress events and item were ours
             state.progress = []
             fidelity, extensions = own.get("fidelity"), own.get("extensions")
@@ -411,7 +417,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _open_part(self, state: _Item, n: int, part: dict | None) -> _Part:
         ext = state.ext
-        own = part.get(EXT_KEY) if part is not None and isinstance(part.get(EXT_KEY), dict) else {}
+        own = part.get(EXTENSION_KEY) if part is not None and isinstance(part.get(EXTENSION_KEY), dict) else {}
         if part is not None and part.get("type") == "refusal":
             self._refused = True
             ext = hub.merge_dicts(ext, {NAME: {"part_type": "refusal"}})
@@ -445,7 +451,7 @@ class StreamDecoder(SSEStreamDecoder):
                         )
                     )
                     slot.announced = n + 1
-            own = part.get(EXT_KEY) if isinstance(part.get(EXT_KEY), dict) else {}
+            own = part.get(EXTENSION_KEY) if isinstance(part.get(EXTENSION_KEY), dict) else {}
             self._annotate(index, own)
         slot.open = False
         self._stop_block(index, own.get("fidelity"), own.get("extensions"))
@@ -630,7 +636,7 @@ class StreamDecoder(SSEStreamDecoder):
         state = self._item(obj)
         if state is None or state.streamed:
             return
-        if (obj.get(EXT_KEY) or {}).get("arguments") == "":  # "{}" on the wire for hub arguments ""
+        if (obj.get(EXTENSION_KEY) or {}).get("arguments") == "":  # "{}" on the wire for hub arguments ""
             state.streamed = True
             return
         text = obj.get("arguments") if obj["type"] == "response.function_call_arguments.done" else obj.get("input")
@@ -682,7 +688,7 @@ class StreamDecoder(SSEStreamDecoder):
     def _on_error(self, obj: dict) -> None:
         self._ensure_started()
         error = obj.get("error") if isinstance(obj.get("error"), dict) else obj
-        own = error.get(EXT_KEY) if isinstance(error.get(EXT_KEY), dict) else {}
+        own = error.get(EXTENSION_KEY) if isinstance(error.get(EXTENSION_KEY), dict) else {}
         kind = own.get("type") if own.get("type") in hub.ERROR_TYPES else error_type(error)
         self._pending_error = hub.Error(
             message=str(error.get("message") or "error"),
@@ -713,7 +719,7 @@ class StreamDecoder(SSEStreamDecoder):
         usage = usage_from(response.get("usage"))
         if usage is not None:
             self.emit(usage)
-        own = response.get(EXT_KEY) if isinstance(response.get(EXT_KEY), dict) else {}
+        own = response.get(EXTENSION_KEY) if isinstance(response.get(EXTENSION_KEY), dict) else {}
         status = response.get("status")
         finish = own.get("finish")
         failed_turn = isinstance(finish, dict) and finish.get("reason") == "error" and self._pending_error is None
@@ -755,7 +761,7 @@ class StreamDecoder(SSEStreamDecoder):
                 self._ensure_started()
             for index in sorted(self._open_blocks):
                 self._stop_block(index)
-            own = self._pending_error.body.get(EXT_KEY) if isinstance(self._pending_error.body, dict) else None
+            own = self._pending_error.body.get(EXTENSION_KEY) if isinstance(self._pending_error.body, dict) else None
             if isinstance(own, dict):
                 usage = usage_from(own.get("usage"))
                 if usage is not None:
@@ -766,17 +772,3 @@ class StreamDecoder(SSEStreamDecoder):
         if not self._started:
             self._ensure_started()
         super().on_truncated()
-
-
-def decode_response(body: dict) -> list[hub.Event]:
-    """A non-streaming response object as a hub stream (by replaying it as stream events)."""
-    decoder = StreamDecoder()
-    decoder.whole_items = True
-    decoder.handle({"type": "response.created", "response": {**body, "output": []}})
-    for n, item in enumerate(body.get("output") or []):
-        if isinstance(item, dict) and type(item.get("type")) is str:
-            decoder.handle({"type": "response.output_item.done", "output_index": n, "item": item})
-    status = body.get("status")
-    terminal = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(status, "response.completed")
-    decoder.handle({"type": terminal, "response": body})
-    return decoder.feed(b"") + decoder.close()

@@ -15,11 +15,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import msgspec
-
 from ... import hub
-from ..base import EncoderDispatch, json_decode, json_encode
-from ._common import ERROR_WORD, EXT_KEY, FINISH_INCOMPLETE, NAME, carry, usage_to
+from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState, json_decode, json_encode
+from ._common import ERROR_WORD, FINISH_INCOMPLETE, NAME, carry, usage_to
 
 _REQUIRED_RESPONSE: dict[str, Any] = {
     "object": "response",
@@ -124,7 +122,7 @@ class StreamEncoder(EncoderDispatch):
         self._carry: list[dict] = []
         self._finish: hub.Finish | None = None
         self._usage: hub.Usage | None = None
-        self._done = False
+        self._state = EncoderState.IDLE  # OPEN once response.created is out
         self.final_response: dict | None = None  # the response object of the terminal event
 
     # ------------------------------------------------------------------ writing
@@ -133,7 +131,7 @@ class StreamEncoder(EncoderDispatch):
         obj["sequence_number"] = self._seq
         self._seq += 1
         if self._carry:
-            obj[EXT_KEY] = {**obj.get(EXT_KEY, {}), "events": self._carry}
+            obj[EXTENSION_KEY] = {**obj.get(EXTENSION_KEY, {}), "events": self._carry}
             self._carry = []
         return b"event: " + obj["type"].encode() + b"\ndata: " + json_encode(obj) + b"\n\n"
 
@@ -208,8 +206,9 @@ class StreamEncoder(EncoderDispatch):
         if not isinstance(own, dict):
             extra["defaults"] = True  # the response fields above are ours, not the source's
         if extra:
-            response[EXT_KEY] = extra
+            response[EXTENSION_KEY] = extra
         self._response = response
+        self._state = EncoderState.OPEN
         return self._write({"type": "response.created", "response": response}) + self._write(
             {"type": "response.in_progress", "response": response}
         )
@@ -249,7 +248,7 @@ class StreamEncoder(EncoderDispatch):
                     **(own.get("item") or {}),
                 }
                 if not event.id:
-                    item[EXT_KEY] = {"id": None}  # made up: the decoder gives the hub no id
+                    item[EXTENSION_KEY] = {"id": None}  # made up: the decoder gives the hub no id
                 out += self._new_item(block, item)
                 self._message, self._message_index = item, block.output_index
             block.item, block.output_index = self._message, self._message_index
@@ -261,7 +260,7 @@ class StreamEncoder(EncoderDispatch):
                 else {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             )
             if extra:
-                part[EXT_KEY] = extra
+                part[EXTENSION_KEY] = extra
             out += self._part_event("response.content_part.added", block, part=part)
             block.prefix = (
                 b'"item_id":'
@@ -314,7 +313,7 @@ class StreamEncoder(EncoderDispatch):
             item.setdefault("id", event.id or self._id("item"))
         extra.update(block.marks)
         if extra:
-            item[EXT_KEY] = extra
+            item[EXTENSION_KEY] = extra
         out += self._new_item(block, item)
         block.prefix = b'"item_id":' + json_encode(item["id"]) + b',"output_index":' + str(block.output_index).encode()
         return out
@@ -329,7 +328,7 @@ class StreamEncoder(EncoderDispatch):
         item_id = event.id if event.id and event.id.startswith("ig_") else self._id("ig")
         item: dict[str, Any] = {"id": item_id, "type": "image_generation_call", "status": "in_progress"}
         if not isinstance(own, dict):  # another dialect's image: mark what we made up, for our decoder
-            item[EXT_KEY] = {"image": "foreign", **({} if item_id == event.id else {"id": None})}
+            item[EXTENSION_KEY] = {"image": "foreign", **({} if item_id == event.id else {"id": None})}
         out = self._new_item(block, item)
         block.prefix = b'"item_id":' + json_encode(item_id) + b',"output_index":' + str(block.output_index).encode()
         meta = {k: v for k, v in own.items() if k not in ("id", "type", "status", "result")} if own else {}
@@ -346,8 +345,8 @@ class StreamEncoder(EncoderDispatch):
             for k, v in (("fidelity", foreign), ("extensions", foreign_ext), ("annotations", block.foreign))
             if v
         }
-        if extra or EXT_KEY in item:
-            item[EXT_KEY] = {**item.get(EXT_KEY, {}), **extra}
+        if extra or EXTENSION_KEY in item:
+            item[EXTENSION_KEY] = {**item.get(EXTENSION_KEY, {}), **extra}
         out = b""
         if not block.progress:  # an image from another dialect: the tool's own events
             out = self._item_event("response.image_generation_call.in_progress", block)
@@ -469,7 +468,7 @@ class StreamEncoder(EncoderDispatch):
             return self._stop_text(block, text, extra)
         out = b""
         item = dict(block.item)
-        item.pop(EXT_KEY, None)
+        item.pop(EXTENSION_KEY, None)
         if kind == "thinking":
             if text and block.content_mode:
                 out += self._part_event("response.reasoning_text.done", block, text=text)
@@ -519,7 +518,7 @@ class StreamEncoder(EncoderDispatch):
                         "item_id": item["id"],
                         "output_index": block.output_index,
                         "arguments": text,
-                        EXT_KEY: {"arguments": ""},
+                        EXTENSION_KEY: {"arguments": ""},
                     }
                     out += self._write(done)
                 else:
@@ -539,7 +538,7 @@ class StreamEncoder(EncoderDispatch):
                 extra["fidelity"] = {**extra.get("fidelity", {}), NAME: late}
         extra.update(block.marks)
         if extra:
-            item[EXT_KEY] = extra
+            item[EXTENSION_KEY] = extra
         block.item = item
         return out + self._done_item(block.output_index, item)
 
@@ -551,7 +550,7 @@ class StreamEncoder(EncoderDispatch):
             part = {"type": "output_text", "text": text, "annotations": block.annotations, "logprobs": block.logprobs}
             out = self._part_event("response.output_text.done", block, text=text, logprobs=block.logprobs)
         if extra:
-            part[EXT_KEY] = extra
+            part[EXTENSION_KEY] = extra
         block.item["content"][block.content_index] = part
         waiting = self._waiting.get(block.output_index)
         if waiting is not None and None not in waiting["content"]:
@@ -609,12 +608,12 @@ class StreamEncoder(EncoderDispatch):
             calls = any(item.get("type") in ("function_call", "custom_tool_call") for item in self._items.values())
             derived = "tool_use" if calls else "end_turn"
         if finish is None or finish.reason != derived or finish.stop_sequence:
-            response[EXT_KEY] = {**response.get(EXT_KEY, {}), "finish": _finish_record(finish)}
+            response[EXTENSION_KEY] = {**response.get(EXTENSION_KEY, {}), "finish": _finish_record(finish)}
         if event.request_id:
-            response[EXT_KEY] = {**response.get(EXT_KEY, {}), "request_id": event.request_id}
+            response[EXTENSION_KEY] = {**response.get(EXTENSION_KEY, {}), "request_id": event.request_id}
         response.update(status=status, output=self._output(), usage=usage_to(self._usage))
         self.final_response = response
-        self._done = True
+        self._state = EncoderState.CLOSED
         return out + self._write({"type": kind, "response": response})
 
     def _close_open(self) -> bytes:
@@ -641,11 +640,11 @@ class StreamEncoder(EncoderDispatch):
             extra["finish"] = _finish_record(self._finish)
         if self._usage is not None:
             extra["usage"] = usage_to(self._usage)
-        body[EXT_KEY] = extra
+        body[EXTENSION_KEY] = extra
         out += self._write({"type": "error", "code": code, "message": error.message, "param": None, "error": body})
         response = dict(self._response)
         if self._finish is not None:
-            response[EXT_KEY] = {**response.get(EXT_KEY, {}), "finish": _finish_record(self._finish)}
+            response[EXTENSION_KEY] = {**response.get(EXTENSION_KEY, {}), "finish": _finish_record(self._finish)}
         response.update(
             status="failed",
             error={"code": code, "message": error.message},
@@ -653,7 +652,7 @@ class StreamEncoder(EncoderDispatch):
             usage=usage_to(self._usage),
         )
         self.final_response = response
-        self._done = True
+        self._state = EncoderState.CLOSED
         return out + self._write({"type": "response.failed", "response": response})
 
 
@@ -663,14 +662,3 @@ def _finish_record(finish: hub.Finish | None) -> dict | None:
         return None
     fields = (("reason", finish.reason), ("raw", finish.raw), ("stop_sequence", finish.stop_sequence))
     return {k: v for k, v in fields if v is not None}
-
-
-def encode_response(response: hub.Response) -> dict:
-    """An assembled response as a Responses object (what ``responses.create()`` returns)."""
-    encoder = StreamEncoder()
-    for event in hub.response_events(response):
-        if type(event) is hub.BlockStart:  # fidelity up front, so items are written with their own ids
-            block = next(b for b in response.blocks if b.index == event.index)
-            event = msgspec.structs.replace(event, fidelity=block.fidelity)
-        encoder.encode(event)
-    return encoder.final_response or {}

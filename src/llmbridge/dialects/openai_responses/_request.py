@@ -12,8 +12,8 @@ from typing import Any
 
 from ... import hub
 from ...errors import RequestError
-from ..base import json_decode, json_encode
-from ._common import EXT_KEY, NAME
+from ..base import EXTENSION_KEY, json_decode, json_encode
+from ._common import NAME
 
 PREFIX = NAME + ":"
 _HANDLED = frozenset(
@@ -31,7 +31,7 @@ _HANDLED = frozenset(
         "text",
         "reasoning",
         "metadata",
-        EXT_KEY,
+        EXTENSION_KEY,
     )
 )
 _CARRIED = ("top_k", "stop", "seed", "n", "presence_penalty", "frequency_penalty")
@@ -275,7 +275,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
             request.extensions[PREFIX + "reasoning"] = extras
     if body.get("metadata") is not None:
         request.metadata = dict(_expect(body["metadata"], dict, "metadata", "an object"))
-    carried = body.get(EXT_KEY)
+    carried = body.get(EXTENSION_KEY)
     if isinstance(carried, dict):
         for name in _CARRIED:
             if carried.get(name) is not None:
@@ -475,5 +475,5 @@ def encode_request(request: hub.Request) -> dict:
     if foreign:
         carried["extensions"] = foreign
     if carried:
-        body[EXT_KEY] = carried
+        body[EXTENSION_KEY] = carried
     return body

@@ -18,93 +18,19 @@ from typing import Any
 import msgspec
 
 from ... import hub
-from ..base import EncoderDispatch
-from ._wire import EXT, NAME, error_from_hub, finish_from_hub, format_time, parse_time, usage_from_hub
+from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState
+from ._common import (
+    NAME,
+    block_part,
+    error_from_hub,
+    finish_from_hub,
+    format_time,
+    parse_time,
+    split_fidelity,
+    usage_from_hub,
+)
 
 json_encode = msgspec.json.encode
-
-
-def _split_fidelity(fidelity: dict | None) -> tuple[str | None, dict | None]:
-    """Gemini's thought signature, and everything else (other vendors' fidelity)."""
-    if not fidelity:
-        return None, None
-    ours = fidelity.get(NAME)
-    sig = ours.get("thoughtSignature") if isinstance(ours, dict) else None
-    rest = {k: v for k, v in fidelity.items() if k != NAME}
-    if isinstance(ours, dict) and len(ours) > (sig is not None):
-        rest[NAME] = {k: v for k, v in ours.items() if k != "thoughtSignature"}
-    return sig, rest or None
-
-
-def parse_args(text: str) -> tuple[dict, str | None]:
-    """Argument JSON -> ``args`` object, plus the raw text when it is not an object."""
-    if not text.strip():
-        return {}, None
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return {}, text
-    return (value, None) if isinstance(value, dict) else ({}, text)
-
-
-def block_part(
-    kind: str,
-    text: str,
-    *,
-    id: str | None = None,
-    name: str | None = None,
-    mime_type: str | None = None,
-    fidelity: dict | None = None,
-    extensions: dict | None = None,
-    stop_fidelity: dict | None = None,
-    stop_extensions: dict | None = None,
-) -> dict:
-    """A whole non-text block as one Gemini part."""
-    sig, foreign = _split_fidelity(hub.merge_dicts(fidelity, stop_fidelity))
-    part: dict[str, Any]
-    ours: dict[str, Any] = {}
-    if kind == "tool_call":
-        args, raw = parse_args(text)
-        call: dict[str, Any] = {"name": name or "", "args": args}
-        if id:
-            call["id"] = id
-        part = {"functionCall": call}
-        if raw is not None or json_encode(args).decode() != text:
-            ours["arguments"] = text  # not an object, or spaced differently: keep the source's exact text
-    elif kind == "data":
-        part = {"inlineData": {"mimeType": mime_type or "application/octet-stream", "data": text}}
-    elif kind == "native" and isinstance((extensions or {}).get(NAME), dict) and len(extensions) == 1:
-        part = dict(extensions[NAME])  # one of Gemini's own parts, replayed as it came
-        extensions = None
-        if stop_extensions and set(stop_extensions) == {NAME}:
-            stop_extensions = None
-    elif kind == "native":
-        native = {
-            "id": id,
-            "name": name,
-            "fidelity": fidelity,
-            "extensions": extensions,
-            "text": text,
-            "stop_fidelity": stop_fidelity,
-            "stop_extensions": stop_extensions,
-        }
-        return {EXT: {"native": {k: v for k, v in native.items() if v}}}
-    else:  # text / thinking as one part (whole responses)
-        part = {"text": text}
-        if kind == "thinking":
-            part["thought"] = True
-    if sig is not None:
-        part["thoughtSignature"] = sig
-    start = {k: v for k, v in (("fidelity", foreign), ("extensions", extensions)) if v}
-    if kind in ("text", "thinking") and id:
-        start["id"] = id
-    if start:
-        ours["start"] = start
-    if stop_extensions:
-        ours["stop"] = {"extensions": stop_extensions}
-    if ours:
-        part[EXT] = ours
-    return part
 
 
 class _Block:
@@ -171,8 +97,7 @@ class StreamEncoder(EncoderDispatch):
         self._candidate_ext: dict[int, dict] = {}
         self._chunk_ext: dict[str, Any] = {}
         self._annotations: list[dict] = []
-        self._done = False
-        self._error_next = False
+        self._state = EncoderState.IDLE  # no opening event on this wire: IDLE until CLOSED
 
     # -- chunks
 
@@ -217,7 +142,7 @@ class StreamEncoder(EncoderDispatch):
         if stop is not None:
             ours["stop"] = stop
         if ours:
-            part[EXT] = ours
+            part[EXTENSION_KEY] = ours
         return json_encode(part)
 
     # -- events
@@ -239,14 +164,14 @@ class StreamEncoder(EncoderDispatch):
         self._usage_hub = hub.merge_usage(self._usage_hub, e)
         meta = usage_from_hub(self._usage_hub)
         self._usage_full = b',"usageMetadata":' + json_encode(meta)
-        ours = meta.get(EXT)
+        ours = meta.get(EXTENSION_KEY)
         if ours and "extensions" in ours:  # other vendors' usage extras: once, on the last chunk
             meta = dict(meta)
             ours = {k: v for k, v in ours.items() if k != "extensions"}
             if ours:
-                meta[EXT] = ours
+                meta[EXTENSION_KEY] = ours
             else:
-                del meta[EXT]
+                del meta[EXTENSION_KEY]
         self._usage = b',"usageMetadata":' + json_encode(meta)
         return b""
 
@@ -263,14 +188,13 @@ class StreamEncoder(EncoderDispatch):
         return b""
 
     def on_error(self, e: hub.Error) -> bytes:
-        self._done = True
+        self._state = EncoderState.CLOSED
         # What was already said (finish, usage) goes out first; then Gemini's error chunk.
-        self._error_next = True
-        head = self._last_chunk(None) if self._finishes or self._usage or self._annotations else b""
+        head = self._last_chunk(None, failed=True) if self._finishes or self._usage or self._annotations else b""
         return head + b"data: " + json_encode(error_from_hub(e)[1]) + b"\n\n"
 
     def on_response_end(self, e: hub.ResponseEnd) -> bytes:
-        self._done = True
+        self._state = EncoderState.CLOSED
         held = b"".join(self._pump(c, everything=True) for c in list(self._queues))
         return held + self._last_chunk(e.request_id)
 
@@ -299,13 +223,13 @@ class StreamEncoder(EncoderDispatch):
         if e.created is not None and parse_time(first["createTime"]) != e.created:
             mine["created"] = e.created
         if mine:
-            first[EXT] = mine
+            first[EXTENSION_KEY] = mine
         self._first = b"," + json_encode(first)[1:-1] if first else b""
 
     def on_block_start(self, e: hub.BlockStart) -> bytes:
         b = self._blocks[e.index] = _Block(e)
         if e.kind == "text" or e.kind == "thinking":
-            b.sig, foreign = _split_fidelity(e.fidelity)
+            b.sig, foreign = split_fidelity(e.fidelity)
             start = {k: v for k, v in (("fidelity", foreign), ("extensions", e.extensions), ("id", e.id)) if v}
             if start:
                 b.start = start
@@ -340,14 +264,14 @@ class StreamEncoder(EncoderDispatch):
 
     def _stop(self, b: _Block, e: hub.BlockStop) -> bytes:
         if b.kind == "text" or b.kind == "thinking":
-            stop_sig, foreign = _split_fidelity(e.fidelity)
+            stop_sig, foreign = split_fidelity(e.fidelity)
             stop: dict[str, Any] = {}
             if foreign:
                 stop["fidelity"] = foreign
             if e.extensions:
                 stop["extensions"] = e.extensions
             if stop_sig is not None:
-                signed = _split_fidelity(b.fidelity)[0] is not None
+                signed = split_fidelity(b.fidelity)[0] is not None
                 if b.sig is None and (b.parts == 0 or not signed):
                     b.sig = stop_sig  # Gemini's own form: a (possibly empty) part carrying the signature
                 elif b.sig != stop_sig or b.parts:
@@ -391,7 +315,8 @@ class StreamEncoder(EncoderDispatch):
             ann["block"] = e.index  # made an ordinal when the last chunk is written
         self._annotations.append(ann)
 
-    def _last_chunk(self, request_id: str | None) -> bytes:
+    def _last_chunk(self, request_id: str | None, failed: bool = False) -> bytes:
+        """The chunk with every finish, the usage and our notes; ``failed``: an error chunk follows."""
         candidates = []
         for choice in sorted(set(self._finishes) | set(self._candidate_ext)):
             cand: dict[str, Any] = {}
@@ -400,7 +325,7 @@ class StreamEncoder(EncoderDispatch):
                 word, extra = finish_from_hub(finish)
                 cand["finishReason"] = word
                 if extra:
-                    cand[EXT] = {"finish": extra}
+                    cand[EXTENSION_KEY] = {"finish": extra}
             cand["index"] = choice
             for k, v in self._candidate_ext.get(choice, {}).items():
                 cand.setdefault(k, v)
@@ -417,89 +342,12 @@ class StreamEncoder(EncoderDispatch):
             mine["annotations"] = self._annotations
         if request_id is not None:
             mine["request_id"] = request_id
-        if not self._finishes and not self._error_next:
+        if not self._finishes and not failed:
             mine["complete"] = True  # the source ended cleanly without a finish reason
         if mine:
-            chunk[EXT] = mine
+            chunk[EXTENSION_KEY] = mine
         body = json_encode(chunk)[1:-1]
         rest = self._usage_full + self._tail + self._first
         if not body:
             rest = rest[1:]
         return b"data: {" + body + rest + b"}\n\n"
-
-
-def encode_response(response: hub.Response) -> dict:
-    """An assembled hub response as a ``generateContent`` body."""
-    by_choice: dict[int, list[dict]] = {}
-    blocks = sorted(response.blocks, key=lambda b: b.choice)  # the order the decoder will meet them
-    ordinals = {b.index: n for n, b in enumerate(blocks)}
-    annotations = []
-    last_kind: dict[int, str] = {}
-    for b in blocks:
-        parts = by_choice.setdefault(b.choice, [])
-        # A boundary Gemini parts would not show: a text block after a text block, an empty one.
-        marker = b.kind in ("text", "thinking") and (last_kind.get(b.choice) == b.kind or not (b.text or b.fidelity))
-        last_kind[b.choice] = b.kind
-        parts.append(
-            block_part(
-                b.kind,
-                b.text,
-                id=b.id,
-                name=b.name,
-                mime_type=b.mime_type,
-                fidelity=b.fidelity,
-                extensions=b.extensions,
-            )
-        )
-        if marker:
-            parts[-1].setdefault(EXT, {}).setdefault("start", {})
-        for ann in b.annotations:
-            annotations.append({"namespace": ann.namespace, "data": ann.data, "block": ordinals[b.index]})
-    candidate_ext: dict[int, dict] = {}
-    top: dict[str, Any] = {}
-    for ann in response.annotations:
-        if ann.namespace == NAME and isinstance(ann.data, dict):
-            data = dict(ann.data)
-            if "promptFeedback" in data:
-                top["promptFeedback"] = data.pop("promptFeedback")
-            choice = data.pop("candidate", 0)
-            candidate_ext.setdefault(choice, {}).update(data)
-        else:
-            annotations.append({"namespace": ann.namespace, "data": ann.data})
-    candidates = []
-    for choice in sorted(set(by_choice) | set(response.finishes) | set(candidate_ext)):
-        cand: dict[str, Any] = {"content": {"parts": by_choice.get(choice, []), "role": "model"}}
-        finish = response.finishes.get(choice)
-        if finish is not None:
-            word, extra = finish_from_hub(finish)
-            cand["finishReason"] = word
-            if extra:
-                cand[EXT] = {"finish": extra}
-        cand["index"] = choice
-        for k, v in candidate_ext.get(choice, {}).items():
-            cand.setdefault(k, v)
-        candidates.append(cand)
-    body: dict[str, Any] = {"candidates": candidates, **top}
-    if response.usage is not None:
-        body["usageMetadata"] = usage_from_hub(response.usage)
-    if response.model is not None:
-        body["modelVersion"] = response.model
-    if response.id is not None:
-        body["responseId"] = response.id
-    exts = dict(response.extensions or {})
-    ours = exts.pop(NAME, None)
-    if isinstance(ours, dict):
-        for k, v in ours.items():
-            body.setdefault(k, v)
-    if response.created is not None and "createTime" not in body:
-        body["createTime"] = format_time(response.created)
-    mine: dict[str, Any] = {}
-    if exts:
-        mine["extensions"] = exts
-    if annotations:
-        mine["annotations"] = annotations
-    if response.request_id is not None:
-        mine["request_id"] = response.request_id
-    if mine:
-        body[EXT] = mine
-    return body

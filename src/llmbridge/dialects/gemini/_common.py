@@ -1,5 +1,6 @@
 """Gemini wire details shared by the stream and response codecs: finish reasons, usage,
-errors, the incremental JSON-array splitter and the ``partialArgs`` argument writer."""
+errors, the incremental JSON-array splitter, the ``partialArgs`` argument writer, and a
+whole block as one part (the encoder's non-text blocks and every block of a response)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 import msgspec
 
 from ... import hub
+from ..base import EXTENSION_KEY
 
 NAME = "gemini"
-EXT = "llmbridge"  # our extension key on Gemini objects
 
 json_encode = msgspec.json.encode
 json_decode = msgspec.json.decode
@@ -100,10 +101,10 @@ def usage_to_hub(u: dict) -> hub.Usage | None:
     tool_prompt = u.get("toolUsePromptTokenCount")
     if prompt is None and cand is None and thoughts is None and total is None:
         return None
-    extras = {k: v for k, v in u.items() if k not in _USAGE_COUNTS and k != EXT}
+    extras = {k: v for k, v in u.items() if k not in _USAGE_COUNTS and k != EXTENSION_KEY}
     if tool_prompt is not None:
         extras["toolUsePromptTokenCount"] = tool_prompt
-    ours = u.get(EXT) or {}
+    ours = u.get(EXTENSION_KEY) or {}
     return hub.Usage(
         # no promptTokenCount (our encoder's way to say unknown) is no count, not 0
         input_tokens=(prompt or 0) + (tool_prompt or 0) if prompt is not None or tool_prompt is not None else None,
@@ -148,7 +149,7 @@ def usage_from_hub(u: hub.Usage) -> dict:
     if foreign:
         mine["extensions"] = foreign
     if mine:
-        out[EXT] = mine
+        out[EXTENSION_KEY] = mine
     return out
 
 
@@ -193,7 +194,7 @@ def error_to_hub(obj: Any, http_status: int | None = None) -> hub.Error:
     code = inner.get("code")
     status = code if isinstance(code, int) else http_status
     word = inner.get("status")
-    ours = inner.get(EXT) or {}
+    ours = inner.get(EXTENSION_KEY) or {}
     if ours.get("type") in hub.ERROR_TYPES:
         kind = ours["type"]
     elif word in STATUS_TO_HUB:
@@ -215,7 +216,7 @@ def error_from_hub(error: hub.Error) -> tuple[int, dict]:
     status = error.status or hub.ERROR_STATUS.get(error.type, 500)
     inner = {"code": status, "message": error.message, "status": STATUS_FROM_HUB.get(error.type, "INTERNAL")}
     if STATUS_TO_HUB.get(inner["status"]) != error.type or error.code is not None:
-        inner[EXT] = {"type": error.type, **({"code": error.code} if error.code is not None else {})}
+        inner[EXTENSION_KEY] = {"type": error.type, **({"code": error.code} if error.code is not None else {})}
     return status, {"error": inner}
 
 
@@ -435,3 +436,89 @@ class ArgsWriter:
         while self._stack:
             out.append("]" if self._stack.pop()[1] else "}")
         return "".join(out)
+
+
+# --------------------------------------------------------------------------- whole parts
+
+
+def split_fidelity(fidelity: dict | None) -> tuple[str | None, dict | None]:
+    """Gemini's thought signature, and everything else (other vendors' fidelity)."""
+    if not fidelity:
+        return None, None
+    ours = fidelity.get(NAME)
+    sig = ours.get("thoughtSignature") if isinstance(ours, dict) else None
+    rest = {k: v for k, v in fidelity.items() if k != NAME}
+    if isinstance(ours, dict) and len(ours) > (sig is not None):
+        rest[NAME] = {k: v for k, v in ours.items() if k != "thoughtSignature"}
+    return sig, rest or None
+
+
+def parse_args(text: str) -> tuple[dict, str | None]:
+    """Argument JSON -> ``args`` object, plus the raw text when it is not an object."""
+    if not text.strip():
+        return {}, None
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return {}, text
+    return (value, None) if isinstance(value, dict) else ({}, text)
+
+
+def block_part(
+    kind: str,
+    text: str,
+    *,
+    id: str | None = None,
+    name: str | None = None,
+    mime_type: str | None = None,
+    fidelity: dict | None = None,
+    extensions: dict | None = None,
+    stop_fidelity: dict | None = None,
+    stop_extensions: dict | None = None,
+) -> dict:
+    """A whole non-text block as one Gemini part."""
+    sig, foreign = split_fidelity(hub.merge_dicts(fidelity, stop_fidelity))
+    part: dict[str, Any]
+    ours: dict[str, Any] = {}
+    if kind == "tool_call":
+        args, raw = parse_args(text)
+        call: dict[str, Any] = {"name": name or "", "args": args}
+        if id:
+            call["id"] = id
+        part = {"functionCall": call}
+        if raw is not None or json_encode(args).decode() != text:
+            ours["arguments"] = text  # not an object, or spaced differently: keep the source's exact text
+    elif kind == "data":
+        part = {"inlineData": {"mimeType": mime_type or "application/octet-stream", "data": text}}
+    elif kind == "native" and isinstance((extensions or {}).get(NAME), dict) and len(extensions) == 1:
+        part = dict(extensions[NAME])  # one of Gemini's own parts, replayed as it came
+        extensions = None
+        if stop_extensions and set(stop_extensions) == {NAME}:
+            stop_extensions = None
+    elif kind == "native":
+        native = {
+            "id": id,
+            "name": name,
+            "fidelity": fidelity,
+            "extensions": extensions,
+            "text": text,
+            "stop_fidelity": stop_fidelity,
+            "stop_extensions": stop_extensions,
+        }
+        return {EXTENSION_KEY: {"native": {k: v for k, v in native.items() if v}}}
+    else:  # text / thinking as one part (whole responses)
+        part = {"text": text}
+        if kind == "thinking":
+            part["thought"] = True
+    if sig is not None:
+        part["thoughtSignature"] = sig
+    start = {k: v for k, v in (("fidelity", foreign), ("extensions", extensions)) if v}
+    if kind in ("text", "thinking") and id:
+        start["id"] = id
+    if start:
+        ours["start"] = start
+    if stop_extensions:
+        ours["stop"] = {"extensions": stop_extensions}
+    if ours:
+        part[EXTENSION_KEY] = ours
+    return part

@@ -15,13 +15,13 @@ from collections import deque
 from typing import Any
 
 from ... import hub
-from ..base import EncoderDispatch, json_encode
-from .common import EXT, NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
-
-__all__ = ["StreamEncoder", "sse"]
+from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState, json_encode
+from ._common import NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
+# The states as globals for the per-event checks (see EncoderState).
+_IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 
 
 def sse(event: bytes, data: Any) -> bytes:
@@ -69,7 +69,7 @@ class StreamEncoder(EncoderDispatch):
 
     def __init__(self) -> None:
         self._start: hub.ResponseStart | None = None
-        self._message_sent = False
+        self._state = _IDLE  # OPEN once message_start is out (it waits for the first block)
         self._usage: hub.Usage | None = None
         self._finish: hub.Finish | None = None
         self._blocks: dict[int, _Out] = {}  # hub index -> choice 0 block
@@ -81,12 +81,11 @@ class StreamEncoder(EncoderDispatch):
         self._other_blocks: set[int] = set()
         self._delta_extras: dict[str, Any] = {}
         self._tools = 0
-        self._done = False
 
     def encode(self, event: hub.Event) -> bytes:
         """The hot path without a call: more text for the block on the wire (what
         ``_route(_delta())`` gives); every other event goes through :class:`EncoderDispatch`."""
-        if type(event) is hub.Delta and not self._done:
+        if type(event) is hub.Delta and self._state is not _CLOSED:
             block = self._blocks.get(event.index)
             if block is self._live and block is not None and block.started and event.text:
                 return block.prefix + json_encode(event.text) + _END
@@ -122,9 +121,9 @@ class StreamEncoder(EncoderDispatch):
     # -- message frame
 
     def _message_start(self) -> bytes:
-        if self._message_sent:
+        if self._state is not _IDLE:
             return b""
-        self._message_sent = True
+        self._state = _OPEN
         start = self._start or hub.ResponseStart()
         usage, usage_extra = usage_to_raw(self._usage)
         message: dict[str, Any] = {
@@ -146,13 +145,13 @@ class StreamEncoder(EncoderDispatch):
         if start.id is None:
             ours["no_id"] = True
         if ours:
-            message[EXT] = ours
+            message[EXTENSION_KEY] = ours
         return sse(b"message_start", {"type": "message_start", "message": message})
 
     def on_response_end(self, event: hub.ResponseEnd) -> bytes:
         out = [self._message_start(), *self._close_all(), self._message_delta()]
         out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
-        self._done = True
+        self._state = _CLOSED
         return b"".join(out)
 
     def on_error(self, error: hub.Error) -> bytes:
@@ -165,7 +164,7 @@ class StreamEncoder(EncoderDispatch):
             while self._queue:  # what arrived, in order; Anthropic leaves blocks open on error
                 out.extend(self._queue.popleft().chunks)
         out.append(sse(b"error", error_body(error)))
-        self._done = True
+        self._state = _CLOSED
         return b"".join(out)
 
     def _close_all(self) -> list[bytes]:
@@ -207,7 +206,7 @@ class StreamEncoder(EncoderDispatch):
         if self._others:
             ours["events"] = self._others
         if ours:
-            body[EXT] = ours
+            body[EXTENSION_KEY] = ours
         return sse(b"message_delta", body)
 
     # -- blocks
@@ -265,13 +264,13 @@ class StreamEncoder(EncoderDispatch):
             foreign_ext = start.extensions
             own_ext = None
             data = {"kind": kind, "id": start.id, "name": start.name, "mime_type": start.mime_type}
-            content = {"type": EXT, EXT: {k: v for k, v in data.items() if v is not None}}
+            content = {"type": EXTENSION_KEY, EXTENSION_KEY: {k: v for k, v in data.items() if v is not None}}
             delta_type = b"llmbridge_delta"
             key = b"text"
         if type(own_ext) is dict:
             for k, v in own_ext.items():
                 content.setdefault(k, v)
-        ours = content.get(EXT) if content.get("type") == EXT else {}
+        ours = content.get(EXTENSION_KEY) if content.get("type") == EXTENSION_KEY else {}
         if kind == "text" and start.id:
             ours["id"] = start.id
         if start.index != block.wire:
@@ -281,7 +280,7 @@ class StreamEncoder(EncoderDispatch):
         if foreign_ext:
             ours["extensions"] = foreign_ext
         if ours:
-            content[EXT] = ours
+            content[EXTENSION_KEY] = ours
         block.wire_type = content["type"]
         block.prefix = _DELTA + index + b',"delta":{"type":"' + delta_type + b'","' + key + b'":'
         block.started = True
@@ -306,7 +305,7 @@ class StreamEncoder(EncoderDispatch):
         if start.extensions:
             ours["extensions"] = start.extensions
         if ours:
-            content[EXT] = ours
+            content[EXTENSION_KEY] = ours
         return sse(
             b"content_block_start", {"type": "content_block_start", "index": block.wire, "content_block": content}
         )
@@ -373,14 +372,14 @@ class StreamEncoder(EncoderDispatch):
         if fidelity:
             ours["fidelity"] = fidelity
         extensions = stop.extensions
-        if extensions and block.wire_type not in ("text", "thinking", "redacted_thinking", "tool_use", EXT):
+        if extensions and block.wire_type not in ("text", "thinking", "redacted_thinking", "tool_use", EXTENSION_KEY):
             _, extensions = _split(extensions, True)  # an Anthropic block's final object: already streamed
         if extensions:
             ours["extensions"] = extensions
         if block.annotations:
             ours["annotations"] = block.annotations
         if ours:
-            body[EXT] = ours
+            body[EXTENSION_KEY] = ours
         return out + sse(b"content_block_stop", body)
 
     def on_extension(self, event: hub.Extension) -> bytes:
@@ -407,7 +406,7 @@ class StreamEncoder(EncoderDispatch):
             and type(data) is dict
             and str(data.get("type", "")).endswith("_delta")
             and block.started
-            and block.wire_type != EXT
+            and block.wire_type != EXTENSION_KEY
         ):
             wire = {"type": "content_block_delta", "index": block.wire, "delta": data}
             return self._route(block, sse(b"content_block_delta", wire))

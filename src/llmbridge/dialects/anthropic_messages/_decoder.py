@@ -13,88 +13,22 @@ from typing import Any
 import msgspec
 
 from ... import hub, sse
-from ..base import SSEStreamDecoder, json_decode, json_encode
-from .common import EXT, NAME, apply_usage_extra, error_from_body, event_from_json, finish_from_stop, usage_from_raw
-
-__all__ = ["StreamDecoder", "block_start", "citations"]
-
-_TEXT_KEYS = frozenset(("type", "text"))
-_WHOLE_TEXT_KEYS = frozenset(("type", "text", "citations"))
-_THINKING_KEYS = frozenset(("type", "thinking", "signature", EXT))
-_TOOL_KEYS = frozenset(("type", "id", "name", "input", EXT))
-_MESSAGE_KEYS = frozenset(("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage", EXT))
-
-
-def _extras(block: dict[str, Any], known: frozenset[str]) -> dict[str, Any] | None:
-    extras = {k: v for k, v in block.items() if k not in known and k != EXT}
-    return {NAME: extras} if extras else None
-
-
-def block_start(block: dict[str, Any], index: int, tool_id: str, whole: bool = False) -> tuple[hub.BlockStart, str]:
-    """The hub BlockStart for an Anthropic content block, and the text it already holds.
-
-    ``whole`` blocks (non-streaming, pre-populated) hold their final input or content, which
-    becomes the text a streamed block would have had; their citations go out as Extensions
-    (:func:`citations`), as streamed ones do.
-    """
-    kind = block.get("type")
-    if kind == "text":
-        start = hub.BlockStart(index, "text", extensions=_extras(block, _WHOLE_TEXT_KEYS if whole else _TEXT_KEYS))
-        text = block.get("text")
-        return start, text if type(text) is str else ""
-    if kind == "thinking":
-        sig = block.get("signature")
-        fidelity = {NAME: {"signature": sig}} if sig else None
-        text = block.get("thinking")
-        return hub.BlockStart(index, "thinking", fidelity=fidelity), text if type(text) is str else ""
-    if kind == "redacted_thinking":
-        return hub.BlockStart(index, "thinking", fidelity={NAME: {"redacted_data": block.get("data")}}), ""
-    if kind == "tool_use":
-        start = hub.BlockStart(
-            index,
-            "tool_call",
-            block.get("id") or tool_id,
-            block.get("name") or "",
-            extensions=_extras(block, _TOOL_KEYS),
-        )
-        args = block.get("input")
-        return start, json_encode(args).decode() if args else ""
-    if kind == EXT:  # a hub block this dialect has no type for, carried by our encoder
-        data = block.get(EXT) or {}
-        return hub.BlockStart(
-            index,
-            data.get("kind") or "native",
-            data.get("id"),
-            data.get("name"),
-            0,
-            data.get("mime_type"),
-            data.get("fidelity"),
-            data.get("extensions"),
-        ), ""
-    # server_tool_use, *_tool_result, mcp_*, compaction, and block types yet to come
-    text = ""
-    if whole:
-        args, content = block.get("input"), block.get("content")
-        text = json_encode(args).decode() if args else content if kind == "compaction" and type(content) is str else ""
-    return hub.BlockStart(
-        index,
-        "native",
-        block.get("id") or block.get("tool_use_id"),
-        block.get("name") or kind,
-        extensions={NAME: block},
-    ), text
-
-
-def citations(block: dict[str, Any], index: int) -> list[hub.Extension]:
-    """A whole text block's citations, as the citations_delta Extensions a stream carries."""
-    found = block.get("citations") if block.get("type") == "text" else None
-    if type(found) is not list:
-        return []
-    return [hub.Extension(NAME, {"type": "citations_delta", "citation": c}, index) for c in found]
+from ..base import EXTENSION_KEY, SSEStreamDecoder, json_decode
+from ._common import (
+    MESSAGE_KEYS,
+    NAME,
+    apply_usage_extra,
+    block_start,
+    citations,
+    error_from_body,
+    event_from_json,
+    finish_from_stop,
+    usage_from_raw,
+)
 
 
 def _with_ext(start: hub.BlockStart, ours: Any) -> hub.BlockStart:
-    """Merge what our encoder carried under EXT into a native block's start."""
+    """Merge what our encoder carried under EXTENSION_KEY into a native block's start."""
     if type(ours) is not dict:
         return start
     return msgspec.structs.replace(
@@ -211,8 +145,8 @@ class StreamDecoder(SSEStreamDecoder):
             self.violation("missing-field", "message_start without message")
             message = {}
         self._message_id = message.get("id") or ""
-        ours = message.get(EXT) if type(message.get(EXT)) is dict else {}
-        extras = {k: v for k, v in message.items() if k not in _MESSAGE_KEYS}
+        ours = message.get(EXTENSION_KEY) if type(message.get(EXTENSION_KEY)) is dict else {}
+        extras = {k: v for k, v in message.items() if k not in MESSAGE_KEYS}
         extensions = {NAME: extras} if extras else None
         if ours.get("extensions"):
             extensions = {**(extensions or {}), **ours["extensions"]}
@@ -240,7 +174,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _emit_whole_block(self, block: dict[str, Any]) -> None:
         start, text = block_start(block, self._allocate(None), self._tool_id(), whole=True)
-        start = _with_ext(start, block.get(EXT))
+        start = _with_ext(start, block.get(EXTENSION_KEY))
         self.emit(start)
         if text:
             self.emit(hub.Delta(start.index, text))
@@ -259,13 +193,13 @@ class StreamDecoder(SSEStreamDecoder):
             # Tool input cut off by max_tokens ends without content_block_stop: close it here.
             self.violation("block-unclosed", f"content block {wire} not stopped before message_delta")
             self._close_block(wire, {})
-        ours = data.get(EXT) if type(data.get(EXT)) is dict else {}
+        ours = data.get(EXTENSION_KEY) if type(data.get(EXTENSION_KEY)) is dict else {}
         delta = data.get("delta")
         if type(delta) is not dict:
             self.violation("missing-field", "message_delta without delta")
             delta = {}
         extras = {k: v for k, v in delta.items() if k not in ("stop_reason", "stop_sequence") and v is not None}
-        top = {k: v for k, v in data.items() if k not in ("type", "delta", "usage", EXT)}
+        top = {k: v for k, v in data.items() if k not in ("type", "delta", "usage", EXTENSION_KEY)}
         if extras or top:
             self.emit(hub.Extension(NAME, {"message_delta": {"delta": extras, **top}}))
         for carried in ours.get("annotations") or ():
@@ -284,7 +218,7 @@ class StreamDecoder(SSEStreamDecoder):
             self._finish(finish_from_stop(stop, delta.get("stop_sequence")))
 
     def _emit_carried(self, data: Any, remap: dict[int, int]) -> None:
-        """Re-emit a hub event our encoder carried under EXT (another choice, a late annotation)."""
+        """Re-emit a hub event our encoder carried under EXTENSION_KEY (another choice, a late annotation)."""
         event = event_from_json(data)
         if event is None:
             self.violation("llmbridge", "unreadable carried event ignored")
@@ -335,12 +269,12 @@ class StreamDecoder(SSEStreamDecoder):
             self._close_block(wire, {})
         elif wire in self._wire_to_hub:
             self.violation("block-unique", f"content block {wire} started twice")
-        ours = block.get(EXT)
+        ours = block.get(EXTENSION_KEY)
         preferred = ours.get("index") if type(ours) is dict else None  # the hub index our encoder renumbered
         index = self._allocate(preferred if type(preferred) is int else wire)
         self._wire_to_hub[wire] = index
         start, text = block_start(block, index, self._tool_id())
-        start = _with_ext(start, block.get(EXT))
+        start = _with_ext(start, block.get(EXTENSION_KEY))
         self._open[wire] = _Open(index, block.get("type") or "", block)
         self.emit(start)
         if text:
@@ -387,7 +321,7 @@ class StreamDecoder(SSEStreamDecoder):
         if wire not in self._open:
             self.violation("block-open", f"content_block_stop for block {wire}, which is not open")
             return
-        self._close_block(wire, data.get(EXT) if type(data.get(EXT)) is dict else {})  # type: ignore[arg-type]
+        self._close_block(wire, data.get(EXTENSION_KEY) if type(data.get(EXTENSION_KEY)) is dict else {})  # type: ignore[arg-type]
 
     def _close_block(self, wire: int, ours: dict[str, Any]) -> None:
         block = self._open.pop(wire)
@@ -408,7 +342,7 @@ class StreamDecoder(SSEStreamDecoder):
         )
 
 
-_KNOWN_TYPES = frozenset(("text", "thinking", "redacted_thinking", "tool_use", EXT))
+_KNOWN_TYPES = frozenset(("text", "thinking", "redacted_thinking", "tool_use", EXTENSION_KEY))
 
 
 def _final_native(start: dict[str, Any], streamed: str) -> dict[str, Any]:

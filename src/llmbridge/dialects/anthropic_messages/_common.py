@@ -1,4 +1,5 @@
-"""Shared vocabulary of the anthropic-messages codecs: names, reason and error maps, usage."""
+"""Shared vocabulary of the anthropic-messages codecs: names, reason and error maps, usage,
+and content blocks as hub block starts (for the stream decoder and whole responses)."""
 
 from __future__ import annotations
 
@@ -7,28 +8,10 @@ from typing import Any
 import msgspec
 
 from ... import hub
-
-__all__ = [
-    "ERROR_STATUS",
-    "ERROR_TO_HUB",
-    "EXT",
-    "HUB_TO_ERROR",
-    "HUB_TO_STOP",
-    "NAME",
-    "STOP_TO_HUB",
-    "apply_usage_extra",
-    "error_body",
-    "error_from_body",
-    "event_from_json",
-    "event_to_json",
-    "finish_from_stop",
-    "stop_from_finish",
-    "usage_from_raw",
-    "usage_to_raw",
-]
+from ..base import EXTENSION_KEY, json_encode
 
 NAME = "anthropic-messages"
-EXT = "llmbridge"  # the JSON key that carries hub data Anthropic has no field for
+ANTHROPIC_VERSION = "2023-06-01"  # the anthropic-version header every request carries
 
 # Anthropic stop_reason -> hub finish reason.
 STOP_TO_HUB: dict[str, hub.FinishReason] = {
@@ -41,7 +24,7 @@ STOP_TO_HUB: dict[str, hub.FinishReason] = {
     "model_context_window_exceeded": "max_tokens",
 }
 
-# hub finish reason -> Anthropic stop_reason; reasons missing here travel under EXT.
+# hub finish reason -> Anthropic stop_reason; reasons missing here travel under EXTENSION_KEY.
 HUB_TO_STOP = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
@@ -154,7 +137,7 @@ def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any
 
 
 def apply_usage_extra(usage: hub.Usage, extra: dict[str, Any] | None) -> hub.Usage:
-    """Undo :func:`usage_to_raw`'s losses from the EXT data it returned."""
+    """Undo :func:`usage_to_raw`'s losses from the EXTENSION_KEY data it returned."""
     if not extra:
         return usage
     changes: dict[str, Any] = {f: None for f in extra.get("none", ()) if f in usage.__struct_fields__}
@@ -176,7 +159,7 @@ def error_body(error: hub.Error) -> dict[str, Any]:
     }
     if ERROR_TO_HUB.get(out["error"]["type"]) != error.type or error.code or error.status or body is not None:
         ours = {"type": error.type, "code": error.code, "status": error.status, "body": body}
-        out[EXT] = {k: v for k, v in ours.items() if v is not None}
+        out[EXTENSION_KEY] = {k: v for k, v in ours.items() if v is not None}
     return out
 
 
@@ -194,7 +177,7 @@ def error_from_body(body: Any, status: int | None = None) -> hub.Error:
     kind = err.get("type")
     hub_type = ERROR_TO_HUB.get(kind) or _type_for_status(status)
     code: str | None = kind if type(kind) is str else None
-    ours = body.get(EXT)
+    ours = body.get(EXTENSION_KEY)
     if type(ours) is dict:
         hub_type = ours.get("type") or hub_type
         code = ours.get("code")
@@ -205,7 +188,7 @@ def error_from_body(body: Any, status: int | None = None) -> hub.Error:
 
 
 def event_to_json(event: hub.Event) -> dict[str, Any]:
-    """A hub event as plain JSON, to carry it under EXT (every field, ``None`` ones too)."""
+    """A hub event as plain JSON, to carry it under EXTENSION_KEY (every field, ``None`` ones too)."""
     return hub.event_to_json(event, keep_none=True)
 
 
@@ -215,3 +198,83 @@ _CARRIED = (hub.BlockStart, hub.Delta, hub.BlockStop, hub.Finish, hub.Extension)
 def event_from_json(data: Any) -> hub.Event | None:
     """The carried block, finish or annotation event ``data`` holds, or None."""
     return hub.event_from_json(data, kinds=_CARRIED)
+
+
+# --------------------------------------------------------------------------- content blocks
+# (a streamed block's content_block_start and a whole one, in a response or a continuation)
+
+_TEXT_KEYS = frozenset(("type", "text"))
+_WHOLE_TEXT_KEYS = frozenset(("type", "text", "citations"))
+_THINKING_KEYS = frozenset(("type", "thinking", "signature", EXTENSION_KEY))
+_TOOL_KEYS = frozenset(("type", "id", "name", "input", EXTENSION_KEY))
+MESSAGE_KEYS = frozenset(
+    ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage", EXTENSION_KEY)
+)
+
+
+def _extras(block: dict[str, Any], known: frozenset[str]) -> dict[str, Any] | None:
+    extras = {k: v for k, v in block.items() if k not in known and k != EXTENSION_KEY}
+    return {NAME: extras} if extras else None
+
+
+def block_start(block: dict[str, Any], index: int, tool_id: str, whole: bool = False) -> tuple[hub.BlockStart, str]:
+    """The hub BlockStart for an Anthropic content block, and the text it already holds.
+
+    ``whole`` blocks (non-streaming, pre-populated) hold their final input or content, which
+    becomes the text a streamed block would have had; their citations go out as Extensions
+    (:func:`citations`), as streamed ones do.
+    """
+    kind = block.get("type")
+    if kind == "text":
+        start = hub.BlockStart(index, "text", extensions=_extras(block, _WHOLE_TEXT_KEYS if whole else _TEXT_KEYS))
+        text = block.get("text")
+        return start, text if type(text) is str else ""
+    if kind == "thinking":
+        sig = block.get("signature")
+        fidelity = {NAME: {"signature": sig}} if sig else None
+        text = block.get("thinking")
+        return hub.BlockStart(index, "thinking", fidelity=fidelity), text if type(text) is str else ""
+    if kind == "redacted_thinking":
+        return hub.BlockStart(index, "thinking", fidelity={NAME: {"redacted_data": block.get("data")}}), ""
+    if kind == "tool_use":
+        start = hub.BlockStart(
+            index,
+            "tool_call",
+            block.get("id") or tool_id,
+            block.get("name") or "",
+            extensions=_extras(block, _TOOL_KEYS),
+        )
+        args = block.get("input")
+        return start, json_encode(args).decode() if args else ""
+    if kind == EXTENSION_KEY:  # a hub block this dialect has no type for, carried by our encoder
+        data = block.get(EXTENSION_KEY) or {}
+        return hub.BlockStart(
+            index,
+            data.get("kind") or "native",
+            data.get("id"),
+            data.get("name"),
+            0,
+            data.get("mime_type"),
+            data.get("fidelity"),
+            data.get("extensions"),
+        ), ""
+    # server_tool_use, *_tool_result, mcp_*, compaction, and block types yet to come
+    text = ""
+    if whole:
+        args, content = block.get("input"), block.get("content")
+        text = json_encode(args).decode() if args else content if kind == "compaction" and type(content) is str else ""
+    return hub.BlockStart(
+        index,
+        "native",
+        block.get("id") or block.get("tool_use_id"),
+        block.get("name") or kind,
+        extensions={NAME: block},
+    ), text
+
+
+def citations(block: dict[str, Any], index: int) -> list[hub.Extension]:
+    """A whole text block's citations, as the citations_delta Extensions a stream carries."""
+    found = block.get("citations") if block.get("type") == "text" else None
+    if type(found) is not list:
+        return []
+    return [hub.Extension(NAME, {"type": "citations_delta", "citation": c}, index) for c in found]

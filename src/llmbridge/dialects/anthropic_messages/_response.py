@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import json_decode, json_encode
-from .common import (
-    ERROR_STATUS,
-    EXT,
+from ..base import EXTENSION_KEY, json_decode
+from ._common import (
+    MESSAGE_KEYS,
     NAME,
     apply_usage_extra,
+    block_start,
+    citations,
     error_body,
     error_from_body,
     event_from_json,
@@ -20,7 +21,6 @@ from .common import (
     usage_from_raw,
     usage_to_raw,
 )
-from .decoder import _MESSAGE_KEYS, block_start, citations
 
 _BLOCK_EXT_KEYS = ("fidelity", "extensions", "annotations")
 
@@ -35,8 +35,8 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
         ]
     if body.get("type") == "error":
         return [hub.ResponseStart(), error_from_body(body), hub.ResponseEnd()]
-    ours = body.get(EXT) if type(body.get(EXT)) is dict else {}
-    extras = {k: v for k, v in body.items() if k not in _MESSAGE_KEYS}
+    ours = body.get(EXTENSION_KEY) if type(body.get(EXTENSION_KEY)) is dict else {}
+    extras = {k: v for k, v in body.items() if k not in MESSAGE_KEYS}
     extensions = {NAME: extras} if extras else None
     if ours.get("extensions"):
         extensions = {**(extensions or {}), **ours["extensions"]}
@@ -63,15 +63,15 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
     for position, block in enumerate(content if type(content) is list else ()):
         if type(block) is not dict:
             continue
-        block_ours = block.get(EXT) if type(block.get(EXT)) is dict else {}
+        block_ours = block.get(EXTENSION_KEY) if type(block.get(EXTENSION_KEY)) is dict else {}
         n = allocate(block_ours.get("index", position))
         start, text = block_start(block, n, f"toolu_{message_id}_{position + 1}", whole=True)
         fidelity = hub.merge_dicts(start.fidelity, block_ours.get("fidelity"))
         extensions = hub.merge_dicts(start.extensions, block_ours.get("extensions"))
         block_id = start.id or block_ours.get("id")
         events.append(hub.BlockStart(n, start.kind, block_id, start.name, 0, start.mime_type, None, extensions))
-        if block.get("type") == EXT:
-            text = (block.get(EXT) or {}).get("text") or ""
+        if block.get("type") == EXTENSION_KEY:
+            text = (block.get(EXTENSION_KEY) or {}).get("text") or ""
         elif "arguments" in block_ours:
             text = block_ours["arguments"]
         if text:
@@ -124,7 +124,7 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
             continue
         encoded = _block(block, len(content) + 1, response.id)
         if block.index != len(content):  # keep the hub index when renumbering
-            encoded.setdefault(EXT, {})["index"] = block.index
+            encoded.setdefault(EXTENSION_KEY, {})["index"] = block.index
         content.append(encoded)
     usage, usage_extra = usage_to_raw(response.usage)
     body: dict[str, Any] = {
@@ -166,7 +166,7 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
     if notes:
         ours["annotations"] = notes
     if ours:
-        body[EXT] = ours
+        body[EXTENSION_KEY] = ours
     return body
 
 
@@ -233,7 +233,7 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
     else:
         notes = block.annotations
         data = {"kind": kind, "id": block.id, "name": block.name, "mime_type": block.mime_type, "text": block.text}
-        out = {"type": EXT}
+        out = {"type": EXTENSION_KEY}
         ours.update((k, v) for k, v in data.items() if v)
     if kind in ("text", "thinking") and block.id:
         ours["id"] = block.id
@@ -245,24 +245,5 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
     if notes:
         ours["annotations"] = [event_to_json(a) for a in notes]
     if ours:
-        out[EXT] = ours
+        out[EXTENSION_KEY] = ours
     return out
-
-
-def encode_error(error: hub.Error) -> tuple[int, dict[str, Any]]:
-    status = error.status or ERROR_STATUS.get(error.type) or hub.ERROR_STATUS.get(error.type, 500)
-    return status, error_body(error)
-
-
-def decode_error(status: int, body: bytes) -> hub.Error:
-    try:
-        data: Any = json_decode(body) if body else None
-    except ValueError:
-        data = body.decode("utf-8", "replace")
-    error = error_from_body(data, status)
-    if error.status is None:
-        error.status = status
-    return error
-
-
-__all__ = ["decode_response", "encode_response", "encode_error", "decode_error", "json_encode"]

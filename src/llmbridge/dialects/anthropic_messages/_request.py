@@ -8,9 +8,7 @@ from typing import Any
 from ... import hub
 from ...errors import RequestError
 from ..base import json_decode, json_encode
-from .common import NAME
-
-__all__ = ["DEFAULT_MAX_TOKENS", "EFFORT_BUDGET", "decode_request", "encode_request"]
+from ._common import NAME
 
 # Anthropic requires max_tokens; this is sent when the hub request has none.
 DEFAULT_MAX_TOKENS = 4096

@@ -8,18 +8,25 @@ prompt) and the body then ended; a body that ends before that is truncated and d
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgspec
 
 from ... import hub, sse
-from ..base import SSEStreamDecoder
-from ._wire import EXT, NAME, ArgsWriter, JSONArraySplitter, error_to_hub, finish_to_hub, parse_time, usage_to_hub
+from ..base import EXTENSION_KEY, SSEStreamDecoder
+from ._common import NAME, ArgsWriter, JSONArraySplitter, error_to_hub, finish_to_hub, parse_time, usage_to_hub
 
 # Part keys that are attributes of a part rather than its payload.
-_PART_ATTRS = frozenset(("thoughtSignature", "thought", EXT, "partMetadata", "videoMetadata", "mediaResolution"))
+_PART_ATTRS = frozenset(
+    ("thoughtSignature", "thought", EXTENSION_KEY, "partMetadata", "videoMetadata", "mediaResolution")
+)
 # Candidate keys surfaced as an Extension (grounding, citations, safety, logprobs ...).
-_CANDIDATE_HANDLED = frozenset(("content", "finishReason", "index", EXT))
+_CANDIDATE_HANDLED = frozenset(("content", "finishReason", "index", EXTENSION_KEY))
+# Chunk keys read at the start of the stream; the others are kept as an extension.
+_START_HANDLED = frozenset(
+    ("candidates", "usageMetadata", "modelVersion", "responseId", "promptFeedback", EXTENSION_KEY, "error")
+)
 
 
 def _sig(part: dict) -> dict | None:
@@ -52,17 +59,32 @@ class _Candidate:
         self.last_ext: dict[str, Any] = {}
 
 
+class _State(enum.Enum):
+    """Where a chunk stream is: no chunk yet, reading chunks, or ended by an ``{"error"}`` chunk."""
+
+    IDLE = "idle"
+    READING = "reading"
+    FAILED = "failed"
+
+
+_IDLE, _READING, _FAILED = _State.IDLE, _State.READING, _State.FAILED
+
+
 class ChunkDecoder:
-    """The state machine over parsed chunks; the stream decoder and ``decode_response`` share it."""
+    """The state machine over parsed chunks; the stream decoder and ``decode_response`` share it.
+
+    Its state is one :class:`_State` (``IDLE`` -> ``READING`` at the first chunk, -> ``FAILED``
+    at an error chunk, which ends it); whether the stream is complete also depends on facts
+    that are not states (a blocked prompt, our ``complete`` mark, each candidate's finish).
+    """
 
     def __init__(self, emit, violation) -> None:
         self._emit = emit
         self._violation = violation
-        self.started = False
+        self._state = _IDLE
         self.response_id: str | None = None
         self.candidates: dict[int, _Candidate] = {}
         self.blocked = False  # promptFeedback.blockReason
-        self.errored = False
         self.marked_complete = False  # our extension key says the source ended cleanly
         self._next_block = 0
         self._calls = 0
@@ -77,7 +99,7 @@ class ChunkDecoder:
             return
         if "error" in obj:
             self.start(obj)
-            self.errored = True
+            self._state = _FAILED
             self._emit(error_to_hub(obj))
             return
         self.start(obj)
@@ -107,7 +129,7 @@ class ChunkDecoder:
             u = usage_to_hub(usage)
             if u is not None:
                 self._emit(u)
-        ours = obj.get(EXT)
+        ours = obj.get(EXTENSION_KEY)
         if isinstance(ours, dict):
             if ours.get("complete"):
                 self.marked_complete = True
@@ -116,18 +138,24 @@ class ChunkDecoder:
                 index = self._ordinal[block] if isinstance(block, int) and block < len(self._ordinal) else None
                 self._emit(hub.Extension(ann.get("namespace", NAME), ann.get("data"), index))
 
+    @property
+    def started(self) -> bool:
+        """A chunk (or the caller's ``start``) opened the hub stream."""
+        return self._state is not _IDLE
+
+    @property
+    def errored(self) -> bool:
+        """An error chunk ended the stream."""
+        return self._state is _FAILED
+
     def start(self, obj: dict) -> None:
-        if self.started:
+        if self._state is not _IDLE:
             return
-        self.started = True
+        self._state = _READING
         rid = obj.get("responseId")
         self.response_id = rid if isinstance(rid, str) else None
-        extras = {
-            k: v
-            for k, v in obj.items()
-            if k not in ("candidates", "usageMetadata", "modelVersion", "responseId", "promptFeedback", EXT, "error")
-        }
-        ours = obj.get(EXT)
+        extras = {k: v for k, v in obj.items() if k not in _START_HANDLED}
+        ours = obj.get(EXTENSION_KEY)
         ours = ours if isinstance(ours, dict) else {}
         if ours.get("time_from_created"):
             extras.pop("createTime", None)
@@ -183,7 +211,7 @@ class ChunkDecoder:
         if word is not None and not c.finished:
             self._close(c)
             c.finished = True
-            ours = cand.get(EXT) or {}
+            ours = cand.get(EXTENSION_KEY) or {}
             mine = ours.get("finish")
             if isinstance(mine, dict) and mine.get("reason") in hub.FINISH_REASONS:
                 self._emit(hub.Finish(mine["reason"], choice, mine.get("raw", word), mine.get("stop_sequence")))
@@ -210,7 +238,7 @@ class ChunkDecoder:
             c.kind = ""
 
     def _part(self, c: _Candidate, part: dict) -> None:
-        ours = part.get(EXT)
+        ours = part.get(EXTENSION_KEY)
         if ours is None and c.args is None and len(part) == 1 and "text" in part:
             self._text(c, part, None)  # the hot path: a plain text part
             return
@@ -264,7 +292,7 @@ class ChunkDecoder:
             self._close(c)
             name = payload[0]
             value = part[name]
-            raw = {k: v for k, v in part.items() if k not in ("thoughtSignature", EXT)}
+            raw = {k: v for k, v in part.items() if k not in ("thoughtSignature", EXTENSION_KEY)}
             start = (ours or {}).get("start") or {}
             i = self._new_block(
                 c,
@@ -467,25 +495,3 @@ class StreamDecoder(SSEStreamDecoder):
                 self.on_truncated()
         out, self._out = self._out, []
         return out
-
-
-def decode_response(body: Any) -> list[hub.Event]:
-    """A ``generateContent`` body (or a JSON-array body of chunks) as a hub stream."""
-    out: list[hub.Event] = []
-    violations: list[str] = []
-    chunks = ChunkDecoder(out.append, lambda rule, msg, event=None: violations.append(rule))
-    for obj in body if isinstance(body, list) else [body]:
-        try:
-            chunks.chunk(obj)
-        except (AttributeError, TypeError, ValueError, KeyError, IndexError):
-            violations.append("chunk-shape")
-        if chunks.errored:
-            break
-    if not chunks.started:
-        chunks.start({})
-    if not chunks.errored:
-        chunks.end()
-        if not chunks.complete:
-            out.append(hub.Error("response has no finishReason", "incomplete_stream"))
-    out.append(hub.ResponseEnd())
-    return out
