@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from .. import hub, sse
-from ..errors import RequestError
-from .base import SSEStreamDecoder, json_decode, json_encode, not_a_hub_event
+from ... import hub, sse
+from ...errors import RequestError
+from ..base import SSEStreamDecoder, json_decode, json_encode, not_a_hub_event
 
 __all__ = [
     "ACCEPT_STREAM",

@@ -1,0 +1,5 @@
+"""LLM-Stream 1.0 (interim: the whole codec lives in ``_decoder`` until the next commit splits it)."""
+
+from ._decoder import *  # noqa: F403
+from ._decoder import __all__ as __all__
+from ._decoder import _frame as _frame  # bench/bindings_bench.py
