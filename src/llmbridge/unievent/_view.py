@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from . import hub
-from .dialects import MORE_NAMES
-from .dialects import NAMES as DIALECTS
-from .errors import IncompleteStreamError, LLMBridgeError, ToolCallArgumentParseError, UpstreamError
+from .. import hub
+from ..dialects import MORE_NAMES
+from ..dialects import NAMES as DIALECTS
+from ..errors import IncompleteStreamError, LLMBridgeError, ToolCallArgumentParseError, UpstreamError
 
 __all__ = [
     "Item",

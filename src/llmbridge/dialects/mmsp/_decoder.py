@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
-from .. import hub, sse
-from ..errors import IncompleteStreamError, LLMBridgeError, RequestError, ToolCallArgumentParseError
-from ..unievent import (
+from ... import hub, sse
+from ...errors import IncompleteStreamError, LLMBridgeError, RequestError, ToolCallArgumentParseError
+from ...unievent import (
     FINISH_FROM_MMSP,
     Embedding,
     InlineData,
@@ -35,7 +35,7 @@ from ..unievent import (
     from_item_fidelity,
     to_item_fidelity,
 )
-from .base import SSEStreamDecoder, decode_all, json_decode, json_encode
+from ..base import SSEStreamDecoder, decode_all, json_decode, json_encode
 
 __all__ = [
     "DONE",
