@@ -105,8 +105,8 @@ TARGETS: dict[str, Target] = {
         "mmsp",
     ),
     "llm-stream": Target(
-        "llmbridge.dialects.llm_stream",
-        ("STOP_REASONS", "_usage_fields", "_finish_fields", "_finish", "_finish_from"),
+        "llmbridge.dialects.llm_stream._common",
+        ("STOP_REASONS", "usage_fields", "finish_fields", "finish", "finish_from"),
         FINISH_MAPS,
         "llm",
     ),
