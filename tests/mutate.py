@@ -99,7 +99,7 @@ TARGETS: dict[str, Target] = {
         "gemini and not interactions",
     ),
     "mmsp": Target(
-        "llmbridge.unievent",
+        "llmbridge.unievent._items",
         ("FINISH_TO_MMSP", "FINISH_FROM_MMSP", "UsageMetadata.from_hub", "UsageMetadata.to_hub"),
         FINISH_MAPS,
         "mmsp",
