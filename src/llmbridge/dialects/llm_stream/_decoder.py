@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgspec
@@ -9,6 +10,26 @@ import msgspec
 from ... import hub, sse
 from ..base import SSEStreamDecoder, json_decode
 from ._common import KIND_BY_DELTA_KEY, NAME, NS, OTHER_KIND_KEY, SEQ_LIMIT, USAGE_DETAILS, VERSION, finish
+
+
+class _Wire(enum.Enum):
+    """Where a decoder is in the draft's stream grammar: one state, not a flag per fact (h11's
+    way), so no impossible mix (ended but never started) can be written down.
+
+    ``START`` -> ``OPEN`` on the first event (``stream.start``, or any other, reported as
+    ``start-first``); ``OPEN`` -> ``ERRORED`` on an ``error`` event (then only ``stream.end``
+    may come); ``OPEN`` or ``ERRORED`` -> ``ENDED`` on ``stream.end`` (anything after it is
+    ``after-end``).
+    """
+
+    START = "start"
+    OPEN = "open"
+    ERRORED = "errored"
+    ENDED = "ended"
+
+
+# The states as module constants: `is _OPEN` on every event costs no attribute lookup.
+_START, _OPEN, _ERRORED, _ENDED = _Wire.START, _Wire.OPEN, _Wire.ERRORED, _Wire.ENDED
 
 
 class StreamDecoder(SSEStreamDecoder):
@@ -30,10 +51,10 @@ class StreamDecoder(SSEStreamDecoder):
         super().__init__()
         self.seq_limit = seq_limit
         self._next_seq = 0
+        self._wire = _START
+        # The hub side, apart from the wire's state: a fatal violation ends the hub stream in
+        # any wire state, and checking goes on after it (every violation is listed).
         self._hub_started = False  # ResponseStart emitted
-        self._wire_started = False  # stream.start seen (or its absence reported)
-        self._wire_ended = False  # stream.end seen
-        self._errored = False  # an error event seen
         self._failed = False  # a fatal violation ended the hub stream
         self._request_id: str | None = None
         self._response_id: str | None = None
@@ -44,6 +65,11 @@ class StreamDecoder(SSEStreamDecoder):
         self._next_index = 0
         self._implicit_delta: int | None = None  # the block of content.delta events without index
 
+    @property
+    def wire_ended(self) -> bool:
+        """``stream.end`` was received: the stream (or a WebSocket turn) is over."""
+        return self._wire is _ENDED
+
     # -- driving
 
     def _dispatch(self, event: sse.Event) -> None:
@@ -53,7 +79,7 @@ class StreamDecoder(SSEStreamDecoder):
     def close(self) -> list[hub.Event]:
         for event in self._sse.close():
             self._dispatch(event)
-        if not self._wire_ended:
+        if self._wire is not _ENDED:
             if self.event_number < 0:
                 self.violation("start-first", "no stream.start: the stream is empty", event=-1)
             self.violation("end-missing", "stream ended before stream.end", event=-1)
@@ -70,7 +96,7 @@ class StreamDecoder(SSEStreamDecoder):
     def _end_with(self, error: hub.Error) -> None:
         """End the hub stream with ``error``, or just end it after the error event already sent."""
         self._start_hub()
-        if self._errored:
+        if self._wire is _ERRORED:
             self.finish_stream()
         else:
             self.fail(error)
@@ -84,7 +110,8 @@ class StreamDecoder(SSEStreamDecoder):
         self._failed = True
 
     def on_event(self, event: sse.Event) -> None:
-        if self._wire_ended:
+        wire = self._wire
+        if wire is _ENDED:
             self.violation("after-end", f"event {event.event!r} after stream.end")
             return
         try:
@@ -97,7 +124,7 @@ class StreamDecoder(SSEStreamDecoder):
             self._next_seq += 1
             self._fatal("json", f"data is a JSON {type(obj).__name__}, not an object")
             return
-        if self._fast and event.event == "content.delta" and self._delta_fast(obj):
+        if wire is _OPEN and not self._failed and event.event == "content.delta" and self._delta_fast(obj):
             return
         event_type = obj.get("type")
         seq = obj.get("seq")
@@ -126,8 +153,8 @@ class StreamDecoder(SSEStreamDecoder):
             return
         if event.event != event_type:
             self.violation("event-name", f"SSE event name {event.event!r} but JSON type {event_type!r}")
-        if not self._wire_started:
-            self._wire_started = True
+        if wire is _START:
+            self._wire = _OPEN
             if event_type != "stream.start":
                 self.violation("start-first", f"{event_type} before stream.start")
                 if not self._failed:
@@ -138,18 +165,17 @@ class StreamDecoder(SSEStreamDecoder):
             self.violation("start-first", "a second stream.start")
             return
         if event_type == "stream.end":
-            self._wire_ended = True
+            if not self._failed:
+                self._on_stream_end(obj)  # reads the state it ends: OPEN or ERRORED
+            self._wire = _ENDED
+            return
         handler = _HANDLERS.get(event_type)
         if handler is None or self._failed:
             return  # unknown types are ignored (forward compatibility)
-        if self._errored and event_type != "stream.end":
+        if self._wire is _ERRORED:
             self.violation("error-last", f"{event_type} after the error event")
             return
         handler(self, obj)
-
-    @property
-    def _fast(self) -> bool:
-        return self._wire_started and not (self._failed or self._errored)
 
     def _delta_fast(self, obj: dict) -> bool:
         """A well-formed text delta of an open block, the bulk of every stream; False: take the full path."""
@@ -345,7 +371,7 @@ class StreamDecoder(SSEStreamDecoder):
         self.emit(hub.Usage(*values, extensions=ext if type(ext) is dict and ext else None))
 
     def _on_error(self, obj: dict) -> None:
-        self._errored = True
+        self._wire = _ERRORED
         err = obj.get("error")
         if type(err) is not dict:
             self.violation("field", "'error' is missing or not an object")
@@ -379,7 +405,7 @@ class StreamDecoder(SSEStreamDecoder):
         request_id = self._field(obj, "request_id", str)
         if self._request_id is not None and request_id != self._request_id:
             self.violation("request-id", f"stream.end request_id {request_id!r} differs from stream.start's")
-        if not self._errored:
+        if self._wire is not _ERRORED:
             for index in list(self._keys):
                 if index not in self._implicit:
                     self.violation("block", f"block {index} has no content.stop")
@@ -394,5 +420,4 @@ _HANDLERS = {
     "content.stop": StreamDecoder._on_content_stop,
     "usage": StreamDecoder._on_usage,
     "error": StreamDecoder._on_error,
-    "stream.end": StreamDecoder._on_stream_end,
-}
+}  # stream.end is not here: on_event ends the wire state around its handler

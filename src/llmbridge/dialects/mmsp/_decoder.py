@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import enum
 import json
 from typing import Any
 
@@ -24,6 +25,19 @@ from ...unievent import (
 )
 from ..base import EXTENSION_KEY, SSEStreamDecoder
 from ._common import NAME, error_from_object, event_from_dict
+
+
+class _Stream(enum.Enum):
+    """Where a decoder is in MMSP's stream: ``START`` -> ``STREAMING`` with the first event (the
+    hub ``ResponseStart`` is out); ``STREAMING`` -> ``STOPPED`` with the stop event, after which only
+    ``[DONE]`` may come (it ends the hub stream; anything else is ``stop-last``)."""
+
+    START = "start"
+    STREAMING = "streaming"
+    STOPPED = "stopped"
+
+
+_START, _STREAMING, _STOPPED = _Stream.START, _Stream.STREAMING, _Stream.STOPPED
 
 
 class _Open:
@@ -68,8 +82,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def __init__(self) -> None:
         super().__init__()
-        self._started = False
-        self._stopped = False
+        self._state = _START
         self._request_id: str | None = None
         self._group: _Open | None = None
         self._blocks = 0
@@ -79,7 +92,7 @@ class StreamDecoder(SSEStreamDecoder):
     def on_event(self, event: sse.Event) -> None:
         data = event.data
         if data[:1] != "{" and data.strip() == "[DONE]":
-            if self._stopped:
+            if self._state is _STOPPED:
                 self.finish_stream(self._request_id)
             else:
                 self.violation("stop-missing", "[DONE] before the stop event")
@@ -114,7 +127,7 @@ class StreamDecoder(SSEStreamDecoder):
             self.violation("unievent", str(exc))
             return
         self._start(event)
-        if self._stopped:
+        if self._state is _STOPPED:
             self.violation("stop-last", "an event after the stop event")
             return
         if event.event_type == "stop":
@@ -147,9 +160,9 @@ class StreamDecoder(SSEStreamDecoder):
     # -- pieces
 
     def _start(self, event: UniEvent | None, info: Any = None) -> None:
-        if self._started:
+        if self._state is not _START:
             return
-        self._started = True
+        self._state = _STREAMING
         if event is not None:
             info = (event.llmbridge or {}).get("response")
         if isinstance(info, dict):
@@ -419,7 +432,7 @@ class StreamDecoder(SSEStreamDecoder):
             if isinstance(f, dict) and f.get("reason") in hub.FINISH_REASONS:
                 self.emit(hub.Finish(f["reason"], int(f.get("choice", 0)), f.get("raw"), f.get("stop_sequence")))
         self._request_id = extra.get("request_id")
-        self._stopped = True
+        self._state = _STOPPED
 
 
 def _whole_fragment(item: Item) -> Item:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from ... import hub
@@ -20,6 +21,20 @@ _FRAGMENT = {
 }
 
 
+class _Out(enum.Enum):
+    """Where an encoder is: ``OPEN`` -> ``CLOSED`` on ``ResponseEnd`` or a hub ``Error`` (the
+    ``[DONE]`` line is out); ``OPEN`` -> ``HOLDING`` when only MMSP's grammar failed (tool
+    arguments that do not parse): the error waits for the end, collecting the hub events that
+    follow, and ``HOLDING`` -> ``CLOSED`` on ``ResponseEnd``."""
+
+    OPEN = "open"
+    HOLDING = "holding"
+    CLOSED = "closed"
+
+
+_OPEN, _HOLDING, _CLOSED = _Out.OPEN, _Out.HOLDING, _Out.CLOSED
+
+
 class StreamEncoder:
     """Hub events -> ``data: <UniEvent>`` lines, through :class:`UniEventView`.
 
@@ -35,14 +50,14 @@ class StreamEncoder:
 
     def __init__(self, clock: Any = None) -> None:
         self._view = UniEventView(clock)
-        self._closed = False
-        self._failure: dict | None = None  # the error of a tool call whose arguments do not parse
-        self._after: list[dict] = []  # the hub events that came after it
+        self._state = _OPEN
+        self._failure: dict | None = None  # the error event's object, once there is one
+        self._after: list[dict] = []  # HOLDING: the hub events that came after the failure
 
     def encode(self, event: hub.Event) -> bytes:
-        if self._closed:
-            return b""
-        if self._failure is not None:
+        if self._state is not _OPEN:
+            if self._state is _CLOSED:
+                return b""
             self._after.append(event_to_dict(event))
             return self._flush() if type(event) is hub.ResponseEnd else b""
         if type(event) is hub.Delta:
@@ -58,7 +73,7 @@ class StreamEncoder:
             chunks.append(self._fail(event, exc))
         elif type(event) is hub.ResponseEnd:
             chunks.append(DONE)
-            self._closed = True
+            self._state = _CLOSED
         return b"".join(chunks)
 
     def _fail(self, event: hub.Event, exc: LLMBridgeError) -> bytes:
@@ -73,11 +88,12 @@ class StreamEncoder:
         obj = exception_object(exc)
         obj[EXTENSION_KEY] = {**(obj.get(EXTENSION_KEY) or {}), **state, "resume": True, "after": self._after}
         self._failure = obj
+        self._state = _HOLDING
         if type(event) is hub.ResponseEnd:
             self._after.append(event_to_dict(event))
             return self._flush()
         return b""
 
     def _flush(self) -> bytes:
-        self._closed = True
+        self._state = _CLOSED
         return b"data: " + json_encode({"error": self._failure}) + b"\n\n" + DONE
