@@ -183,7 +183,9 @@ class StreamDecoder(SSEStreamDecoder):
         if seq != self._next_seq or type(seq) is not int or seq >= self.seq_limit or obj.get("v") != VERSION:
             return False
         index = obj.get("index")
-        key = self._keys.get(index) if type(index) is int else None
+        if type(index) is not int:
+            return False
+        key = self._keys.get(index)
         delta = obj.get("delta")
         if key is None or type(delta) is not dict or obj.get("type") != "content.delta":
             return False
@@ -277,7 +279,7 @@ class StreamDecoder(SSEStreamDecoder):
     def _on_content_delta(self, obj: dict) -> None:
         index = self._index(obj)
         implicit = index is None
-        if implicit:
+        if index is None:
             # The draft's own examples leave `index` out of single-block answers: such deltas
             # grow one implicit block, opened at the next free index (0 in a fresh stream).
             index = self._implicit_delta
@@ -309,7 +311,7 @@ class StreamDecoder(SSEStreamDecoder):
     def _on_tool_call(self, obj: dict) -> None:
         index = self._index(obj)
         implicit = index is None
-        if implicit:
+        if index is None:
             index = self._next_index
         elif index < 0:
             return
@@ -365,10 +367,12 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _on_usage(self, obj: dict) -> None:
         self._annotations(obj)
-        values = [self._field(obj, "input_tokens", int), self._field(obj, "output_tokens", int)]
-        values += [self._field(obj, NS + name, int) for name in USAGE_DETAILS]
+        usage = hub.Usage(self._field(obj, "input_tokens", int), self._field(obj, "output_tokens", int))
+        for name in USAGE_DETAILS:
+            setattr(usage, name, self._field(obj, NS + name, int))
         ext = obj.get("llmbridge:extensions")
-        self.emit(hub.Usage(*values, extensions=ext if type(ext) is dict and ext else None))
+        usage.extensions = ext if type(ext) is dict and ext else None
+        self.emit(usage)
 
     def _on_error(self, obj: dict) -> None:
         self._wire = _ERRORED

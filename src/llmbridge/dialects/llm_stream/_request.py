@@ -232,11 +232,12 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
 
 
 def _encode_part(part: hub.Part) -> dict | None:
-    t = type(part)
-    if t is hub.TextPart:
+    # `type(part) is X`, not a `t = type(part)` alias: mypy narrows only the former.
+    if type(part) is hub.TextPart:
         out: dict[str, Any] = {"type": "text", "text": part.text}
-    elif t is hub.ImagePart or t is hub.FilePart:
-        kind = "image" if t is hub.ImagePart else "audio" if (part.media_type or "").startswith("audio/") else "file"
+    elif type(part) is hub.ImagePart or type(part) is hub.FilePart:
+        image = type(part) is hub.ImagePart
+        kind = "image" if image else "audio" if (part.media_type or "").startswith("audio/") else "file"
         out = {"type": kind}
         if part.media_type is not None:
             out["media_type"] = part.media_type
@@ -244,9 +245,9 @@ def _encode_part(part: hub.Part) -> dict | None:
             out["data"] = part.data
         if part.url is not None:
             out["url"] = part.url
-        if t is hub.ImagePart and part.detail is not None:
+        if type(part) is hub.ImagePart and part.detail is not None:
             out["llmbridge:detail"] = part.detail
-        if t is hub.FilePart and part.name is not None:
+        if type(part) is hub.FilePart and part.name is not None:
             out["name"] = part.name
     else:
         return None
@@ -256,8 +257,9 @@ def _encode_part(part: hub.Part) -> dict | None:
 
 
 def _encode_content(parts: list[hub.Part]) -> str | list[dict]:
-    if len(parts) == 1 and type(parts[0]) is hub.TextPart and not parts[0].extensions:
-        return parts[0].text
+    first = parts[0] if len(parts) == 1 else None
+    if type(first) is hub.TextPart and not first.extensions:
+        return first.text
     return [p for p in map(_encode_part, parts) if p is not None]
 
 
@@ -282,18 +284,17 @@ def _encode_message(message: hub.Message) -> list[dict]:
         calls: list[dict] = []
         extra: list[dict] = []
         for at, part in enumerate(rest):
-            t = type(part)
-            if t is hub.ToolCallPart:
-                call = {"id": part.id, "name": part.name, "arguments": part.arguments}
+            if type(part) is hub.ToolCallPart:
+                call: dict[str, Any] = {"id": part.id, "name": part.name, "arguments": part.arguments}
                 if part.fidelity:
                     call["llmbridge:fidelity"] = part.fidelity
                 calls.append(call)
-            elif t is hub.ThinkingPart:
+            elif type(part) is hub.ThinkingPart:
                 item: dict[str, Any] = {"at": at, "type": "thinking", "text": part.text}
                 if part.fidelity:
                     item["fidelity"] = part.fidelity
                 extra.append(item)
-            elif t is hub.NativePart:
+            elif type(part) is hub.NativePart:
                 extra.append({"at": at, "type": "native", "namespace": part.namespace, "data": part.data})
             else:
                 content.append(part)

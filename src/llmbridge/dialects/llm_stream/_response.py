@@ -51,7 +51,8 @@ def encode_response(response: hub.Response) -> dict:
     annotations = _annotations_list(response.annotations)
     for b in response.blocks:
         annotations += _annotations_list(b.annotations)
-        extra = {k: v for k, v in (("llmbridge:fidelity", b.fidelity), ("llmbridge:extensions", b.extensions)) if v}
+        pairs = (("llmbridge:fidelity", b.fidelity), ("llmbridge:extensions", b.extensions))
+        extra: dict[str, Any] = {k: v for k, v in pairs if v}
         if b.choice == 0 and b.kind == "text":
             if b.id is not None:
                 extra["llmbridge:id"] = b.id
@@ -149,9 +150,9 @@ def decode_response(body: dict) -> list[hub.Event]:
     by_index = {b.index: b for b in blocks}
     for a in body.get("llmbridge:annotations") or []:
         if type(a) is dict and type(a.get("namespace")) is str:
-            ext = hub.Extension(a["namespace"], a.get("data"), a.get("index"))
-            block = by_index.get(ext.index) if ext.index is not None else None
-            (block.annotations if block is not None else r.annotations).append(ext)
+            note = hub.Extension(a["namespace"], a.get("data"), a.get("index"))
+            block = by_index.get(note.index) if note.index is not None else None
+            (block.annotations if block is not None else r.annotations).append(note)
     r.blocks = blocks
     finish = finish_from(body, 0)
     if finish is not None:
@@ -162,10 +163,10 @@ def decode_response(body: dict) -> list[hub.Event]:
     usage = body.get("usage")
     if type(usage) is dict:
         r.usage = hub.Usage(
-            *(usage.get(k) for k in ("input_tokens", "output_tokens")),
-            *(usage.get(NS + k) for k in USAGE_DETAILS),
-            extensions=usage.get("llmbridge:extensions"),
+            usage.get("input_tokens"), usage.get("output_tokens"), extensions=usage.get("llmbridge:extensions")
         )
+        for name in USAGE_DETAILS:
+            setattr(r.usage, name, usage.get(NS + name))
     if body.get("error") is not None:
         r.error = _response_error(body)
     ext = body.get("llmbridge:extensions")
