@@ -24,6 +24,8 @@ class Item:
 
     __slots__ = ("done", "fidelity")
     kind: ClassVar[str] = ""
+    done: bool
+    fidelity: dict | None
 
     @property
     def type(self) -> str:

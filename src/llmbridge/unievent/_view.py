@@ -139,9 +139,10 @@ class UniEventView:
     # -- public
 
     def feed(self, event: hub.Event) -> list[UniEvent]:
-        if self._pending is not None:
-            exc, self._pending = self._pending, None
-            raise exc
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            raise pending
         out, exc = self.step(event)
         if exc is not None:
             if not out:
@@ -202,15 +203,15 @@ class UniEventView:
     # -- dispatch
 
     def _handle(self, e: hub.Event, out: list[UniEvent]) -> None:
-        kind = type(e)
-        if kind is hub.Delta:
+        # `type(e) is X` on each branch rather than an alias of type(e): mypy narrows only the former.
+        if type(e) is hub.Delta:
             g = self._groups.get(e.index)
             if g is None or not e.text:
                 return
             if g is self._live and g.streams:
                 self._emit_fragment(g, e.text, out)
             g.parts.append(e.text)
-        elif kind is hub.BlockStart:
+        elif type(e) is hub.BlockStart:
             g = self._new_group(e)
             self._groups[e.index] = g
             self._all[e.index] = g
@@ -218,7 +219,7 @@ class UniEventView:
                 self._activate(g, out)
             else:
                 self._queue.append(g)
-        elif kind is hub.BlockStop:
+        elif type(e) is hub.BlockStop:
             g = self._groups.pop(e.index, None)
             if g is None:
                 return
@@ -228,13 +229,13 @@ class UniEventView:
             if g is self._live:
                 self._finish(g, out)
                 self._advance(out)
-        elif kind is hub.Usage:
+        elif type(e) is hub.Usage:
             self._usage = hub.merge_usage(self._usage, e)
-        elif kind is hub.Finish:
+        elif type(e) is hub.Finish:
             self._finishes[e.choice] = e
-        elif kind is hub.Extension:
+        elif type(e) is hub.Extension:
             g = self._all.get(e.index) if e.index is not None else None
-            entry = {"namespace": e.namespace, "data": e.data}
+            entry: dict[str, Any] = {"namespace": e.namespace, "data": e.data}
             if g is not None and not g.finished:
                 g.annotations.append(entry)
             else:
@@ -243,8 +244,8 @@ class UniEventView:
                 elif g is None and e.index is not None:
                     entry["index"] = e.index
                 self._annotations.append(entry)
-        elif kind is hub.ResponseStart:
-            info = {
+        elif type(e) is hub.ResponseStart:
+            info: dict[str, Any] = {
                 k: v
                 for k, v in (
                     ("id", e.id),
@@ -256,15 +257,15 @@ class UniEventView:
                 if v is not None
             }
             self._response = info or None
-        elif kind is hub.Error:
+        elif type(e) is hub.Error:
             partial = self.partial()
             if e.type == "incomplete_stream":
                 raise IncompleteStreamError(e.message, partial=partial)
             raise UpstreamError(e.message, status=e.status, body=e.body, type=e.type, partial=partial)
-        elif kind is hub.ResponseEnd:
+        elif type(e) is hub.ResponseEnd:
             self._end(e, out)
         else:  # the end of the chain costs valid events nothing (dialects._contracts: the encoder edges)
-            raise TypeError(f"not a hub event: {kind.__name__} {e!r:.80}")
+            raise TypeError(f"not a hub event: {type(e).__name__} {e!r:.80}")
 
     def _new_group(self, e: hub.BlockStart) -> _Group:
         carrier = False
@@ -345,7 +346,7 @@ class UniEventView:
         s = g.start
         kind = g.kind
         if g.carrier:
-            fidelity = {EXTENSION_KEY: {"block": self._raw_block(g)}}
+            fidelity: dict | None = {EXTENSION_KEY: {"block": self._raw_block(g)}}
             self._delta(Text("", fidelity=fidelity), out)
             self._done(Text("", done=True, fidelity=fidelity), out)
             return
