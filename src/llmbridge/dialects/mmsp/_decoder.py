@@ -378,18 +378,19 @@ class StreamDecoder(SSEStreamDecoder):
             return False
         for d in extra.get("after") or ():
             event = event_from_dict(d)
-            kind = type(event)
-            if kind is hub.BlockStart:
+            if type(event) is hub.BlockStart:
                 indices[event.index] = self._blocks
                 event.index = self._blocks
                 self._blocks += 1
-            elif kind is hub.Delta or kind is hub.BlockStop or (kind is hub.Extension and event.index is not None):
+            elif type(event) is hub.Delta or type(event) is hub.BlockStop:
                 event.index = indices.get(event.index, event.index)
-            elif kind is hub.ResponseEnd:
+            elif type(event) is hub.Extension:  # its index is optional: None stays None
+                event.index = indices.get(event.index, event.index) if event.index is not None else None
+            elif type(event) is hub.ResponseEnd:
                 self.finish_stream(event.request_id)
                 return True
             self.emit(event)
-            if kind is hub.Error:
+            if type(event) is hub.Error:
                 self.finish_stream()
                 return True
         self.fail(hub.Error("mmsp stream ended without its stop event", "incomplete_stream"))

@@ -53,7 +53,8 @@ def _part_from_item(item: Any, where: str) -> hub.Part | None:
     if not isinstance(item, dict):
         raise RequestError("a content item must be an object", where)
     kind = str(item.get("type", "")).removesuffix(".done")
-    extra = item.get(EXTENSION_KEY) if isinstance(item.get(EXTENSION_KEY), dict) else {}
+    value = item.get(EXTENSION_KEY)
+    extra: dict[str, Any] = value if isinstance(value, dict) else {}
     fidelity, fid_extra = from_item_fidelity(item.get("fidelity") if isinstance(item.get("fidelity"), dict) else None)
     if kind == "text":
         block = (fid_extra or {}).get("block")

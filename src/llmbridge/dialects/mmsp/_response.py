@@ -29,7 +29,7 @@ def decode_response(body: dict) -> list[hub.Event]:
         first = True
         for item in items:
             fragment = _whole_fragment_dict(item)
-            event = {
+            event: dict[str, Any] = {
                 "role": "assistant",
                 "event_type": "delta",
                 "content_items": [fragment],
@@ -41,7 +41,7 @@ def decode_response(body: dict) -> list[hub.Event]:
             first = False
             decoder.feed_object(event)
             decoder.feed_object({**event, "content_items": [item], EXTENSION_KEY: None})
-        stop = {
+        stop: dict[str, Any] = {
             "role": "assistant",
             "event_type": "stop",
             "content_items": [],
