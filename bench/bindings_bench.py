@@ -77,6 +77,7 @@ def client_decode() -> str:
 
     from llmbridge import bindings, sse
     from llmbridge.dialects import llm_stream
+    from llmbridge.dialects.llm_stream import _encoder as llm_stream_encoder  # its frame(): the SSE bytes of one event
 
     bodies, _ = _llm_stream_corpus()
     binaries = []
@@ -151,7 +152,7 @@ def client_decode() -> str:
     for size in (16, 256, 4096, 65536):
         text = "x" * size
         body = b"".join(
-            llm_stream._frame(
+            llm_stream_encoder.frame(
                 "content.delta", {"v": "1.0", "seq": i, "type": "content.delta", "index": 0, "delta": {"text": text}}
             )
             for i in range(200)

@@ -99,14 +99,14 @@ TARGETS: dict[str, Target] = {
         "gemini and not interactions",
     ),
     "mmsp": Target(
-        "llmbridge.unievent",
+        "llmbridge.unievent._items",
         ("FINISH_TO_MMSP", "FINISH_FROM_MMSP", "UsageMetadata.from_hub", "UsageMetadata.to_hub"),
         FINISH_MAPS,
         "mmsp",
     ),
     "llm-stream": Target(
-        "llmbridge.dialects.llm_stream",
-        ("STOP_REASONS", "_usage_fields", "_finish_fields", "_finish", "_finish_from"),
+        "llmbridge.dialects.llm_stream._common",
+        ("STOP_REASONS", "usage_fields", "finish_fields", "finish", "finish_from"),
         FINISH_MAPS,
         "llm",
     ),

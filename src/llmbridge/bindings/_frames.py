@@ -312,13 +312,13 @@ class BinaryStreamDecoder(llm_stream.StreamDecoder):
             try:
                 self.frames.close()
             except FrameError as exc:
-                if exc.code == "truncated" and not self._wire_ended:
+                if exc.code == "truncated" and not self.wire_ended:
                     self.violation("frame", str(exc), event=-1)
                     self._broken = True
                     # as a truncated SSE body: incomplete_stream, never a clean end
                 else:
                     self._frame_error(exc)
-        if not self._wire_ended:
+        if not self.wire_ended:
             if self.event_number < 0:
                 self.violation("start-first", "no stream.start: the stream is empty", event=-1)
             self.violation("end-missing", "stream ended before stream.end", event=-1)

@@ -167,6 +167,7 @@ class MessageStreamDecoder(llm_stream.StreamDecoder):
     :meth:`feed_message` takes a text message; :meth:`close` ends the input (a turn without
     ``stream.end`` is truncated: ``incomplete_stream``).  Every check of the SSE decoder
     applies; the event name is the JSON ``type`` (there is no separate name to disagree).
+    ``wire_ended`` (the SSE decoder's) says the turn is over.
     """
 
     def feed_message(self, text: str) -> list[hub.Event]:
@@ -180,8 +181,3 @@ class MessageStreamDecoder(llm_stream.StreamDecoder):
         self._dispatch(sse.Event(name, text))
         out, self._out = self._out, []
         return out
-
-    @property
-    def wire_ended(self) -> bool:
-        """``stream.end`` was received: the turn is over."""
-        return self._wire_ended
