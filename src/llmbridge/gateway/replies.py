@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from starlette.responses import Response
 
@@ -53,12 +54,12 @@ def error(dialect: str, message: str, type: str, status: int | None = None, code
 # --------------------------------------------------------------------------- model lists
 
 
-def openai_models(names: list[str]) -> dict:
+def openai_models(names: list[str]) -> dict[str, Any]:
     data = [{"id": n, "object": "model", "created": 0, "owned_by": "llmbridge"} for n in names]
     return {"object": "list", "data": data}
 
 
-def anthropic_models(names: list[str]) -> dict:
+def anthropic_models(names: list[str]) -> dict[str, Any]:
     data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
     return {
         "data": data,
@@ -68,7 +69,7 @@ def anthropic_models(names: list[str]) -> dict:
     }
 
 
-def gemini_model(name: str) -> dict:
+def gemini_model(name: str) -> dict[str, Any]:
     return {
         "name": f"models/{name}",
         "version": "1",
@@ -77,10 +78,10 @@ def gemini_model(name: str) -> dict:
     }
 
 
-def gemini_models(names: list[str]) -> dict:
+def gemini_models(names: list[str]) -> dict[str, Any]:
     return {"models": [gemini_model(n) for n in names]}
 
 
-def mmsp_models(names: list[str]) -> dict:
+def mmsp_models(names: list[str]) -> dict[str, Any]:
     """MMSP's client reads an OpenAI-shaped listing (``mmsp.mmsp.client.MmspClient.list_models``)."""
     return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "llmbridge"} for n in names]}
