@@ -30,6 +30,7 @@ import resource
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .app import create_app
@@ -243,14 +244,14 @@ def _secrets_of(config: Config) -> list[str]:
     return keys
 
 
-def build_app(config: Config) -> Any:
+def build_app(config: Config) -> Starlette:
     """The gateway app for ``config``, its keys registered for log redaction in this
     process. Raises RuntimeError as create_app (a missing local extra)."""
     register_secrets(_secrets_of(config))
     return create_app(config)
 
 
-def app_from_environment() -> Any:
+def app_from_environment() -> Starlette:
     """The app factory each worker process calls (``uvicorn ... --factory``): the config
     path comes from the ``LLMBRIDGE_CONFIG`` environment variable ("" = the local model)."""
     path = os.environ.get(CONFIG_ENV)

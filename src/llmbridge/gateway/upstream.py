@@ -121,9 +121,9 @@ class HTTPUpstream:
             raise UpstreamFailed(self.decode_error(response.status, data), passed)
         return response
 
-    def request_body(self, request: hub.Request) -> dict:
+    def request_body(self, request: hub.Request) -> dict[str, Any]:
         """The upstream request body; without our extension key unless the upstream takes it."""
-        body = self.dialect.encode_request(request)
+        body: dict[str, Any] = self.dialect.encode_request(request)
         if self.config.extensions:
             return body
         body, left_out = strip_extensions(body)
@@ -133,7 +133,7 @@ class HTTPUpstream:
 
     def decode_error(self, status: int, data: bytes) -> hub.Error:
         try:
-            error = self.dialect.decode_error(status, data)
+            error: hub.Error = self.dialect.decode_error(status, data)
         except Exception:  # an error body that breaks the codec still is an upstream error
             message = data.decode("utf-8", "replace")[:500] or f"HTTP {status}"
             error = hub.Error(message, hub.error_type_for_status(status))
@@ -181,5 +181,6 @@ def build(config: UpstreamConfig, **kwargs: Any) -> Upstream:
     return HTTPUpstream(config, **kwargs)
 
 
-def timeouts_of(upstream: Any) -> Timeouts:
+def timeouts_of(upstream: Upstream) -> Timeouts:
+    """``upstream.timeouts`` where it has them (HTTP upstreams), else the defaults."""
     return getattr(upstream, "timeouts", None) or Timeouts()

@@ -11,6 +11,7 @@ is no stream at all gives a report with ``fatal`` set, never an exception.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -176,7 +177,7 @@ def detect(shape: str, payload: Any) -> tuple[str | None, str]:
     return None, "no dialect recognised: pick the source dialect"
 
 
-def _detect_json(body: dict) -> tuple[str | None, str]:
+def _detect_json(body: dict[str, Any]) -> tuple[str | None, str]:
     if "choices" in body:
         return "openai-chat", "body has choices"
     if body.get("object") == "response" or ("output" in body and isinstance(body.get("output"), list)):
@@ -234,7 +235,7 @@ def analyze(data: bytes, source: str | None = None, target: str = "llm-stream") 
     return report
 
 
-def _stream(report: Report, codec: Any, data: bytes) -> None:
+def _stream(report: Report, codec: ModuleType, data: bytes) -> None:
     frames = _sse_events(data)
     report.frames_total = len(frames)
     report.frames = [
@@ -254,7 +255,7 @@ def _stream(report: Report, codec: Any, data: bytes) -> None:
     ] + report.problems
 
 
-def _json(report: Report, codec: Any, body: dict) -> None:
+def _json(report: Report, codec: ModuleType, body: dict[str, Any]) -> None:
     report.frames_total = 1
     report.frames = [{"n": 0, "event": "body", "data": msgspec.json.encode(body).decode()[:DATA_SHOWN], "cut": False}]
     try:
