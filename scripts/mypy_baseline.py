@@ -28,19 +28,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "mypy-baseline.json"
-SRC = ROOT / "src"
 _ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+: error: ")
 
 
-def strict_files(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, ...]:
-    """The files (relative to the root) whose module the mypy overrides make strict.
+def strict_files(root: Path = ROOT) -> tuple[str, ...]:
+    """The files under ``root/src`` (as paths relative to ``root``) whose module the mypy
+    overrides of ``root/pyproject.toml`` make strict.
 
     An override with ``disallow_untyped_defs = true`` marks its modules strict, one with
     ``false`` carves modules out again.  Where several patterns match a module, mypy's own
     precedence decides: the exact name, else the longest ``pkg.*`` (which matches ``pkg``
     itself and everything under it).
     """
-    mypy = tomllib.loads(pyproject.read_text())["tool"]["mypy"]
+    mypy = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["mypy"]
     rules: list[tuple[str, bool]] = []
     for override in mypy.get("overrides", []):
         flag = override.get("disallow_untyped_defs")
@@ -48,9 +48,10 @@ def strict_files(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, ...]:
             continue
         modules = override["module"]
         rules += [(m, bool(flag)) for m in ([modules] if isinstance(modules, str) else modules)]
+    src = root / "src"
     found = []
-    for path in sorted(SRC.rglob("*.py")):
-        parts = path.relative_to(SRC).with_suffix("").parts
+    for path in sorted(src.rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         best, strict = -1, False
         for pattern, flag in rules:
@@ -63,7 +64,7 @@ def strict_files(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, ...]:
             if rank > best:
                 best, strict = rank, flag
         if strict:
-            found.append(path.relative_to(ROOT).as_posix())
+            found.append(path.relative_to(root).as_posix())
     return tuple(found)
 
 
@@ -106,7 +107,8 @@ def main(argv: list[str]) -> int:
         print("mypy: errors grew (run `mypy` for the details):\n  " + "\n  ".join(problems))
         return 1
     note = f"; {len(lower)} file(s) below their baseline: `python scripts/mypy_baseline.py --update`" if lower else ""
-    print(f"mypy: {len(strict)} strict modules clean; {total} errors elsewhere, baseline {sum(baseline.values())}{note}")
+    held = sum(baseline.values())
+    print(f"mypy: {len(strict)} strict modules clean; {total} errors elsewhere, baseline {held}{note}")
     return 0
 
 
