@@ -22,8 +22,9 @@ import hmac
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ... import hub
 from . import keys as _keys
@@ -98,7 +99,7 @@ class Ticket:
     settled: bool = False
 
 
-def presented_key(headers: Any, query: Any) -> str | None:
+def presented_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The client's secret from ``Authorization: Bearer``, ``x-api-key``, ``x-goog-api-key`` or ``?key=``."""
     auth = headers.get("authorization", "")
     key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
