@@ -13,7 +13,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -25,8 +24,9 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import dialects, errors, hub
-from ..dialects.base import StreamEncoder, json_decode
+from ..dialects.base import DialectModule, StreamEncoder, json_decode
 from . import binding, extensions, limits, negotiation, replies, teams
+from ._codecs import codec as dialect_codec
 from .config import Config, default_config
 from .config import Route as ModelRoute
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
@@ -254,7 +254,7 @@ class Gateway:
         if not isinstance(body, dict):
             return replies.error(out_dialect, "request body must be a JSON object", "invalid_request")
         try:
-            hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
+            hreq = dialect_codec(request_dialect).decode_request(body, model=url_model)
             limits.validate_request(hreq, request_dialect)
         except errors.RequestError as exc:
             return replies.error(out_dialect, str(exc), exc.type, exc.status)
@@ -305,7 +305,7 @@ class Gateway:
     ) -> Response | StreamResponse:
         """Try the model's upstreams in order; fall back only while the client has seen nothing.
         ``with_extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
-        codec = dialects.get(out_dialect)
+        codec = dialect_codec(out_dialect)
         last: hub.Error | None = None
         headers: dict[str, str] = {}
         for n, route in enumerate(routes):
@@ -342,7 +342,7 @@ class Gateway:
         self,
         upstream: Upstream,
         hreq: hub.Request,
-        codec: ModuleType,
+        codec: DialectModule,
         out_dialect: str,
         request_id: str | None,
         stream: bool,
@@ -375,7 +375,8 @@ class Gateway:
         else:
             source = EventSource(upstream.stream(hreq), upstream.name, timeouts, started)
         keepalive = self.config.gateway.keepalive_seconds if stream else None
-        encoder: Callable[[], StreamEncoder] = partial(dialects.stream_encoder, codec, hreq)
+        # (dialects.stream_encoder takes the plain module: the optional stream_encoder(request))
+        encoder: Callable[[], StreamEncoder] = partial(dialects.stream_encoder, dialects.get(out_dialect), hreq)
         if not with_extensions:  # no "llmbridge" data for vendor SDKs and tools unless asked
             encoder = partial(extensions.plain_encoder, encoder, out_dialect)
         return Exchange(
@@ -397,7 +398,7 @@ class Gateway:
     async def answer(
         self,
         exchange: Exchange,
-        codec: ModuleType,
+        codec: DialectModule,
         out_dialect: str,
         stream: bool,
         json_array: bool,
@@ -415,8 +416,7 @@ class Gateway:
             return replies.error_response(out_dialect, error)
         response.request_id = request_id or response.request_id
         if with_extensions:
-            body: dict[str, Any] = codec.encode_response(response)
-            return replies.json_response(body)
+            return replies.json_response(codec.encode_response(response))
         plain = extensions.plain_response(response, out_dialect)
         return replies.json_response(extensions.plain_body(codec.encode_response(plain)))
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ... import dialects, errors, hub
+from .._codecs import codec as dialect_codec
 from ..config import ModelConfig
 from ._traffic import TrafficLog
 from ._translate import event_dict
@@ -130,7 +131,7 @@ class Fanout:
         """Per dialect: ``{ok, events, problems}``: its bytes decoded by its own decoder, validated."""
         result = {}
         for name in self.names:
-            decoder = dialects.get(name).StreamDecoder()
+            decoder = dialect_codec(name).StreamDecoder()
             try:
                 events = decoder.feed(bytes(self._kept[name])) + decoder.close()
                 problems = [str(v) for v in decoder.violations] + [f"{v} (hub)" for v in hub.validate(events)]

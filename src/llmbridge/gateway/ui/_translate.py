@@ -11,13 +11,13 @@ is no stream at all gives a report with ``fatal`` set, never an exception.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import msgspec
 
 from ... import dialects, hub, sse
-from ...dialects.base import json_decode
+from ...dialects.base import DialectModule, json_decode
+from .._codecs import codec as dialect_codec
 
 MAX_BYTES = 16 * 1024 * 1024  # larger bodies: `llmbridge translate` / `validate` on the command line
 SHOWN = 2000  # source and hub events listed in a report; the rest are counted
@@ -164,7 +164,7 @@ def detect(shape: str, payload: Any) -> tuple[str | None, str]:
     # No telltale field: the dialect whose decoder finds the fewest problems.
     best: tuple[int, int, str] | None = None
     for name in SOURCES:
-        decoder = dialects.get(name).StreamDecoder()
+        decoder = dialect_codec(name).StreamDecoder()
         try:
             decoded = decoder.feed(payload[:_SNIFF]) + decoder.close()
         except Exception:  # a decoder that chokes on a foreign stream is simply not the one
@@ -225,7 +225,7 @@ def analyze(data: bytes, source: str | None = None, target: str = "llm-stream") 
             return report
         report.detected, report.detection = True, why
     report.source = source
-    codec = dialects.get(source)
+    codec = dialect_codec(source)
     if shape == "json":
         _json(report, codec, payload)
     else:
@@ -235,7 +235,7 @@ def analyze(data: bytes, source: str | None = None, target: str = "llm-stream") 
     return report
 
 
-def _stream(report: Report, codec: ModuleType, data: bytes) -> None:
+def _stream(report: Report, codec: DialectModule, data: bytes) -> None:
     frames = _sse_events(data)
     report.frames_total = len(frames)
     report.frames = [
@@ -255,7 +255,7 @@ def _stream(report: Report, codec: ModuleType, data: bytes) -> None:
     ] + report.problems
 
 
-def _json(report: Report, codec: ModuleType, body: dict[str, Any]) -> None:
+def _json(report: Report, codec: DialectModule, body: dict[str, Any]) -> None:
     report.frames_total = 1
     report.frames = [{"n": 0, "event": "body", "data": msgspec.json.encode(body).decode()[:DATA_SHOWN], "cut": False}]
     try:
@@ -280,7 +280,7 @@ def _events(report: Report, events: list[hub.Event]) -> None:
 
 def _translate(report: Report, target: str) -> None:
     events = report.hub_events
-    codec = dialects.get(target)
+    codec = dialect_codec(target)
     try:
         if report.shape == "json":
             body = codec.encode_response(hub.assemble(events))
