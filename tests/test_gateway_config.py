@@ -113,6 +113,19 @@ def test_missing_file():
         cfg.load("/nonexistent/gateway.toml")
 
 
+def test_a_config_built_in_code_with_an_http_upstream_but_no_base_url_is_refused_at_start():
+    # Found by mypy strict: UpstreamConfig.base_url defaults to None, which only the TOML parser
+    # refuses; a Config built in code got as far as the first request, a 500 with a traceback.
+    from llmbridge.gateway import create_app
+
+    config = cfg.Config(
+        upstreams={"x": cfg.UpstreamConfig("x", "openai-chat")},
+        models={"m": cfg.ModelConfig("m", (cfg.Route("x", "m"),))},
+    )
+    with pytest.raises(cfg.ConfigError, match=r"^upstreams\.x\.base_url: must be an http:// or https:// URL"):
+        create_app(config)
+
+
 # --------------------------------------------------------------------------- negotiation
 
 

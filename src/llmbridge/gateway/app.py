@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -17,14 +18,17 @@ from typing import Any
 import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import dialects, errors, hub
-from ..dialects.base import json_decode
+from ..dialects.base import DialectModule, StreamEncoder, json_decode
 from . import binding, extensions, limits, negotiation, replies, teams
+from ._codecs import codec as dialect_codec
 from .config import Config, default_config
+from .config import Route as ModelRoute
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import EmbeddingsService
 from .images import ImagesService
@@ -86,7 +90,7 @@ class Gateway:
 
     # -- plumbing
 
-    async def principal(self, request: Request) -> teams.Principal | teams.Refusal:
+    async def principal(self, request: HTTPConnection) -> teams.Principal | teams.Refusal:
         """Who is calling (virtual keys too, when team features are on), or why not."""
         if self.teams is None or not self.teams.accounts:
             if self.authorized(request):
@@ -94,7 +98,7 @@ class Gateway:
             return teams.Refusal(hub.Error("invalid or missing API key", "authentication", status=401))
         return await self.teams.authenticate(teams.presented_key(request.headers, request.query_params))
 
-    async def refusal(self, request: Request) -> hub.Error | None:
+    async def refusal(self, request: HTTPConnection) -> hub.Error | None:
         """Why ``request``'s key is refused (``None``: accepted), for endpoints outside ``handle``."""
         who = await self.principal(request)
         return who.error if isinstance(who, teams.Refusal) else None
@@ -107,7 +111,7 @@ class Gateway:
             return replies.error_response(dialect, refusal)
         return await read_object(request, self.config.gateway.max_body_bytes, dialect)
 
-    def authorized(self, request: Request) -> bool:
+    def authorized(self, request: HTTPConnection) -> bool:
         if not self.api_keys:
             return True
         h = request.headers
@@ -124,7 +128,8 @@ class Gateway:
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > limit:
             raise _BodyTooLarge
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
@@ -152,6 +157,7 @@ class Gateway:
         """``GET /v1/models/{id}`` (OpenAI, Anthropic) and ``GET /v1beta/models/{name}`` (Gemini)."""
         name = request.path_params["target"].removeprefix("models/")
         path = request.url.path
+        shape: Callable[[str], dict[str, Any]]
         if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
             dialect, shape = GEMINI, replies.gemini_model
         elif "anthropic-version" in request.headers:
@@ -168,10 +174,10 @@ class Gateway:
         # "worker": the serving process, so an operator can see each of `serve --workers N` answer
         return replies.json_response({"status": "ok", "models": len(self.config.models), "worker": os.getpid()})
 
-    async def generate(self, request: Request) -> Response:
+    async def generate(self, request: Request) -> Response | StreamResponse:
         return await self.handle(request, ENDPOINTS[request.url.path])
 
-    async def gemini(self, request: Request) -> Response:
+    async def gemini(self, request: Request) -> Response | StreamResponse:
         target = request.path_params["target"]
         model, _, action = target.rpartition(":")
         if action in GEMINI_EMBED_ACTIONS and model:
@@ -192,7 +198,7 @@ class Gateway:
         url_model: str | None = None,
         stream: bool | None = None,
         json_array: bool = False,
-    ) -> Response:
+    ) -> Response | StreamResponse:
         content_type = request.headers.get("content-type")
         accept = request.headers.get("accept")
         dialect = negotiation.error_dialect(endpoint, content_type, accept)
@@ -210,7 +216,7 @@ class Gateway:
         url_model: str | None,
         stream: bool | None,
         json_array: bool,
-    ) -> Response:
+    ) -> Response | StreamResponse:
         if isinstance(who := await self.principal(request), teams.Refusal):
             return replies.error_response(dialect, who.error)
         content_type = request.headers.get("content-type")
@@ -248,7 +254,7 @@ class Gateway:
         if not isinstance(body, dict):
             return replies.error(out_dialect, "request body must be a JSON object", "invalid_request")
         try:
-            hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
+            hreq = dialect_codec(request_dialect).decode_request(body, model=url_model)
             limits.validate_request(hreq, request_dialect)
         except errors.RequestError as exc:
             return replies.error(out_dialect, str(exc), exc.type, exc.status)
@@ -273,32 +279,33 @@ class Gateway:
         if model.kind == "embedding":  # vectors over MMSP's stream (not yet in the teams ledger)
             return await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid)
         ours = extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions)
-        ticket = None
+        ticket: teams.Ticket | None = None
         if self.teams is not None:  # limits before anything goes upstream; settled when the answer ends
             rid_header = request.scope.get("state", {}).get("request_id", "")
-            ticket = await self.teams.admit(who, hreq, len(raw), request_dialect, out_dialect, rid or rid_header)
-            if isinstance(ticket, teams.Refusal):
-                return replies.error_response(out_dialect, ticket.error, ticket.headers)
+            admitted = await self.teams.admit(who, hreq, len(raw), request_dialect, out_dialect, rid or rid_header)
+            if isinstance(admitted, teams.Refusal):
+                return replies.error_response(out_dialect, admitted.error, admitted.headers)
+            ticket = admitted
         work = self.route(hreq, model.routes, out_dialect, rid, json_array, ticket, with_extensions=ours)
         response = await _unless_disconnected(request, work)
-        if ticket is not None:
+        if ticket is not None and self.teams is not None:  # (a ticket implies teams)
             self.teams.responded(ticket, response)
         return binding.as_binary(response) if binary else response
 
     async def route(
         self,
         hreq: hub.Request,
-        routes: Any,
+        routes: Sequence[ModelRoute],
         out_dialect: str,
         request_id: str | None,
         json_array: bool,
         ticket: teams.Ticket | None = None,
         *,
         with_extensions: bool = True,
-    ) -> Response:
+    ) -> Response | StreamResponse:
         """Try the model's upstreams in order; fall back only while the client has seen nothing.
         ``with_extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
-        codec = dialects.get(out_dialect)
+        codec = dialect_codec(out_dialect)
         last: hub.Error | None = None
         headers: dict[str, str] = {}
         for n, route in enumerate(routes):
@@ -335,7 +342,7 @@ class Gateway:
         self,
         upstream: Upstream,
         hreq: hub.Request,
-        codec: Any,
+        codec: DialectModule,
         out_dialect: str,
         request_id: str | None,
         stream: bool,
@@ -368,7 +375,8 @@ class Gateway:
         else:
             source = EventSource(upstream.stream(hreq), upstream.name, timeouts, started)
         keepalive = self.config.gateway.keepalive_seconds if stream else None
-        encoder = partial(dialects.stream_encoder, codec, hreq)
+        # (dialects.stream_encoder takes the plain module: the optional stream_encoder(request))
+        encoder: Callable[[], StreamEncoder] = partial(dialects.stream_encoder, dialects.get(out_dialect), hreq)
         if not with_extensions:  # no "llmbridge" data for vendor SDKs and tools unless asked
             encoder = partial(extensions.plain_encoder, encoder, out_dialect)
         return Exchange(
@@ -390,13 +398,13 @@ class Gateway:
     async def answer(
         self,
         exchange: Exchange,
-        codec: Any,
+        codec: DialectModule,
         out_dialect: str,
         stream: bool,
         json_array: bool,
         request_id: str | None,
         with_extensions: bool = True,
-    ) -> Response:
+    ) -> Response | StreamResponse:
         if stream:
             media = "application/json" if json_array else getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
             return StreamResponse(exchange.body(), media_type=media)
@@ -425,7 +433,9 @@ class Gateway:
                     await aclose()
 
 
-async def _unless_disconnected(request: Request, work: Any) -> Response:
+async def _unless_disconnected(
+    request: Request, work: Coroutine[Any, Any, Response | StreamResponse]
+) -> Response | StreamResponse:
     """Run ``work`` (until a response is ready) but drop it, and so the upstream request, as
     soon as the client disconnects. (Once streaming, :class:`StreamResponse` watches.)"""
 
@@ -480,12 +490,13 @@ def _finished(
 class RequestIdMiddleware:
     """Every response carries ``x-request-id``: the client's (if sane) or a fresh one."""
 
-    def __init__(self, app: Any):
+    def __init__(self, app: ASGIApp):
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         rid = None
         for k, v in scope["headers"]:
             if k == b"x-request-id":
@@ -496,7 +507,7 @@ class RequestIdMiddleware:
         scope.setdefault("state", {})["request_id"] = rid
         header = (b"x-request-id", rid.encode())
 
-        async def send_with_id(message: dict) -> None:
+        async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", ()), header]
             await send(message)
@@ -531,13 +542,13 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
     gateway = Gateway(config, upstreams)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if gateway.teams is not None:
             await gateway.teams.start()
         yield
         await gateway.aclose()
 
-    routes = [Route(path, gateway.generate, methods=["POST"]) for path in ENDPOINTS]
+    routes: list[BaseRoute] = [Route(path, gateway.generate, methods=["POST"]) for path in ENDPOINTS]
     routes += [
         *(Route(f"/{v}/models/{{target:path}}", gateway.gemini, methods=["POST"]) for v in GEMINI_VERSIONS),
         # LiteLLM's gemini provider appends /models/...:method to its api_base as given, so a

@@ -10,10 +10,12 @@ are unchanged: the binding only changes how *events* are framed.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+
+from starlette.responses import Response
 
 from ..bindings import BINARY_MEDIA_TYPE, BinaryFraming
 from .negotiation import parse_media_type
+from .streaming import StreamResponse
 
 __all__ = ["acceptable", "as_binary", "wants_binary"]
 
@@ -22,7 +24,7 @@ _PRODUCIBLE = ("text/event-stream", BINARY_MEDIA_TYPE, "application/json")
 
 
 def _accept_items(accept: str) -> list[tuple[str, float]]:
-    items = []
+    items: list[tuple[str, float]] = []
     for item in accept.split(","):
         if not item.strip():
             continue
@@ -64,22 +66,21 @@ def acceptable(accept: str | None) -> bool:
     return any(_quality(items, kind) > 0 for kind in _PRODUCIBLE)
 
 
-def as_binary(response: Any) -> Any:
+def as_binary(response: Response | StreamResponse) -> Response | StreamResponse:
     """``response`` re-framed for the binary binding when it is an event stream; else itself.
 
-    Works on the gateway's streaming response (``body`` async iterator, ``headers`` list);
-    a status or JSON answer passes through untouched.
+    Works on the gateway's :class:`~.streaming.StreamResponse` (its ``body`` async iterator
+    and ``headers`` list are changed in place); a status or JSON answer passes through untouched.
     """
-    headers = getattr(response, "headers", None)
-    body = getattr(response, "body", None)
-    if not isinstance(headers, list) or not hasattr(body, "__aiter__"):
+    if not isinstance(response, StreamResponse):
         return response
+    headers = response.headers
     for n, (key, value) in enumerate(headers):
         if key == b"content-type":
             if not value.startswith(b"text/event-stream"):
                 return response
             headers[n] = (b"content-type", BINARY_MEDIA_TYPE.encode())
-    response.body = _reframed(body)
+    response.body = _reframed(response.body)
     return response
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,7 @@ def default_config() -> Config:
     )
 
 
-def load(path: str | os.PathLike) -> Config:
+def load(path: str | os.PathLike[str]) -> Config:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -138,7 +139,7 @@ def load(path: str | os.PathLike) -> Config:
     return loads(text)
 
 
-def loads(text: str, env: dict[str, str] | None = None) -> Config:
+def loads(text: str, env: Mapping[str, str] | None = None) -> Config:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -146,8 +147,8 @@ def loads(text: str, env: dict[str, str] | None = None) -> Config:
     return parse(raw, os.environ if env is None else env)
 
 
-def parse(raw: dict[str, Any], env: Any = None) -> Config:
-    """A parsed TOML document to a validated :class:`Config`."""
+def parse(raw: dict[str, Any], env: Mapping[str, str] | None = None) -> Config:
+    """A parsed TOML document to a validated :class:`Config`; ``env`` (default ``os.environ``) for ``${VAR}``."""
     env = os.environ if env is None else env
     _known(raw, "", {"gateway", "upstreams", "models"})
     gateway = _gateway(_table(raw, "gateway", ""), env)
@@ -169,7 +170,7 @@ def parse(raw: dict[str, Any], env: Any = None) -> Config:
 # --------------------------------------------------------------------------- sections
 
 
-def _gateway(t: dict, env: Any) -> GatewayConfig:
+def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
     _known(
         t,
         "gateway",
@@ -194,9 +195,7 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
     if keepalive is None or keepalive <= 0:
         raise ConfigError("gateway.keepalive_seconds", "must be a positive number")
-    max_body = t.get("max_body_bytes", 10 * 1024 * 1024)
-    if type(max_body) is not int or max_body <= 0:
-        raise ConfigError("gateway.max_body_bytes", "must be a positive integer")
+    max_body = _positive_int(t, "max_body_bytes", 10 * 1024 * 1024)
     keys = t.get("api_keys", [])
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise ConfigError("gateway.api_keys", "must be an array of strings")
@@ -204,19 +203,12 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
     record_dir = t.get("record_dir")
     if record_dir is not None and not isinstance(record_dir, str):
         raise ConfigError("gateway.record_dir", "must be a string (a directory path)")
-    ints = {}
-    for key, default in (
-        ("max_json_depth", 128), ("max_connections", 1000), ("max_event_bytes", 32 * 1024 * 1024),
-        ("max_image_bytes", 20 * 1024 * 1024),
-    ):
-        ints[key] = t.get(key, default)
-        if type(ints[key]) is not int or ints[key] <= 0:
-            raise ConfigError(f"gateway.{key}", "must be a positive integer")
-    seconds = {}
-    for key, default in (("header_timeout", 10.0), ("idle_timeout", 30.0)):
-        seconds[key] = _number(t, key, "gateway", default)
-        if seconds[key] is None:
-            raise ConfigError(f"gateway.{key}", "must be a positive number of seconds")
+    max_json_depth = _positive_int(t, "max_json_depth", 128)
+    max_connections = _positive_int(t, "max_connections", 1000)
+    max_event_bytes = _positive_int(t, "max_event_bytes", 32 * 1024 * 1024)
+    max_image_bytes = _positive_int(t, "max_image_bytes", 20 * 1024 * 1024)
+    header_timeout = _seconds(t, "header_timeout", 10.0)
+    idle_timeout = _seconds(t, "idle_timeout", 30.0)
     extensions = t.get("extensions", False)
     if not isinstance(extensions, bool):
         raise ConfigError("gateway.extensions", "must be true or false")
@@ -236,11 +228,13 @@ def _gateway(t: dict, env: Any) -> GatewayConfig:
         raise ConfigError(*exc.args) from None
     return GatewayConfig(
         keepalive, max_body, keys, record_dir or None, extensions=extensions, ui=ui, ui_key=ui_key or None,
-        ui_traffic=ui_traffic, teams=teams, **ints, **seconds,
+        ui_traffic=ui_traffic, teams=teams, max_json_depth=max_json_depth, max_connections=max_connections,
+        max_event_bytes=max_event_bytes, max_image_bytes=max_image_bytes, header_timeout=header_timeout,
+        idle_timeout=idle_timeout,
     )
 
 
-def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
+def _upstream(name: str, t: dict[str, Any], env: Mapping[str, str]) -> UpstreamConfig:
     where = f"upstreams.{name}"
     _known(t, where, {"format", "base_url", "api_key", "timeouts", "headers", "extensions"})
     fmt = t.get("format")
@@ -274,7 +268,7 @@ def _upstream(name: str, t: dict, env: Any) -> UpstreamConfig:
     return UpstreamConfig(name, fmt, base_url, api_key, timeouts, headers, extensions)
 
 
-def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
+def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
     _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "price", "kind"})
     kind = t.get("kind", "chat")
     if kind not in MODEL_KINDS:
@@ -316,11 +310,12 @@ def _model(t: dict, where: str, upstreams: dict[str, UpstreamConfig]) -> ModelCo
 # --------------------------------------------------------------------------- helpers
 
 
-def _expand(value: str, key: str, env: Any) -> str:
+def _expand(value: str, key: str, env: Mapping[str, str]) -> str:
     """``${VAR}`` and ``${VAR:-default}`` from the environment; an unset VAR is an error."""
 
-    def sub(m: re.Match) -> str:
-        var, default = m.group(1), m.group(2)
+    def sub(m: re.Match[str]) -> str:
+        var: str = m[1]
+        default: str | None = m[2]  # None: no ":-" part (an empty default is "")
         if var in env:
             return env[var]
         if default is not None:
@@ -330,17 +325,18 @@ def _expand(value: str, key: str, env: Any) -> str:
     return _ENV.sub(sub, value)
 
 
-def _table(t: dict, name: str, where: str) -> dict:
+def _table(t: dict[str, Any], name: str, where: str) -> dict[str, Any]:
     return _as_table(t.get(name, {}), f"{where}.{name}" if where else name)
 
 
-def _as_table(value: Any, key: str) -> dict:
+def _as_table(value: Any, key: str) -> dict[str, Any]:
+    """``value`` if it is a TOML table (its keys are strings), else a :class:`ConfigError`."""
     if not isinstance(value, dict):
         raise ConfigError(key, f"must be a table, not {type(value).__name__}")
     return value
 
 
-def _number(t: dict, name: str, where: str, default: float | None) -> float | None:
+def _number(t: dict[str, Any], name: str, where: str, default: float | None) -> float | None:
     value = t.get(name, default)
     if value is None or (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
         return None if value is None else float(value)
@@ -349,7 +345,23 @@ def _number(t: dict, name: str, where: str, default: float | None) -> float | No
     raise ConfigError(f"{where}.{name}", f"must be a positive number of seconds, not {value!r}")
 
 
-def _known(t: dict, where: str, keys: set[str]) -> None:
+def _positive_int(t: dict[str, Any], name: str, default: int) -> int:
+    """``gateway.<name>`` as a positive integer (a TOML bool or float is refused), else a :class:`ConfigError`."""
+    value = t.get(name, default)
+    if type(value) is not int or value <= 0:
+        raise ConfigError(f"gateway.{name}", "must be a positive integer")
+    return value
+
+
+def _seconds(t: dict[str, Any], name: str, default: float) -> float:
+    """``gateway.<name>`` as a positive number of seconds (0 is refused here: no "off"), else a :class:`ConfigError`."""
+    value = _number(t, name, "gateway", default)
+    if value is None:
+        raise ConfigError(f"gateway.{name}", "must be a positive number of seconds")
+    return value
+
+
+def _known(t: dict[str, Any], where: str, keys: set[str]) -> None:
     for key in t:
         if key not in keys:
             prefix = f"{where}." if where else ""

@@ -16,13 +16,13 @@ carry in most streams), and strips any ``"llmbridge"`` key still left from the S
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
 from .. import hub
-from ..dialects.base import EXTENSION_KEY, json_decode, json_encode
+from ..dialects.base import EXTENSION_KEY, StreamEncoder, json_decode, json_encode
 
 __all__ = [
     "HEADER",
@@ -167,17 +167,18 @@ class PlainEncoder:
 
     __slots__ = ("_dialect", "_dropped", "_encode", "_inner")
 
-    def __init__(self, inner: Any, dialect: str) -> None:
+    def __init__(self, inner: StreamEncoder, dialect: str) -> None:
         self._inner = inner
         self._encode = inner.encode
         self._dialect = dialect
         self._dropped: set[int] = set()  # blocks left out: another vendor's native blocks
 
     def encode(self, event: hub.Event) -> bytes:
+        plain: hub.Event | None
         if type(event) is hub.Delta:  # deltas carry no fidelity: the hot path skips the filter
             if self._dropped and event.index in self._dropped:
                 return b""
-            plain: hub.Event | None = event
+            plain = event
         else:
             if isinstance(event, hub.BlockStart | hub.BlockStop) and self._skip(event):
                 return b""
@@ -203,6 +204,6 @@ class PlainEncoder:
         return False
 
 
-def plain_encoder(factory: Any, dialect: str) -> PlainEncoder:
+def plain_encoder(factory: Callable[[], StreamEncoder], dialect: str) -> PlainEncoder:
     """``factory()`` wrapped in a :class:`PlainEncoder` (for :class:`functools.partial` use)."""
     return PlainEncoder(factory(), dialect)

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 __all__ = ["app_from_env", "serve"]
 
 CONFIG_ENV = "LLMBRIDGE_SERVE_CONFIG"
 
 
-def app_from_env() -> Any:
+def app_from_env() -> Starlette:
     """The gateway app for the config named by ``LLMBRIDGE_SERVE_CONFIG`` (empty: the local model)."""
     from . import create_app, default_config, load
 

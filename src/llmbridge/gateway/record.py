@@ -7,10 +7,13 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import hub
 from .config import UpstreamConfig
+
+if TYPE_CHECKING:
+    from .streaming import Exchange
 
 __all__ = ["Recorder", "confined", "safe_name"]
 
@@ -20,7 +23,7 @@ log = logging.getLogger("llmbridge.gateway")
 class Recorder:
     """Writes one upstream response body to ``record_dir/<name>.sse`` plus a ``.json`` of facts."""
 
-    def __init__(self, path: Path, meta: dict):
+    def __init__(self, path: Path, meta: dict[str, Any]):
         self.path = path
         self.meta = meta
         self.parts: list[bytes] = []
@@ -41,7 +44,8 @@ class Recorder:
     def write(self, chunk: bytes) -> None:
         self.parts.append(chunk)
 
-    def finish(self, exchange: Any) -> None:
+    def finish(self, exchange: Exchange) -> None:
+        """Write the body and its facts (complete or not, the error); a failure is logged, not raised."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_bytes(b"".join(self.parts))

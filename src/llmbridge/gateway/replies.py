@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from starlette.responses import Response
 
-from .. import dialects, hub
+from .. import hub
 from ..dialects.base import json_encode
+from ._codecs import codec
 
 __all__ = [
     "anthropic_models",
@@ -32,7 +34,7 @@ def error_body(dialect: str, error: hub.Error) -> tuple[int, object]:
     """Status and body of ``error`` in ``dialect``'s shape (a generic shape if its codec fails)."""
     status = error.status or hub.ERROR_STATUS.get(error.type, 500)
     try:
-        encoded_status, body = dialects.get(dialect).encode_error(error)
+        encoded_status, body = codec(dialect).encode_error(error)
     except Exception:  # a missing or broken codec must not turn an error into a 500
         log.exception("encode_error failed for %s", dialect)
         body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
@@ -53,12 +55,12 @@ def error(dialect: str, message: str, type: str, status: int | None = None, code
 # --------------------------------------------------------------------------- model lists
 
 
-def openai_models(names: list[str]) -> dict:
+def openai_models(names: list[str]) -> dict[str, Any]:
     data = [{"id": n, "object": "model", "created": 0, "owned_by": "llmbridge"} for n in names]
     return {"object": "list", "data": data}
 
 
-def anthropic_models(names: list[str]) -> dict:
+def anthropic_models(names: list[str]) -> dict[str, Any]:
     data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
     return {
         "data": data,
@@ -68,7 +70,7 @@ def anthropic_models(names: list[str]) -> dict:
     }
 
 
-def gemini_model(name: str) -> dict:
+def gemini_model(name: str) -> dict[str, Any]:
     return {
         "name": f"models/{name}",
         "version": "1",
@@ -77,10 +79,10 @@ def gemini_model(name: str) -> dict:
     }
 
 
-def gemini_models(names: list[str]) -> dict:
+def gemini_models(names: list[str]) -> dict[str, Any]:
     return {"models": [gemini_model(n) for n in names]}
 
 
-def mmsp_models(names: list[str]) -> dict:
+def mmsp_models(names: list[str]) -> dict[str, Any]:
     """MMSP's client reads an OpenAI-shaped listing (``mmsp.mmsp.client.MmspClient.list_models``)."""
     return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "llmbridge"} for n in names]}

@@ -27,9 +27,11 @@ import logging
 import os
 import re
 import resource
+from collections.abc import Iterable
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .app import create_app
@@ -63,6 +65,8 @@ class GuardedConfig(uvicorn.Config):
 
     A module-level class, so the config pickles into worker processes."""
 
+    # ``app`` and ``kwargs`` go to uvicorn.Config as they are (an ASGI app, a factory or an
+    # import string; uvicorn's own options): its signature is the type.
     def __init__(self, app: Any, *, header_timeout: float = 10.0, **kwargs: Any) -> None:
         self.header_timeout = header_timeout
         super().__init__(app, **kwargs)
@@ -173,7 +177,7 @@ _PAIR = re.compile(rf"(\b{_SENSITIVE}\s*[:=]\s*)(?:Bearer\s+)?[^\s&,;\"']+", re.
 _BEARER = re.compile(r"(\bBearer\s+)[^\s\"',;]+", re.IGNORECASE)
 
 
-def register_secrets(values: Any) -> None:
+def register_secrets(values: Iterable[object]) -> None:
     """Add configured keys (strings) that must never appear in a log line of this process."""
     _SECRETS.update(v for v in values if isinstance(v, str) and len(v) >= 4)
 
@@ -243,14 +247,14 @@ def _secrets_of(config: Config) -> list[str]:
     return keys
 
 
-def build_app(config: Config) -> Any:
+def build_app(config: Config) -> Starlette:
     """The gateway app for ``config``, its keys registered for log redaction in this
     process. Raises RuntimeError as create_app (a missing local extra)."""
     register_secrets(_secrets_of(config))
     return create_app(config)
 
 
-def app_from_environment() -> Any:
+def app_from_environment() -> Starlette:
     """The app factory each worker process calls (``uvicorn ... --factory``): the config
     path comes from the ``LLMBRIDGE_CONFIG`` environment variable ("" = the local model)."""
     path = os.environ.get(CONFIG_ENV)
@@ -288,7 +292,7 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
     }
     if workers > 1:
         os.environ[CONFIG_ENV] = os.path.abspath(config_path) if config_path else ""
-        target: Any = f"{__name__}:app_from_environment"
+        target: str | Starlette | None = f"{__name__}:app_from_environment"
         options.update(factory=True, workers=workers)
     else:
         target = app

@@ -34,9 +34,12 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Protocol, cast
+
+from starlette.types import Receive, Scope, Send
 
 from .. import hub, sse
+from ..dialects.base import StreamDecoder, StreamEncoder
 from ._http import HIGH_WATER, Inbox, Response
 from .config import Timeouts
 
@@ -299,7 +302,7 @@ class Source:
     """
 
     inbox: Inbox
-    decoder: Any = None
+    decoder: StreamDecoder | None = None
     record: Callable[[bytes], None] | None = None
 
     def __init__(self, name: str, timeouts: Timeouts, started: float) -> None:
@@ -320,7 +323,7 @@ class HTTPSource(Source):
     def __init__(
         self,
         response: Response,
-        decoder: Any,
+        decoder: StreamDecoder,
         name: str,
         timeouts: Timeouts,
         started: float,
@@ -408,18 +411,23 @@ class _RelayState:
         self.open_blocks: dict[tuple[int, int], hub.BlockStart] = {}  # (choice, index) -> start
 
     def note(self, event: hub.Event) -> None:
+        # One type() for the dispatch (this runs per watched event); mypy cannot narrow
+        # ``event`` through ``kind``, so each branch casts what ``kind is ...`` just checked.
         kind = type(event)
         if kind is hub.BlockStart:
-            self.open_blocks[(event.choice, event.index)] = event  # type: ignore[union-attr]
+            start = cast(hub.BlockStart, event)
+            self.open_blocks[(start.choice, start.index)] = start
         elif kind is hub.BlockStop:
-            for key in [k for k in self.open_blocks if k[1] == event.index]:  # type: ignore[union-attr]
+            index = cast(hub.BlockStop, event).index
+            for key in [k for k in self.open_blocks if k[1] == index]:
                 del self.open_blocks[key]
         elif kind is hub.ResponseStart and self.start is None:
-            self.start = event  # type: ignore[assignment]
+            self.start = cast(hub.ResponseStart, event)
 
     def replay(self) -> list[hub.Event]:
         """Events that bring a fresh encoder to where the relayed stream stands."""
-        return ([self.start] if self.start is not None else []) + list(self.open_blocks.values())
+        events: list[hub.Event] = [self.start] if self.start is not None else []
+        return events + list(self.open_blocks.values())
 
 
 class Exchange:
@@ -437,7 +445,7 @@ class Exchange:
     def __init__(
         self,
         source: Source,
-        encoder_factory: Callable[[], Any],
+        encoder_factory: Callable[[], StreamEncoder],
         *,
         dialect: str = "",
         relay: bool = False,
@@ -452,13 +460,15 @@ class Exchange:
         self.source = source
         self.inbox = source.inbox
         self._loop = asyncio.get_running_loop()
-        self.started = source.started
-        self.first_byte_at: float | None = None
+        self.started = source.started  # loop time the upstream request was sent
+        self.first_byte_at: float | None = None  # loop time the first client bytes were produced
         self._encoder_factory = encoder_factory
-        self._encoder = None if relay else encoder_factory()
+        # A relay never encodes through this one (its end, if the upstream breaks off, is
+        # written by a fresh encoder: _encode_end); a _NullEncoder keeps the type plain.
+        self._encoder: StreamEncoder = _NullEncoder() if relay else encoder_factory()
         self.relay = relay
         self._relay_filter = relay_filter
-        self._relay_state = _RelayState() if relay else None
+        self._relay_state = _RelayState()  # noted only while relaying
         self._relay_done = _RELAY_DONE.get(dialect) if relay else None
         self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
         self._relay_markers = RELAY_MARKERS.get(dialect) if relay else None
@@ -485,8 +495,6 @@ class Exchange:
         self.finish: hub.Finish | None = None
         self.events = 0
         self.closed = False
-        self.started = asyncio.get_running_loop().time()  # for TTFT/duration (gateway.teams)
-        self.first_byte_at: float | None = None  # loop time the first client bytes were produced
 
     # -- phase 1
 
@@ -498,8 +506,9 @@ class Exchange:
         """
         inbox = self.inbox
         patience = None
-        if self.keepalive is not None:
-            patience = _LazyTimer(lambda: self._last_write + self.keepalive, lambda: inbox.alarm("keepalive"))
+        keepalive = self.keepalive
+        if keepalive is not None:
+            patience = _LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
         try:
             while True:
                 await inbox.wait()
@@ -515,8 +524,7 @@ class Exchange:
                 if out:
                     self._held.append(out)
                 for event in events:
-                    kind = type(event)
-                    if kind is hub.Error:
+                    if type(event) is hub.Error:
                         return event
                     if not isinstance(event, _NON_COMMITTING):
                         return None
@@ -558,11 +566,13 @@ class Exchange:
         inbox = self.inbox
         loop = self._loop
         self._last_write = loop.time()
-        if self.keepalive is not None:
+        keepalive = self.keepalive
+        timer = None
+        if keepalive is not None:
             # Keep-alives go out when the *client* has had no bytes for an interval: a silent
             # upstream, or one whose events the encoder is still buffering.
-            self._keepalive_timer = _LazyTimer(
-                lambda: self._last_write + self.keepalive, lambda: inbox.alarm("keepalive")
+            timer = self._keepalive_timer = _LazyTimer(
+                lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
             )
         while not self.upstream_done and not self.ended:
             await inbox.wait()
@@ -571,7 +581,8 @@ class Exchange:
                 inbox.alarms.discard("keepalive")
                 if not out:
                     out = self._keepalive_bytes
-                self._keepalive_timer.rearm()  # type: ignore[union-attr]
+                if timer is not None:  # (always: only the timer raises this alarm)
+                    timer.rearm()
             if out:
                 self._last_write = loop.time()
                 yield out
@@ -587,14 +598,15 @@ class Exchange:
         if items and not self._got_data:
             self._got_data = True
             self._deadlines.data_arrived()
-        if source.decoder is None:  # in-process: the items are hub events
+        decoder = source.decoder
+        if decoder is None:  # in-process: the items are hub events
             events: list[hub.Event] = items
             out = self._encode(events) if items else b""
             if self._observer is not None and items:
                 self._observer((b"", events))
         else:
             data = items[0] if len(items) == 1 else b"".join(items)
-            events, out = self._bytes(data) if data else ([], b"")
+            events, out = self._bytes(data, decoder) if data else ([], b"")
             if self._observer is not None and data:
                 self._observer((data, events))
         if "deadline" in inbox.alarms and not self.ended:
@@ -605,7 +617,7 @@ class Exchange:
             return events, out + self._encode_end(error)
         if inbox.eof and not inbox.items and not self.upstream_done:
             self.upstream_done = True
-            if source.decoder is not None and not self.ended:
+            if decoder is not None and not self.ended:
                 if inbox.error is not None:
                     from .upstream import as_hub_error
 
@@ -613,15 +625,14 @@ class Exchange:
                     events.append(error)
                     out += self._encode_end(error)
                 else:
-                    decoder = source.decoder
                     tail = bytes(self._pending) if self.relay else b""
                     tail_events = (decoder.feed(tail) if tail else []) + decoder.close()
                     events.extend(tail_events)
                     out += self._relay_end(tail_events) if self.relay else self._encode(tail_events)
         return events, out
 
-    def _bytes(self, data: bytes) -> tuple[list[hub.Event], bytes]:
-        """Raw upstream bytes: decoded (and relayed, or translated)."""
+    def _bytes(self, data: bytes, decoder: StreamDecoder) -> tuple[list[hub.Event], bytes]:
+        """Raw upstream bytes: decoded by ``decoder`` (the source's) and relayed, or translated."""
         source = self.source
         if source.record is not None:
             source.record(data)
@@ -640,7 +651,7 @@ class Exchange:
             self._pending.clear()
             return [error], self._encode_end(error)
         if not self.relay:
-            events = source.decoder.feed(data)
+            events = decoder.feed(data)
             return events, self._encode(events)
         # Relay whole events only, so that an upstream breaking off mid-event can still be
         # followed by a well-formed error event.
@@ -659,18 +670,17 @@ class Exchange:
         # the answer has started only the stretches that hold something it notes: a stretch of
         # plain text deltas is relayed without being decoded.
         if self._skim is None and self._relay_markers is not None:
-            events = self._watch_until_started(out)
+            events = self._watch_until_started(out, decoder)
         elif self._skim is None:
-            events = source.decoder.feed(out)
+            events = decoder.feed(out)
             for event in events:
                 self._watch(event)
         else:
-            events = self._watch_marked(out, 0)
+            events = self._watch_marked(out, 0, decoder)
         return events, self._relayed(out)
 
-    def _watch_marked(self, out: bytes, start: int) -> list[hub.Event]:
+    def _watch_marked(self, out: bytes, start: int, decoder: StreamDecoder) -> list[hub.Event]:
         """Decode only the events of ``out[start:]`` that hold one of the dialect's markers."""
-        decoder = self.source.decoder
         events: list[hub.Event] = []
         for begin, end in _marked_events(out, start, self._skim or ()):
             got = decoder.feed(out[begin:end])
@@ -679,13 +689,12 @@ class Exchange:
             events += got
         return events
 
-    def _watch_until_started(self, out: bytes) -> list[hub.Event]:
+    def _watch_until_started(self, out: bytes, decoder: StreamDecoder) -> list[hub.Event]:
         """Before the answer starts: decode one event at a time until it does, skim the rest.
 
         An unpaced upstream's first read can hold most of its answer; decoding all of it just
         to find the first content event would undo the skim for exactly the fast streams.
         """
-        decoder = self.source.decoder
         events: list[hub.Event] = []
         start, n = 0, len(out)
         while start < n:
@@ -697,7 +706,7 @@ class Exchange:
             start = end
             if any(not isinstance(e, _NON_COMMITTING) for e in got):
                 self._skim = self._relay_markers  # started: the rest is skimmed
-                events += self._watch_marked(out, start)
+                events += self._watch_marked(out, start, decoder)
                 break
         return events
 
@@ -712,7 +721,7 @@ class Exchange:
         """Translate hub events (the client's bytes, re-framed if asked)."""
         if self.ended:
             return b""
-        encode = self._encoder.encode  # type: ignore[union-attr]
+        encode = self._encoder.encode
         parts = []
         for event in events:
             self._observe(event)
@@ -723,28 +732,31 @@ class Exchange:
         return self._framing.feed(out) if self._framing is not None and out else out
 
     def _observe(self, event: hub.Event) -> None:
+        # Per event: one type() and identity tests, and a Delta (nearly every event) enters no
+        # branch.  mypy cannot narrow ``event`` through ``kind``: each branch casts what
+        # ``kind is ...`` just checked (a call that returns its argument, on rare events only).
         self.events += 1
         kind = type(event)
         if kind is hub.ResponseStart:
             if self.request_id and not self.relay:
-                event.request_id = self.request_id  # type: ignore[union-attr]
+                cast(hub.ResponseStart, event).request_id = self.request_id
         elif kind is hub.ResponseEnd:
             self.ended = True
             if self.request_id and not self.relay:
-                event.request_id = self.request_id  # type: ignore[union-attr]
+                cast(hub.ResponseEnd, event).request_id = self.request_id
         elif kind is hub.Usage:
-            self.usage = hub.merge_usage(self.usage, event)  # type: ignore[arg-type]
+            self.usage = hub.merge_usage(self.usage, cast(hub.Usage, event))
         elif kind is hub.Finish:
-            self.finish = event  # type: ignore[assignment]
+            self.finish = cast(hub.Finish, event)
         elif kind is hub.Error:
-            self.error = event  # type: ignore[assignment]
+            self.error = cast(hub.Error, event)
 
     def _watch(self, event: hub.Event) -> None:
         """Relay: note what the upstream reported; keep only what ending the stream needs."""
         if self.ended:
             return
         self._observe(event)
-        self._relay_state.note(event)  # type: ignore[union-attr]
+        self._relay_state.note(event)
 
     def _relay_end(self, tail_events: list[hub.Event]) -> bytes:
         """The upstream ended (cleanly or not) while relaying: what the client still needs."""
@@ -771,7 +783,7 @@ class Exchange:
             return self._encode([error, hub.ResponseEnd()])
         # Relayed so far: a fresh encoder brought to where the stream stands writes the end.
         encoder = self._encoder_factory()
-        for event in self._relay_state.replay():  # type: ignore[union-attr]
+        for event in self._relay_state.replay():
             encoder.encode(event)
         self._observe(error)
         out = encoder.encode(error)
@@ -884,7 +896,7 @@ class StreamResponse:
         for k, v in (headers or {}).items():
             self.headers.append((k.lower().encode("latin-1"), v.encode("latin-1")))
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def pump() -> None:
             await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
             async for chunk in self.body:

@@ -14,10 +14,11 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-from .. import dialects, errors, hub
+from .. import errors, hub
 from ..dialects.base import json_encode, strip_extensions
 from . import _http
-from .config import LOCAL, Timeouts, UpstreamConfig
+from ._codecs import codec
+from .config import LOCAL, ConfigError, Timeouts, UpstreamConfig
 
 __all__ = [
     "HTTPUpstream",
@@ -81,13 +82,20 @@ def retryable(error: hub.Error) -> bool:
 
 
 class HTTPUpstream:
-    """A dialect spoken over HTTP, through one pooled :class:`_http.HTTPClient` (HTTP/1.1)."""
+    """A dialect spoken over HTTP, through one pooled :class:`_http.HTTPClient` (HTTP/1.1).
+
+    Raises :class:`ConfigError` for a config without ``base_url`` (a parsed config always has
+    one; a ``Config`` built in code may not, and would otherwise fail at its first request).
+    """
 
     def __init__(self, config: UpstreamConfig, client: _http.HTTPClient | None = None):
+        if config.base_url is None:
+            raise ConfigError(f"upstreams.{config.name}.base_url", "must be an http:// or https:// URL")
         self.name = config.name
         self.format = config.format
         self.config = config
-        self.dialect = dialects.get(config.format)
+        self.base_url = config.base_url
+        self.dialect = codec(config.format)
         self.timeouts = config.timeouts
         self.client = client or _http.HTTPClient()
 
@@ -97,7 +105,7 @@ class HTTPUpstream:
         Reads are bounded by the gateway's own first-byte/idle/total clocks (streaming.py);
         here only connecting and the response head are timed.
         """
-        url, headers = self.dialect.endpoint(request, base_url=self.config.base_url, api_key=self.config.api_key)
+        url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
         all_headers = {"content-type": "application/json"}
         all_headers.update({k.lower(): v for k, v in headers.items()})  # the dialect's own content-type wins
         all_headers.update({k.lower(): v for k, v in self.config.headers.items()})
@@ -121,9 +129,9 @@ class HTTPUpstream:
             raise UpstreamFailed(self.decode_error(response.status, data), passed)
         return response
 
-    def request_body(self, request: hub.Request) -> dict:
+    def request_body(self, request: hub.Request) -> dict[str, Any]:
         """The upstream request body; without our extension key unless the upstream takes it."""
-        body = self.dialect.encode_request(request)
+        body: dict[str, Any] = self.dialect.encode_request(request)  # (declared: strip_extensions gives Any)
         if self.config.extensions:
             return body
         body, left_out = strip_extensions(body)
@@ -181,5 +189,6 @@ def build(config: UpstreamConfig, **kwargs: Any) -> Upstream:
     return HTTPUpstream(config, **kwargs)
 
 
-def timeouts_of(upstream: Any) -> Timeouts:
+def timeouts_of(upstream: Upstream) -> Timeouts:
+    """``upstream.timeouts`` where it has them (HTTP upstreams), else the defaults."""
     return getattr(upstream, "timeouts", None) or Timeouts()

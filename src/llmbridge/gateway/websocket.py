@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
+from starlette.types import Message, Scope
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .. import errors, hub, sse
@@ -37,6 +38,10 @@ from ..bindings import (
 )
 from ..dialects import llm_stream
 from . import replies
+
+if TYPE_CHECKING:
+    from .app import Gateway  # app imports this module
+    from .streaming import StreamResponse
 
 __all__ = ["STANDARD", "WebSocketEndpoint"]
 
@@ -60,7 +65,7 @@ class WebSocketEndpoint:
     the gateway's ``max_body_bytes``), over it the connection closes with 1009.
     """
 
-    def __init__(self, gateway: Any, send_timeout: float = 30.0, max_message: int | None = None) -> None:
+    def __init__(self, gateway: Gateway, send_timeout: float = 30.0, max_message: int | None = None) -> None:
         self.gateway = gateway
         self.send_timeout = send_timeout
         self.max_message = max_message
@@ -131,7 +136,7 @@ class _Connection:
                         await asyncio.wait_for(ws.close(action.code, action.reason), 1)
                     return
 
-    async def _receive(self) -> dict:
+    async def _receive(self) -> Message:
         """The next client message, or a disconnect once a turn closed the connection."""
         if self._closed.is_set():
             return {"type": "websocket.disconnect"}
@@ -172,7 +177,7 @@ class _Connection:
 class _Turn:
     """One request on the connection, streamed as messages; ends with ``stream.end``."""
 
-    def __init__(self, conn: _Connection, request: dict) -> None:
+    def __init__(self, conn: _Connection, request: dict[str, Any]) -> None:
         self.conn = conn
         self.request = request
         self.sent = 0  # events sent (the next seq, the gateway's encoder numbering from 0 without gaps)
@@ -216,16 +221,16 @@ class _Turn:
         response = await gateway.route(hreq, model.routes, STANDARD, self.request_id, False)
         await self._pump(response)
 
-    async def _pump(self, response: Response) -> None:
+    async def _pump(self, response: Response | StreamResponse) -> None:
         """Drive the gateway's HTTP response as an ASGI app and forward its events."""
         status = 200
         error_body: list[bytes] = []
 
-        async def receive() -> dict:
+        async def receive() -> Message:
             await asyncio.Event().wait()  # the turn is cancelled instead: no disconnect message needed
             return {"type": "http.disconnect"}  # pragma: no cover
 
-        async def send(message: dict) -> None:
+        async def send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -235,7 +240,7 @@ class _Turn:
                 else:
                     await self._forward(message.get("body", b""))
 
-        scope = {"type": "http", "method": "POST", "path": "/v1/stream", "headers": [], "query_string": b""}
+        scope: Scope = {"type": "http", "method": "POST", "path": "/v1/stream", "headers": [], "query_string": b""}
         await response(scope, receive, send)
         if status != 200:
             await self._end(llm_stream.decode_error(status, b"".join(error_body)))

@@ -26,7 +26,7 @@ from .. import replies
 from . import keys as _keys
 from .core import Principal, Teams, presented_key
 from .metrics import CONTENT_TYPE
-from .store import BY
+from .store import BY, Store
 
 __all__ = ["Handler", "MAX_ADMIN_BODY", "routes"]
 
@@ -59,7 +59,9 @@ def routes(teams: Teams | None) -> list[Route]:
 
         return endpoint
 
-    def own(handler: Callable[[Teams, Request, _keys.KeyRecord], Awaitable[Response]]):
+    def own(
+        handler: Callable[[Teams, Request, _keys.KeyRecord], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
         """Self-service for a virtual key: its own record and usage, nobody else's."""
 
         async def endpoint(request: Request) -> Response:
@@ -127,7 +129,7 @@ async def _body(request: Request) -> Any:
         raise _keys.KeyInputError(f"the body is not valid JSON: {exc}") from None
 
 
-def _store(teams: Teams) -> Any:
+def _store(teams: Teams) -> Store:
     assert teams.store is not None
     return teams.store
 

@@ -22,8 +22,9 @@ import hmac
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ... import hub
 from . import keys as _keys
@@ -36,7 +37,12 @@ from .settings import TeamsSettings
 from .store import LedgerRow, Store, connect
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
+    from starlette.responses import Response
+
     from ..config import Config
+    from ..streaming import Exchange, StreamResponse
 
 __all__ = ["Principal", "Refusal", "Teams", "Ticket", "create", "presented_key"]
 
@@ -84,16 +90,16 @@ class Ticket:
     started: float  # loop time
     wall: float  # epoch seconds
     admission: Admission
-    span: Any = None
+    span: Span | None = None
     streaming: bool = False
-    exchange: Any = None
+    exchange: Exchange | None = None
     upstream: str | None = None
     upstream_format: str | None = None
     upstream_model: str | None = None
     settled: bool = False
 
 
-def presented_key(headers: Any, query: Any) -> str | None:
+def presented_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The client's secret from ``Authorization: Bearer``, ``x-api-key``, ``x-goog-api-key`` or ``?key=``."""
     auth = headers.get("authorization", "")
     key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
@@ -119,26 +125,26 @@ class Teams:
         if self.store is not None:
             on_write = self.metrics.on_ledger_write if self.metrics else None
             self.ledger = Ledger(self.store, settings.ledger_flush_seconds, settings.ledger_max_buffer, on_write)
-        self.limiter: Any = None
+        self.limiter: LocalLimiter | RedisLimiter | None = None
         if self.accounts:
             seed = self._seed_spend
             self.limiter = RedisLimiter(settings.redis_url, seed) if settings.redis_url else LocalLimiter(seed)
         self._by_hash: dict[str, _keys.KeyRecord] = {}
         self._changes = 0  # bumped by remember(): a reload that raced an admin change is dropped
         self._unknown: dict[str, float] = {}  # hash -> until (loop time)
-        self._tracer: Any = None
-        self._provider: Any = None
+        self._tracer: Tracer | None = None
+        self._provider: TracerProvider | None = None
         if settings.otlp_endpoint:
             self.use_tracer_provider(tracing.otlp_provider(settings.otlp_endpoint), own=True)
         self._started = False
         self._start_lock = asyncio.Lock()
-        self._refresh: asyncio.Task | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._refresh: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._limiter_down_until = 0.0  # loop time; a dead Redis costs one timeout per second, not per request
 
     # -- life cycle
 
-    def use_tracer_provider(self, provider: Any, own: bool = False) -> None:
+    def use_tracer_provider(self, provider: TracerProvider, own: bool = False) -> None:
         """Send request spans to ``provider`` (an OpenTelemetry SDK ``TracerProvider``)."""
         self._tracer = provider.get_tracer("llmbridge.gateway")
         self._provider = provider if own else None
@@ -309,6 +315,7 @@ class Teams:
             admission = self._limiter_failed(None)
         else:
             try:
+                assert self.limiter is not None  # a virtual key: accounts are on, so is a limiter
                 admission = await self.limiter.admit(key, estimate)
                 self._limiter_down_until = 0.0
             except Exception as exc:  # Redis down or slow: the operator's choice
@@ -371,7 +378,7 @@ class Teams:
 
     # -- 3. what did it cost
 
-    def exchange_ended(self, ticket: Ticket, upstream: str, upstream_model: str | None, exchange: Any) -> None:
+    def exchange_ended(self, ticket: Ticket, upstream: str, upstream_model: str | None, exchange: Exchange) -> None:
         """An exchange of this request is over (``on_end``): a fallback's failed try, or the answer."""
         ticket.exchange = exchange
         ticket.upstream = upstream
@@ -380,11 +387,11 @@ class Teams:
         if ticket.streaming:
             self.settle(ticket, 200)
 
-    def responded(self, ticket: Ticket, response: Any) -> None:
+    def responded(self, ticket: Ticket, response: Response | StreamResponse) -> None:
         """The handler's response: a stream settles when its exchange ends, anything else now."""
         from ..streaming import StreamResponse  # here: streaming imports config, which imports this package
 
-        status = getattr(response, "status_code", None) or getattr(response, "status", 200)
+        status = response.status if isinstance(response, StreamResponse) else response.status_code
         if isinstance(response, StreamResponse) and status == 200:
             ticket.streaming = True
             if ticket.exchange is not None and ticket.exchange.closed and ticket.exchange.ended:
@@ -402,7 +409,7 @@ class Teams:
             ticket.upstream = self._last_route.get(ticket.model)
         loop = asyncio.get_running_loop()
         now = loop.time()
-        usage: hub.Usage | None = getattr(exchange, "usage", None) if exchange is not None else None
+        usage = exchange.usage if exchange is not None else None
         error_type = None
         if status == 499:
             error_type = "client_disconnected"
@@ -414,7 +421,7 @@ class Teams:
             error_type = "client_disconnected"
         price = ticket.price
         spent = cost(price, usage)
-        first = getattr(exchange, "first_byte_at", None) if ticket.streaming else None
+        first = exchange.first_byte_at if ticket.streaming and exchange is not None else None
         ttft = (first - ticket.started) if first is not None else None
         duration = now - ticket.started
         key = ticket.principal.key
@@ -470,12 +477,13 @@ class Teams:
             tracing.end_span(
                 ticket.span, upstream=ticket.upstream, upstream_format=ticket.upstream_format,
                 upstream_model=ticket.upstream_model, usage=usage,
-                finish=getattr(exchange, "finish", None), error_type=error_type,
+                finish=exchange.finish if exchange is not None else None, error_type=error_type,
                 key_id=key.id if key is not None else None, end_ns=time.time_ns(),
             )  # fmt: skip
 
     async def _settle_limits(self, key: _keys.KeyRecord, admission: Admission, tokens: int, spent: float) -> None:
         try:
+            assert self.limiter is not None  # settling a virtual key: accounts are on, so is a limiter
             await self.limiter.settle(key, admission, tokens, spent)
         except Exception as exc:
             if self.metrics is not None:

@@ -12,6 +12,7 @@ import hashlib
 import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -178,7 +179,7 @@ def _models(v: Any) -> tuple[str, ...] | None:
     return tuple(v)
 
 
-def _count(name: str, most: int):
+def _count(name: str, most: int) -> Callable[[Any], int | None]:
     def check(v: Any) -> int | None:
         if v is None:
             return None
@@ -198,7 +199,9 @@ def _budget(v: Any) -> float | None:
 
 
 def _period(v: Any) -> str | None:
-    if v is not None and v not in PERIODS:
+    if v is None:
+        return None
+    if not isinstance(v, str) or v not in PERIODS:
         raise KeyInputError(f"budget_period: must be one of {', '.join(PERIODS)}")
     return v
 

@@ -38,7 +38,7 @@ class Ledger:
         self.flush_seconds = flush_seconds
         self.max_buffer = max_buffer
         self._buffer: deque[LedgerRow] = deque()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._on_write = on_write
         self.written = 0
         self.dropped = 0

@@ -154,6 +154,11 @@ return 1
 """
 
 
+# One queued script call: the script (redis-py's AsyncScript: its ``sha`` and ``script`` are
+# used), KEYS, ARGV, and the caller's future for the reply (a Redis reply: any shape).
+_Call = tuple[Any, list[str], list[int | str], asyncio.Future[Any]]
+
+
 class Pipeliner:
     """Coalesces the script calls made in one event-loop turn into one Redis pipeline.
 
@@ -164,13 +169,13 @@ class Pipeliner:
 
     def __init__(self, redis: Any):
         self.redis = redis
-        self._queue: list[tuple[Any, list, list, asyncio.Future]] = []
-        self._flushing: set[asyncio.Task] = set()  # held so a pending flush is not garbage-collected
+        self._queue: list[_Call] = []
+        self._flushing: set[asyncio.Task[None]] = set()  # held so a pending flush is not garbage-collected
 
-    def call(self, script: Any, keys: list, args: list) -> asyncio.Future:
+    def call(self, script: Any, keys: list[str], args: list[int | str]) -> asyncio.Future[Any]:
         """Queue ``script(keys, args)``; the future gets its reply (or its error)."""
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         if not self._queue:
             task = loop.create_task(self._flush())  # runs after the handlers already ready this turn
             self._flushing.add(task)
@@ -204,7 +209,7 @@ class Pipeliner:
             else:
                 future.set_result(reply)
 
-    async def _execute(self, batch: list) -> list:
+    async def _execute(self, batch: list[_Call]) -> list[Any]:
         # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
         # EXISTS round trip to every pipeline; a NOSCRIPT reply is handled by the caller.
         pipe = self.redis.pipeline(transaction=False)
@@ -234,7 +239,7 @@ class RedisLimiter:
         self._settle_script = self.redis.register_script(_SETTLE)
         self._pipe = Pipeliner(self.redis)
 
-    def _admit(self, keys: list, args: list) -> asyncio.Future:
+    def _admit(self, keys: list[str], args: list[int | str]) -> asyncio.Future[Any]:
         return self._pipe.call(self._admit_script, keys, args)
 
     @staticmethod
@@ -246,7 +251,7 @@ class RedisLimiter:
         now = time.time()
         keys = self._keys(key, now)
         budget = "" if key.budget_usd is None else repr(key.budget_usd)
-        args = [key.rpm_limit or 0, key.tpm_limit or 0, estimate, uuid.uuid4().hex, budget]
+        args: list[int | str] = [key.rpm_limit or 0, key.tpm_limit or 0, estimate, uuid.uuid4().hex, budget]
         code, retry_ms, minute = await self._admit(keys, args)
         if code == 2:  # first use of this period on any replica since Redis started: seed from the ledger
             spent = await self._seed(key.id, period_start(key.budget_period, now))

@@ -6,20 +6,23 @@ types), never key ids or request data: cardinality stays what the config allows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics import MetricWrapperBase
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+_M = TypeVar("_M", bound=MetricWrapperBase)
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class Metrics:
     def __init__(self) -> None:
-        self._children: dict[tuple, Any] = {}  # bounded like the labels: by the config's models/upstreams
+        # (id(metric), labels) -> child; bounded like the labels: by the config's models/upstreams
+        self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
             "llmbridge_requests", "Requests answered, by model, client dialect and HTTP status",
@@ -54,13 +57,14 @@ class Metrics:
         )
         self.ledger_pending = Gauge("llmbridge_ledger_rows_pending", "Ledger rows waiting to be written", registry=r)
 
-    def child(self, metric: Any, *labels: str) -> Any:
+    def child(self, metric: _M, *labels: str) -> _M:
         """``metric.labels(*labels)``, cached: the label lookup is the costly part of an update."""
         key = (id(metric), labels)
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = metric.labels(*labels)
-        return found
+        # The key holds id(metric), and labels() returns the metric's own type: the entry is an _M.
+        return cast(_M, found)
 
     def on_ledger_write(self, written: int, dropped: int) -> None:
         if written:

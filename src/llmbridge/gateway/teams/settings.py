@@ -85,7 +85,7 @@ def parse(t: dict[str, Any], expand: Callable[[str, str], str]) -> TeamsSettings
     )  # fmt: skip
 
 
-def _string(t: dict, name: str, expand: Callable[[str, str], str]) -> str | None:
+def _string(t: dict[str, Any], name: str, expand: Callable[[str, str], str]) -> str | None:
     value = t.get(name)
     if value is None:
         return None
@@ -94,7 +94,7 @@ def _string(t: dict, name: str, expand: Callable[[str, str], str]) -> str | None
     return expand(value, f"gateway.{name}") or None
 
 
-def _positive(t: dict, name: str, default: float, most: float) -> float:
+def _positive(t: dict[str, Any], name: str, default: float, most: float) -> float:
     value = t.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not (0 < value <= most):
         raise ValueError(f"gateway.{name}", f"must be a number of seconds in (0, {most:g}]")
@@ -103,7 +103,7 @@ def _positive(t: dict, name: str, default: float, most: float) -> float:
     return float(value)
 
 
-def _bool(t: dict, name: str, default: bool) -> bool:
+def _bool(t: dict[str, Any], name: str, default: bool) -> bool:
     value = t.get(name, default)
     if not isinstance(value, bool):
         raise ValueError(f"gateway.{name}", "must be true or false")

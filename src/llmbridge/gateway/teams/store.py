@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, fields
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ...dialects.base import json_decode, json_encode
 from .keys import KeyRecord
@@ -129,7 +129,7 @@ def connect(url: str) -> Store:
     raise ValueError(f"unsupported database_url {url.split(':', 1)[0]!r}: use sqlite:/// or postgresql://")
 
 
-def _key_row(key: KeyRecord) -> tuple:
+def _key_row(key: KeyRecord) -> tuple[Any, ...]:
     values = list(astuple(key))
     values[KEY_COLUMNS.index("models")] = json_encode(list(key.models)).decode() if key.models is not None else None
     values[KEY_COLUMNS.index("metadata")] = json_encode(key.metadata).decode()
@@ -185,6 +185,9 @@ def _usage_sql(by: str, day_expr: str, ph: Any) -> tuple[str, str]:
 # --------------------------------------------------------------------------- SQLite
 
 
+_T = TypeVar("_T")
+
+
 class SQLiteStore:
     """SQLite in WAL mode on one dedicated thread.
 
@@ -197,7 +200,8 @@ class SQLiteStore:
         self._db: sqlite3.Connection | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llmbridge-sqlite")
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
+    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` on the store's one thread (sqlite3 blocks); its result."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _conn(self) -> sqlite3.Connection:
@@ -249,7 +253,7 @@ class SQLiteStore:
         row = _key_row(key)
         await self._run(lambda: self._conn().execute(f"UPDATE llmb_keys SET {sets} WHERE id = ?", (*row[1:], row[0])))
 
-    async def _keys(self, where: str, args: tuple) -> list[KeyRecord]:
+    async def _keys(self, where: str, args: tuple[Any, ...]) -> list[KeyRecord]:
         sql = f"SELECT {', '.join(KEY_COLUMNS)} FROM llmb_keys {where}"
         rows = await self._run(lambda: self._conn().execute(sql, args).fetchall())
         return [_key_of(r) for r in rows]

@@ -11,9 +11,13 @@ client's behalf), from the request's arrival to the end of its answer, with
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import hub
+
+if TYPE_CHECKING:  # imported where used: OpenTelemetry's import costs nothing until spans are on
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
 
 __all__ = ["PROVIDER", "end_span", "otlp_provider", "start_span"]
 
@@ -27,7 +31,7 @@ PROVIDER = {
 }
 
 
-def otlp_provider(endpoint: str) -> Any:
+def otlp_provider(endpoint: str) -> TracerProvider:
     """A TracerProvider exporting over OTLP/HTTP to ``endpoint`` (batched, off the hot path).
 
     Raises RuntimeError when the OTLP exporter package is not installed.
@@ -45,7 +49,7 @@ def otlp_provider(endpoint: str) -> Any:
     return provider
 
 
-def start_span(tracer: Any, hreq: hub.Request, start_ns: int, content: bool) -> Any:
+def start_span(tracer: Tracer, hreq: hub.Request, start_ns: int, content: bool) -> Span:
     """The request's span, started at ``start_ns`` (epoch nanoseconds)."""
     from opentelemetry.trace import SpanKind
 
@@ -70,7 +74,7 @@ def start_span(tracer: Any, hreq: hub.Request, start_ns: int, content: bool) -> 
 
 
 def end_span(
-    span: Any,
+    span: Span,
     *,
     upstream: str | None,
     upstream_format: str | None,

@@ -12,16 +12,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ... import dialects, errors, hub
+from .._codecs import codec as dialect_codec
 from ..config import ModelConfig
 from ._traffic import TrafficLog
 from ._translate import event_dict
+
+if TYPE_CHECKING:
+    from ..app import Gateway
+    from ..upstream import Upstream
 
 PANES = dialects.NAMES  # the six dialects, in the order the page shows them
 KEPT = 4 * 1024 * 1024  # bytes per pane kept for the final validation (a turn is far smaller)
@@ -126,7 +131,7 @@ class Fanout:
         """Per dialect: ``{ok, events, problems}``: its bytes decoded by its own decoder, validated."""
         result = {}
         for name in self.names:
-            decoder = dialects.get(name).StreamDecoder()
+            decoder = dialect_codec(name).StreamDecoder()
             try:
                 events = decoder.feed(bytes(self._kept[name])) + decoder.close()
                 problems = [str(v) for v in decoder.violations] + [f"{v} (hub)" for v in hub.validate(events)]
@@ -142,13 +147,13 @@ def _line(obj: dict[str, Any]) -> bytes:
     return msgspec.json.encode(obj) + b"\n"
 
 
-async def run(gateway: Any, request: hub.Request, traffic: TrafficLog | None = None) -> AsyncIterator[bytes]:
+async def run(gateway: Gateway, request: hub.Request, traffic: TrafficLog | None = None) -> AsyncIterator[bytes]:
     """NDJSON lines for one playground turn (see docs/ui.md for the line kinds).
 
     Tries the model's routes in order while nothing has been received (like the gateway's
     fallback); every failure becomes a line, never an exception.
     """
-    model: ModelConfig = gateway.config.models[request.model]
+    model: ModelConfig = gateway.config.models[request.model or ""]  # parse_request checked it is configured
     fanout = Fanout(request)
     started = time.monotonic()
     first: float | None = None
@@ -161,14 +166,13 @@ async def run(gateway: Any, request: hub.Request, traffic: TrafficLog | None = N
 
     def emit(now: float, event: hub.Event) -> bytes:
         nonlocal first, usage, finish, error
-        kind = type(event)
-        if first is None and kind in (hub.BlockStart, hub.Delta):
+        if first is None and type(event) in (hub.BlockStart, hub.Delta):
             first = now
-        if kind is hub.Usage:
+        if type(event) is hub.Usage:
             usage = hub.merge_usage(usage, event)
-        elif kind is hub.Finish:
+        elif type(event) is hub.Finish:
             finish = event.reason
-        elif kind is hub.Error:
+        elif type(event) is hub.Error:
             error = event
         return _line({"kind": "event", "t": ms(now), "hub": event_dict(event), "out": fanout.feed(event)})
 
@@ -192,7 +196,7 @@ async def run(gateway: Any, request: hub.Request, traffic: TrafficLog | None = N
                     if kind is hub.ResponseStart or kind is hub.Usage:
                         held.append((now, event))
                         continue
-                    if kind is hub.Error and n < len(model.routes) - 1 and _retryable(event):
+                    if type(event) is hub.Error and n < len(model.routes) - 1 and _retryable(event):
                         fell_back = True  # nothing shown yet: try the next route, like the gateway
                         yield _line({"kind": "fallback", "upstream": route.upstream, "message": event.message})
                         break
@@ -232,7 +236,7 @@ def _retryable(error: hub.Error) -> bool:
     return status == 429 or status >= 500
 
 
-async def _events(upstream: Any, request: hub.Request) -> AsyncIterator[hub.Event]:
+async def _events(upstream: Upstream, request: hub.Request) -> AsyncGenerator[hub.Event, None]:
     """The upstream's hub events, always ending in ``ResponseEnd``; failures become ``Error`` events.
 
     Bounded by the upstream's timeouts (first event, between events, total), which the

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import importlib.resources
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 import msgspec
@@ -25,6 +25,9 @@ from ... import __version__, dialects
 from ...dialects.base import json_decode
 from . import _playground, _translate
 from ._traffic import TrafficLog
+
+if TYPE_CHECKING:
+    from ..app import Gateway  # app imports this package
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -68,7 +71,7 @@ def _problem(message: str, status: int) -> Response:
 class Console:
     """The console of one :class:`~llmbridge.gateway.app.Gateway`; :meth:`routes` mounts it."""
 
-    def __init__(self, gateway: Any, traffic: TrafficLog) -> None:
+    def __init__(self, gateway: Gateway, traffic: TrafficLog) -> None:
         cfg = gateway.config.gateway
         self.gateway = gateway
         self.traffic = traffic

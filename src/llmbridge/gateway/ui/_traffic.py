@@ -16,9 +16,12 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ... import hub
+
+if TYPE_CHECKING:
+    from ..streaming import Exchange
 
 TIMELINE_LIMIT = 300  # timeline rows per entry; the rest is counted, not kept
 PROMPT_LIMIT = 500  # characters of the last user message kept when keep_prompts
@@ -26,6 +29,15 @@ _CONTENT = (hub.BlockStart, hub.Delta)  # the first of these is the "first token
 
 
 _clock = time.monotonic
+Batch = tuple[bytes | None, list[hub.Event]]  # what an exchange's observer gets per wake-up
+
+
+class Outcome(Protocol):
+    """What :meth:`Entry.end` reads from an exchange that is over (an :class:`Exchange`, or a
+    stand-in with only ``ended``: ``relay``, ``usage``, ``finish`` and ``error`` are optional)."""
+
+    @property
+    def ended(self) -> bool: ...
 
 
 class Entry:
@@ -63,13 +75,13 @@ class Entry:
         self.events = 0
         self.bytes = 0
         self.relay = False
-        self.timeline: list[tuple[float, list[type], int]] = []  # (seconds since start, event types, bytes)
+        self.timeline: list[tuple[float, list[type[hub.Event]], int]] = []  # (seconds since start, event types, bytes)
         self.timeline_dropped = 0
 
     # -- fed by the gateway
 
     @property
-    def hook(self) -> Callable[[Any], None] | None:
+    def hook(self) -> Callable[[Batch], None] | None:
         """The exchange's ``observer``: called with ``(raw_bytes | None, hub_events)`` per wake-up.
 
         Only what the exchange does not record is taken here (the first token's time, an
@@ -79,7 +91,7 @@ class Entry:
         """
         return self._glance
 
-    def _glance(self, batch: Any) -> None:
+    def _glance(self, batch: Batch) -> None:
         raw, events = batch
         now = _clock()
         size = len(raw) if raw else 0
@@ -92,13 +104,13 @@ class Entry:
                     self.first_token = now
                     break
                 if kind is hub.Error:
-                    self._error(event)
+                    self._error(cast(hub.Error, event))  # what ``kind is`` checked (mypy cannot narrow through it)
         if len(self.timeline) < TIMELINE_LIMIT:
             self.timeline.append((now - self.started, [*map(type, events)], size))
         else:
             self.timeline_dropped += 1
 
-    def observe(self, raw: bytes | None, events: list, now: float | None = None) -> None:
+    def observe(self, raw: bytes | None, events: list[hub.Event], now: float | None = None) -> None:
         """Note one batch in full: size, events, the first token's time, usage, finish, errors.
 
         For a caller with no exchange to ask at the end (the Playground).
@@ -108,14 +120,13 @@ class Entry:
         self.bytes += size
         self.events += len(events)
         for event in events:
-            kind = type(event)
-            if self.first_token is None and kind in _CONTENT:
+            if self.first_token is None and type(event) in _CONTENT:
                 self.first_token = now
-            elif kind is hub.Usage:
+            elif type(event) is hub.Usage:
                 self.usage = hub.merge_usage(self.usage, event)
-            elif kind is hub.Finish:
+            elif type(event) is hub.Finish:
                 self.finish = event.reason
-            elif kind is hub.Error:
+            elif type(event) is hub.Error:
                 self._error(event)
         if len(self.timeline) < TIMELINE_LIMIT:
             self.timeline.append((now - self.started, [*map(type, events)], size))
@@ -126,7 +137,7 @@ class Entry:
         if self.error is None:
             self.error = {"type": event.type, "message": event.message[:500], "status": event.status}
 
-    def end(self, exchange: Any = None, now: float | None = None) -> None:
+    def end(self, exchange: Outcome | None = None, now: float | None = None) -> None:
         """The exchange is over (its ``on_end``): take what it knows, settle the status."""
         if self.ended_at is not None:
             return
@@ -159,10 +170,10 @@ class Entry:
             self.error = {"type": error.type, "message": error.message[:500], "status": error.status}
         self.end(exchange=_Cancelled if self.error is None else None)
 
-    def then(self, callback: Callable[[Any], None]) -> Callable[[Any], None]:
+    def then(self, callback: Callable[[Exchange], None]) -> Callable[[Exchange], None]:
         """An ``on_end`` callback that ends this entry and then calls ``callback``."""
 
-        def on_end(exchange: Any) -> None:
+        def on_end(exchange: Exchange) -> None:
             self.end(exchange)
             callback(exchange)
 
@@ -213,10 +224,10 @@ class _Off(Entry):
     """The entry handed out when traffic is off: watches nothing, keeps nothing."""
 
     @property
-    def hook(self) -> None:  # type: ignore[override]
+    def hook(self) -> None:
         return None  # no observer at all: the data path is exactly as without the console
 
-    def then(self, callback: Callable[[Any], None]) -> Callable[[Any], None]:
+    def then(self, callback: Callable[[Exchange], None]) -> Callable[[Exchange], None]:
         return callback
 
     def fail(self, exc: BaseException) -> None:
@@ -294,7 +305,7 @@ class _Cancelled:
     ended = False
 
 
-def _what(kinds: list[type], size: int) -> str:
+def _what(kinds: list[type[hub.Event]], size: int) -> str:
     """``"BlockStart, Delta x3"`` for a batch's event types, in order of first appearance."""
     counts: dict[str, int] = {}
     for kind in kinds:

@@ -16,7 +16,8 @@ from typing import Any
 import msgspec
 
 from ... import dialects, hub, sse
-from ...dialects.base import json_decode
+from ...dialects.base import DialectModule, json_decode
+from .._codecs import codec as dialect_codec
 
 MAX_BYTES = 16 * 1024 * 1024  # larger bodies: `llmbridge translate` / `validate` on the command line
 SHOWN = 2000  # source and hub events listed in a report; the rest are counted
@@ -163,7 +164,7 @@ def detect(shape: str, payload: Any) -> tuple[str | None, str]:
     # No telltale field: the dialect whose decoder finds the fewest problems.
     best: tuple[int, int, str] | None = None
     for name in SOURCES:
-        decoder = dialects.get(name).StreamDecoder()
+        decoder = dialect_codec(name).StreamDecoder()
         try:
             decoded = decoder.feed(payload[:_SNIFF]) + decoder.close()
         except Exception:  # a decoder that chokes on a foreign stream is simply not the one
@@ -176,7 +177,7 @@ def detect(shape: str, payload: Any) -> tuple[str | None, str]:
     return None, "no dialect recognised: pick the source dialect"
 
 
-def _detect_json(body: dict) -> tuple[str | None, str]:
+def _detect_json(body: dict[str, Any]) -> tuple[str | None, str]:
     if "choices" in body:
         return "openai-chat", "body has choices"
     if body.get("object") == "response" or ("output" in body and isinstance(body.get("output"), list)):
@@ -224,7 +225,7 @@ def analyze(data: bytes, source: str | None = None, target: str = "llm-stream") 
             return report
         report.detected, report.detection = True, why
     report.source = source
-    codec = dialects.get(source)
+    codec = dialect_codec(source)
     if shape == "json":
         _json(report, codec, payload)
     else:
@@ -234,7 +235,7 @@ def analyze(data: bytes, source: str | None = None, target: str = "llm-stream") 
     return report
 
 
-def _stream(report: Report, codec: Any, data: bytes) -> None:
+def _stream(report: Report, codec: DialectModule, data: bytes) -> None:
     frames = _sse_events(data)
     report.frames_total = len(frames)
     report.frames = [
@@ -254,7 +255,7 @@ def _stream(report: Report, codec: Any, data: bytes) -> None:
     ] + report.problems
 
 
-def _json(report: Report, codec: Any, body: dict) -> None:
+def _json(report: Report, codec: DialectModule, body: dict[str, Any]) -> None:
     report.frames_total = 1
     report.frames = [{"n": 0, "event": "body", "data": msgspec.json.encode(body).decode()[:DATA_SHOWN], "cut": False}]
     try:
@@ -279,7 +280,7 @@ def _events(report: Report, events: list[hub.Event]) -> None:
 
 def _translate(report: Report, target: str) -> None:
     events = report.hub_events
-    codec = dialects.get(target)
+    codec = dialect_codec(target)
     try:
         if report.shape == "json":
             body = codec.encode_response(hub.assemble(events))
