@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import ssl
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import trustme
@@ -195,19 +196,37 @@ async def test_connect_errors_and_bad_urls_and_header_injection():
     await client.aclose()
 
 
+def _socket_buffer_ceiling() -> int:
+    """The most the kernel may buffer on one loopback connection: the receive and send buffers'
+    autotuning maxima (Linux), else a generous guess."""
+    total = 0
+    for name in ("tcp_rmem", "tcp_wmem"):
+        try:
+            total += int(Path(f"/proc/sys/net/ipv4/{name}").read_text().split()[2])
+        except (OSError, IndexError, ValueError):
+            total += 32 * 1024 * 1024
+    return total
+
+
 async def test_a_slow_consumer_pauses_the_upstream_socket():
     # Flow control: the inbox stops reading the socket past HIGH_WATER bytes waiting, so a slow
-    # client cannot make the gateway buffer an upstream's whole answer.
+    # client cannot make the gateway buffer an upstream's whole answer.  The answer is larger
+    # than everything the kernel may buffer between the two ends (autotuned socket buffers
+    # reach tens of MB), so the server can finish writing only if the inbox reads it all.
     sent = asyncio.Event()
-    total = 16 * HIGH_WATER
+    chunk = 65536
+    total = (16 * HIGH_WATER + _socket_buffer_ceiling()) // chunk * chunk + chunk
+    written = 0
 
     async def handler(reader, writer):
+        nonlocal written
         await read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % total)
         try:
-            for _ in range(total // 65536):
-                writer.write(b"a" * 65536)
+            for _ in range(total // chunk):
+                writer.write(b"a" * chunk)
                 await writer.drain()
+                written += chunk
         except ConnectionError:
             pass
         sent.set()
@@ -216,8 +235,13 @@ async def test_a_slow_consumer_pauses_the_upstream_socket():
     server, port = await serve(handler)
     client = HTTPClient()
     response = await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")
-    await asyncio.sleep(0.3)  # the server writes as fast as it can; nobody takes from the inbox
-    assert response.inbox.size < HIGH_WATER + 2 * 65536 + 512 * 1024  # + one read + socket buffers
+    # Nobody takes from the inbox: wait until the server's writing stops moving (the buffers
+    # between the two are full), however long that takes on a loaded machine.
+    last = -1
+    while written != last and not sent.is_set():
+        last = written
+        await asyncio.sleep(0.2)
+    assert response.inbox.size < HIGH_WATER + 2 * chunk + 512 * 1024  # + one read + what was in flight
     assert not sent.is_set()
     got = len(await body_of(response))
     assert got == total
