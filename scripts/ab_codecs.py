@@ -5,7 +5,8 @@ from load alone, too much to see a few percent.  This loads both versions side b
 (the old one as package ``llmbridge_ab``, from ``git archive REV``), alternates them every
 repeat so load hits both alike, and keeps the best CPU time of each: encode-only ns per
 hub event for every target dialect (over the corpus decoded by each side's own decoders),
-and the SSE decoder over the corpus whole and in 64-byte pieces.
+decode-only ns per hub event for every dialect (over the corpus encoded into it once, by
+this tree), and the SSE decoder over the corpus whole and in 64-byte pieces.
 
     python scripts/ab_codecs.py REV [--repeats N]
 
@@ -94,6 +95,29 @@ def main(argv: list[str]) -> int:
             best = best_pair({side: encoder_run(side, target) for side in dialects}, repeats)
             print(
                 f"encode {target:20} base {best['base'] / n * 1e9:6.0f} ns/event"
+                f"  new {best['new'] / n * 1e9:6.0f} ns/event  new/base {best['new'] / best['base']:.3f}"
+            )
+
+        def decoder_run(side: str, source: str, wire: list[bytes]) -> Any:
+            module = dialects[side].get(source)
+
+            def run() -> None:
+                for body in wire:
+                    decoder = module.StreamDecoder()
+                    decoder.feed(body)
+                    decoder.close()
+
+            return run
+
+        for source in llmbridge.dialects.NAMES:
+            module = dialects["new"].get(source)
+            wire = []
+            for events in streams["new"]:
+                encode = module.StreamEncoder().encode
+                wire.append(b"".join(encode(event) for event in events))
+            best = best_pair({side: decoder_run(side, source, wire) for side in dialects}, repeats)
+            print(
+                f"decode {source:20} base {best['base'] / n * 1e9:6.0f} ns/event"
                 f"  new {best['new'] / n * 1e9:6.0f} ns/event  new/base {best['new'] / best['base']:.3f}"
             )
         sse = {side: importlib.import_module(f"{pkg.__name__}.sse") for side, pkg in packages.items()}
