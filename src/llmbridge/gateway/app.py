@@ -23,7 +23,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from .. import dialects, errors, hub
 from ..dialects.base import json_decode
-from . import binding, extensions, limits, negotiation, replies, teams
+from . import binding, extensions, limits, metering, negotiation, replies, teams
 from .config import Config, default_config
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import EmbeddingsService
@@ -101,10 +101,12 @@ class Gateway:
 
     async def accepted_object(self, request: Request, dialect: str) -> dict[str, Any] | Response:
         """The JSON-object body of a request outside ``handle`` (images, embeddings) once its key
-        is accepted; otherwise the error response to send, in ``dialect``'s shape."""
-        refusal = await self.refusal(request)
-        if refusal is not None:
-            return replies.error_response(dialect, refusal)
+        is accepted; otherwise the error response to send, in ``dialect``'s shape. The caller
+        is kept in the request's scope for the team features (``metering.admit``)."""
+        who = await self.principal(request)
+        if isinstance(who, teams.Refusal):
+            return replies.error_response(dialect, who.error)
+        metering.remember_principal(request, who)
         return await read_object(request, self.config.gateway.max_body_bytes, dialect)
 
     def authorized(self, request: Request) -> bool:
@@ -270,8 +272,6 @@ class Gateway:
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
-        if model.kind == "embedding":  # vectors over MMSP's stream (not yet in the teams ledger)
-            return await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid)
         ours = extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions)
         ticket = None
         if self.teams is not None:  # limits before anything goes upstream; settled when the answer ends
@@ -279,6 +279,11 @@ class Gateway:
             ticket = await self.teams.admit(who, hreq, len(raw), request_dialect, out_dialect, rid or rid_header)
             if isinstance(ticket, teams.Refusal):
                 return replies.error_response(out_dialect, ticket.error, ticket.headers)
+        if model.kind == "embedding":  # vectors over MMSP's stream, metered like chat
+            meter = metering.Meter(self.teams, ticket)
+            embedded = await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid, meter)
+            meter.responded(embedded)
+            return embedded
         work = self.route(hreq, model.routes, out_dialect, rid, json_array, ticket, with_extensions=ours)
         response = await _unless_disconnected(request, work)
         if ticket is not None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from .. import dialects, hub, sse
 from ..dialects.base import json_encode
@@ -52,22 +52,28 @@ from ..media import (
     image_problem,
     sniff,
 )
-from . import replies
+from . import _http, replies
+from ._http import HIGH_WATER, Inbox
 from .config import LOCAL, UpstreamConfig
-from .upstream import UpstreamFailed, as_hub_error, retryable
+from .metering import Meter, Outcome, admit
+from .streaming import Deadlines, StreamResponse, _LazyTimer
+from .upstream import Upstream, UpstreamFailed, as_hub_error, retryable
 from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, openai_url
 
 __all__ = [
     "BACKGROUNDS",
     "DONE",
+    "HTTPImages",
     "HubImages",
     "ImageRequest",
+    "ImageSource",
     "ImagesService",
     "MAX_N",
     "MAX_PARTIAL_IMAGES",
     "MAX_PROMPT",
     "OPENAI",
     "PASSTHROUGH",
+    "PumpedImages",
     "QUALITIES",
     "RESPONSE_FORMATS",
     "SIZES",
@@ -377,6 +383,155 @@ def _head(b64: str) -> bytes:
     return base64.b64decode(b64[:32] + "=" * (-len(b64[:32]) % 4))
 
 
+# --------------------------------------------------------------------------- reading an answer
+
+Item = ImageEvent | hub.Error
+
+
+class ImageSource:
+    """One upstream's images as they arrive: an :class:`Inbox` to wait on, and :meth:`read`,
+    which takes what the inbox holds and returns the checked images (or the error that ends
+    them). ``done`` once the answer is over; :meth:`aclose` stops reading it."""
+
+    inbox: Inbox
+    done: bool = False
+
+    def read(self) -> list[Item]:  # pragma: no cover - every source overrides it
+        raise NotImplementedError
+
+    async def aclose(self) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class HTTPImages(ImageSource):
+    """An OpenAI Images SSE body on the gateway's own HTTP client: each socket read lands in
+    the response's inbox (in C, no task), and :meth:`read` hands every piece to the
+    :class:`ImageStreamDecoder` as it is (no join per wake-up: the decoder joins the pieces
+    of one event once). The upstream's first-byte, idle and total clocks apply."""
+
+    def __init__(self, response: _http.Response, cfg: UpstreamConfig, started: float) -> None:
+        self.response = response
+        self.inbox = response.inbox
+        self.name = cfg.name
+        self.decoder = ImageStreamDecoder(cfg.name)
+        self.deadlines = Deadlines(self.inbox, cfg.timeouts, cfg.name, started)
+
+    def read(self) -> list[Item]:
+        inbox = self.inbox
+        items: list[bytes] = inbox.take()
+        if self.done:
+            return []
+        if items and not self.deadlines.got_data:
+            self.deadlines.data_arrived()
+        out: list[Item] = []
+        decoder = self.decoder
+        for chunk in items:
+            out += decoder.feed(chunk)
+            if decoder.finished:
+                self._stop()
+                return out
+        if "deadline" in inbox.alarms and self.deadlines.missed is not None:
+            out.append(self.deadlines.missed)
+            self._stop()
+        elif inbox.eof and not inbox.items:
+            if inbox.error is not None:
+                out.append(as_hub_error(inbox.error, self.name))
+            else:
+                out += decoder.close()
+            self._stop()
+        return out
+
+    def _stop(self) -> None:
+        self.done = True
+        self.deadlines.cancel()
+        self.response.close()
+
+    async def aclose(self) -> None:
+        self._stop()
+
+
+class PumpedImages(ImageSource):
+    """Images made in process (from a chat-dialect upstream's hub events, or a JSON answer),
+    moved into an inbox by one task, with back-pressure: at most two images wait for a slow
+    client before the task waits too."""
+
+    def __init__(self, items: AsyncIterator[Item], name: str) -> None:
+        self._room = asyncio.Event()
+        self._room.set()
+        self.inbox = Inbox(self._room.clear, self._room.set)
+        self.name = name
+        self._items = items
+        self._task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def _pump(self) -> None:
+        inbox, room = self.inbox, self._room
+        try:
+            async for item in self._items:
+                inbox.put(item, _weight(item))
+                if isinstance(item, hub.Error):
+                    break
+                if not room.is_set():
+                    await room.wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the upstream broke mid-answer: an error item, never a traceback
+            inbox.put(as_hub_error(exc, self.name))
+        finally:
+            inbox.finish()
+            aclose = getattr(self._items, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    def read(self) -> list[Item]:
+        items: list[Item] = self.inbox.take()
+        if self.inbox.eof and not self.inbox.items:
+            self.done = True
+        return items
+
+    async def aclose(self) -> None:
+        self.done = True
+        if not self._task.done():
+            self._task.cancel()
+        with contextlib.suppress(BaseException):  # cancelled on purpose; its errors were items
+            await self._task
+
+
+def _weight(item: Item) -> int:
+    # Two images over the inbox's high-water mark pauses the pump (flow control counts bytes).
+    return HIGH_WATER // 2 + 1 if isinstance(item, ImageEvent) else 0
+
+
+def _usage(usage: dict[str, Any] | None) -> hub.Usage | None:
+    """The Images API's usage object as the hub's (for the ledger and the limits)."""
+    if not usage:
+        return None
+    i, o, t = usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
+    return hub.Usage(
+        input_tokens=i if type(i) is int else None,
+        output_tokens=o if type(o) is int else None,
+        total_tokens=t if type(t) is int else None,
+    )
+
+
+class _Tally:
+    """What the client got so far: for the meter (usage of the completed images, the error)."""
+
+    __slots__ = ("error", "first_byte_at", "usage")
+
+    def __init__(self) -> None:
+        self.usage: dict[str, Any] | None = None
+        self.error: hub.Error | None = None
+        self.first_byte_at: float | None = None
+
+    def note(self, item: ImageEvent) -> None:
+        if item.type == COMPLETED and item.usage:
+            self.usage = _add_usage(self.usage, item.usage)
+
+    def outcome(self, ended: bool) -> Outcome:
+        return Outcome(_usage(self.usage), self.error, None, ended, True, self.first_byte_at)
+
+
 # --------------------------------------------------------------------------- the service
 
 
@@ -405,23 +560,41 @@ class ImagesService:
         model = self.gateway.config.models.get(req.model)
         if model is None:
             return replies.error(OPENAI, f"model {req.model!r} not found", "not_found")
+        hreq = hub.Request(model=req.model, stream=req.stream, messages=[hub.Message("user", [hub.TextPart(req.prompt)])])
+        meter = await admit(
+            self.gateway.teams, request, hreq, len(req.prompt.encode()), OPENAI, OPENAI, "image_generation"
+        )
+        if isinstance(meter, Response):
+            return meter
+        try:
+            response = await self._route(model.routes, req, meter)
+        except asyncio.CancelledError:
+            meter.cancelled()
+            raise
+        meter.responded(response)
+        return response
+
+    async def _route(self, routes: Any, req: ImageRequest, meter: Meter) -> Response:
         last: hub.Error | None = None
-        for n, route in enumerate(model.routes):
+        route = None
+        for n, route in enumerate(routes):
             try:
                 source = await self._open(route.upstream, route.upstream_model, req)
             except UpstreamFailed as exc:
                 last = exc.error
-                if not retryable(last) or n == len(model.routes) - 1:
+                if not retryable(last) or n == len(routes) - 1:
                     break
                 log.info("images: upstream %s failed (%s), trying the next", route.upstream, last.message)
                 continue
             if req.stream:
-                return StreamingResponse(self._stream(source), media_type="text/event-stream")
-            return await self._collect(source, req)
+                body = self._stream(source, meter, route.upstream, route.upstream_model)
+                return StreamResponse(body, media_type="text/event-stream")
+            return await self._collect(source, req, meter, route.upstream, route.upstream_model)
         assert last is not None
+        meter.ended(route.upstream if route else None, route.upstream_model if route else None, Outcome(error=last))
         return replies.error_response(OPENAI, last)
 
-    async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> AsyncIterator[Any]:
+    async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> ImageSource:
         """The image events of one upstream; :class:`UpstreamFailed` when it cannot start."""
         cfg = self.gateway.config.upstreams.get(upstream)
         if cfg is None or cfg.format == LOCAL:
@@ -432,67 +605,80 @@ class ImagesService:
             body = openai_upstream_body(req, upstream_model)
             if not req.stream:
                 data = await self.http.post_json(cfg, url, headers, body)
-                return _once(_read_openai_body(data, upstream, req))
-            response, chunks = await self.http.open_stream(cfg, url, headers, body)
-            return _openai_events(response, chunks, upstream, cfg.timeouts.total)
+                return PumpedImages(_once(_read_openai_body(data, upstream, req)), upstream)
+            started = asyncio.get_running_loop().time()
+            return HTTPImages(await self.http.open(cfg, url, headers, body), cfg, started)
         upstream_obj = self.gateway.upstreams.get(upstream)
         if upstream_obj is None:
             raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
-        return await _hub_events(upstream_obj, cfg, upstream_model, req)
+        return PumpedImages(await _hub_events(upstream_obj, cfg, upstream_model, req), upstream)
 
-    async def _stream(self, source: AsyncIterator[Any]) -> AsyncIterator[bytes]:
-        """The client's SSE body; a keep-alive comment while the upstream is silent (an image
-        takes tens of seconds to form)."""
+    async def _stream(
+        self, source: ImageSource, meter: Meter, upstream: str, upstream_model: str
+    ) -> AsyncIterator[bytes]:
+        """The client's SSE body, one write per image (a 1 MB event is never joined with
+        another); a keep-alive comment while the upstream is silent (an image takes tens of
+        seconds to form), as a lazy timer on the inbox."""
         created = int(time.time())
+        loop = asyncio.get_running_loop()
+        inbox = source.inbox
         keepalive = self.gateway.config.gateway.keepalive_seconds
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # bounded: at most two images in flight
-        end = object()
-
-        async def pump() -> None:
-            try:
-                async for item in source:
-                    await queue.put(item)
-            except Exception as exc:  # the upstream broke mid-body: an error event, never a traceback
-                await queue.put(as_hub_error(exc, "upstream"))
-            finally:
-                await queue.put(end)
-
-        task = asyncio.create_task(pump())
+        tally = _Tally()
+        last_write = [loop.time()]
+        timer = _LazyTimer(lambda: last_write[0] + keepalive, lambda: inbox.alarm("keepalive"))
+        ended = False
         try:
             while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), keepalive)
-                except TimeoutError:
-                    yield sse.encode_comment("keep-alive")
-                    continue
-                if item is end:
+                await inbox.wait()
+                wrote = False
+                for item in source.read():
+                    if isinstance(item, hub.Error):
+                        tally.error = item
+                        ended = True
+                        yield encode_error(item)
+                        return
+                    tally.note(item)
+                    if tally.first_byte_at is None:
+                        tally.first_byte_at = loop.time()
+                    wrote = True
+                    yield encode_event(item, created)
+                if source.done:
+                    ended = True
                     yield DONE
                     return
-                if isinstance(item, hub.Error):
-                    yield encode_error(item)
-                    return
-                yield encode_event(item, created)
+                if wrote:
+                    last_write[0] = loop.time()
+                if "keepalive" in inbox.alarms:
+                    inbox.alarms.discard("keepalive")
+                    if not wrote:
+                        yield sse.encode_comment("keep-alive")
+                        last_write[0] = loop.time()
+                    timer.rearm()
         finally:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
+            timer.cancel()
+            await source.aclose()
+            meter.ended(upstream, upstream_model, tally.outcome(ended))
 
-    async def _collect(self, source: AsyncIterator[Any], req: ImageRequest) -> Response:
+    async def _collect(
+        self, source: ImageSource, req: ImageRequest, meter: Meter, upstream: str, upstream_model: str
+    ) -> Response:
         finals: list[ImageEvent] = []
+        tally = _Tally()
         try:
-            async for item in source:
-                if isinstance(item, hub.Error):
-                    return replies.error_response(OPENAI, item)
-                if item.type == COMPLETED:
-                    finals.append(item)
-        except UpstreamFailed as exc:
-            return replies.error_response(OPENAI, exc.error)
-        except Exception as exc:
-            return replies.error_response(OPENAI, as_hub_error(exc, "upstream"))
+            while not source.done:
+                await source.inbox.wait()
+                source.inbox.alarms.discard("keepalive")
+                for item in source.read():
+                    if isinstance(item, hub.Error):
+                        tally.error = item
+                        meter.ended(upstream, upstream_model, tally.outcome(False))
+                        return replies.error_response(OPENAI, item)
+                    tally.note(item)
+                    if item.type == COMPLETED:
+                        finals.append(item)
+        finally:
+            await source.aclose()
+        meter.ended(upstream, upstream_model, tally.outcome(True))
         return replies.json_response(response_body(finals, req, int(time.time())))
 
     async def aclose(self) -> None:
@@ -500,18 +686,18 @@ class ImagesService:
             await self._http.aclose()
 
 
-async def _once(items: list[Any]) -> AsyncIterator[Any]:
+async def _once(items: list[Item]) -> AsyncIterator[Item]:
     for item in items:
         yield item
 
 
-def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[ImageEvent | hub.Error]:
+def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Item]:
     """An upstream ``ImagesResponse``: each image checked, or one error."""
     items = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(items, list) or not items:
+    if not isinstance(data, dict) or not isinstance(items, list) or not items:
         return [hub.Error(f"upstream {upstream!r} sent no images", "protocol_error", status=502)]
     fmt = data.get("output_format") if data.get("output_format") in OUTPUT_FORMATS else req.output_format
-    out: list[ImageEvent | hub.Error] = []
+    out: list[Item] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             return [hub.Error(f"upstream {upstream!r} sent a malformed image entry", "protocol_error", status=502)]
@@ -539,7 +725,7 @@ def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Image
                 COMPLETED,
                 b64 if isinstance(b64, str) else None,
                 i,
-                fmt,
+                str(fmt),
                 data.get("size"),
                 data.get("quality"),
                 data.get("background"),
@@ -551,29 +737,15 @@ def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Image
     return out
 
 
-async def _openai_events(response: Any, chunks: AsyncIterator[bytes], upstream: str, total: float | None):
-    decoder = ImageStreamDecoder(upstream)
-    try:
-        async with asyncio.timeout(total):
-            async for chunk in chunks:
-                for item in decoder.feed(chunk):
-                    yield item
-                if decoder.finished:
-                    return
-            for item in decoder.close():
-                yield item
-    except TimeoutError:
-        yield hub.Error(f"upstream {upstream!r} timed out", "timeout", status=504)
-    finally:
-        await response.aclose()
-
-
-async def _hub_events(upstream: Any, cfg: UpstreamConfig, upstream_model: str, req: ImageRequest) -> AsyncIterator[Any]:
+async def _hub_events(
+    upstream: Upstream, cfg: UpstreamConfig, upstream_model: str, req: ImageRequest
+) -> AsyncIterator[Item]:
     """Images from a chat-dialect upstream: ``n`` generation requests, one after another (Gemini
     image models make one image per call). The first request is opened here, so that a failure
     to start raises :class:`UpstreamFailed` and the next route can be tried."""
     hreq = hub_request(req, cfg, upstream_model)
     first = upstream.stream(hreq)
+    head: hub.Event | None
     try:
         head = await anext(first)
     except StopAsyncIteration:
@@ -583,7 +755,7 @@ async def _hub_events(upstream: Any, cfg: UpstreamConfig, upstream_model: str, r
     except Exception as exc:
         raise UpstreamFailed(as_hub_error(exc, cfg.name)) from exc
 
-    async def events() -> AsyncIterator[Any]:
+    async def events() -> AsyncIterator[Item]:
         made = 0
         stream = first
         pending = [head] if head is not None else []
