@@ -560,7 +560,9 @@ class ImagesService:
         model = self.gateway.config.models.get(req.model)
         if model is None:
             return replies.error(OPENAI, f"model {req.model!r} not found", "not_found")
-        hreq = hub.Request(model=req.model, stream=req.stream, messages=[hub.Message("user", [hub.TextPart(req.prompt)])])
+        hreq = hub.Request(
+            model=req.model, stream=req.stream, messages=[hub.Message("user", [hub.TextPart(req.prompt)])]
+        )
         meter = await admit(
             self.gateway.teams, request, hreq, len(req.prompt.encode()), OPENAI, OPENAI, "image_generation"
         )
