@@ -136,6 +136,7 @@ class ImageEvent:
     __slots__ = (
         "_b64",
         "_span",
+        "b64_bytes",
         "background",
         "index",
         "output_format",
@@ -162,15 +163,20 @@ class ImageEvent:
         revised_prompt: str | None = None,
         raw: bytes | None = None,  # the upstream's SSE event, to relay untouched when it checked out
         span: tuple[int, int] | None = None,  # where the base64 sits in ``raw``, when b64_json is None
+        b64_bytes: bytes | None = None,  # the base64 as ASCII bytes (checked), when b64_json is None
     ) -> None:
         self.type, self._b64, self.index, self.output_format = type, b64_json, index, output_format
         self.size, self.quality, self.background, self.usage = size, quality, background, usage
         self.url, self.revised_prompt, self.raw, self._span = url, revised_prompt, raw, span
+        self.b64_bytes = b64_bytes
 
     @property
     def b64_json(self) -> str | None:
-        if self._b64 is None and self._span is not None and self.raw is not None:
-            self._b64 = self.raw[self._span[0] : self._span[1]].decode("ascii")
+        if self._b64 is None:
+            if self._span is not None and self.raw is not None:
+                self._b64 = self.raw[self._span[0] : self._span[1]].decode("ascii")
+            elif self.b64_bytes is not None:
+                self._b64 = self.b64_bytes.decode("ascii")
         return self._b64
 
     @property
@@ -180,7 +186,7 @@ class ImageEvent:
         return decode_base64(b64) if b64 else b""
 
     def __repr__(self) -> str:
-        size = self._span[1] - self._span[0] if self._span else len(self._b64 or "")
+        size = self._span[1] - self._span[0] if self._span else len(self._b64 or self.b64_bytes or "")
         return f"ImageEvent({self.type!r}, index={self.index}, {self.output_format}, {size} base64 chars)"
 
 
@@ -223,7 +229,7 @@ class ImageStreamDecoder:
         self._size += len(chunk)
         # (an int membership test is a memchr; a bytes needle is a much slower search, and the
         # chunks of a base64 line hold no newline at all)
-        if 10 not in chunk or (b"\n\n" not in chunk and not (chunk[:1] == b"\n" and len(self._parts) > 1)):
+        if 10 not in chunk or (not sse.has_blank_line(chunk) and not (chunk[:1] == b"\n" and len(self._parts) > 1)):
             if self._size > MAX_IMAGE_BYTES * 2:
                 return [self._broken("an event larger than any image")]
             return []

@@ -17,9 +17,43 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Event", "Decoder", "encode", "encode_comment"]
+__all__ = ["Decoder", "Event", "encode", "encode_comment", "has_blank_line", "normalise_cr"]
 
 _BOM = b"\xef\xbb\xbf"
+# Above this size a chunk is searched for line ends with memchr (``bytes.find`` of one byte),
+# not with a two-byte needle: CPython's general search looks at every byte (~1.5 ns each),
+# and a 256 KiB read of a base64 image holds only a line end or two.
+_BIG = 4096
+
+
+def has_blank_line(chunk: bytes) -> bool:
+    """Whether ``chunk`` holds ``\\n\\n`` (at memchr speed for a big chunk with few line ends)."""
+    if len(chunk) < _BIG:
+        return b"\n\n" in chunk
+    at = chunk.find(10)
+    while at != -1:
+        if chunk.startswith(b"\n", at + 1):
+            return True
+        at = chunk.find(10, at + 1)
+    return False
+
+
+def normalise_cr(chunk: bytes) -> bytes:
+    """CRLF and lone CR line ends as LF (a CR at the very end becomes LF; the caller drops
+    the LF that may open the next chunk). A big chunk is cut at its few CRs with memchr."""
+    if len(chunk) < _BIG:
+        chunk = chunk.replace(b"\r\n", b"\n")
+        return chunk.replace(b"\r", b"\n") if 13 in chunk else chunk
+    parts: list[bytes] = []
+    start = 0
+    at = chunk.find(13)
+    while at != -1:
+        parts.append(chunk[start:at])
+        start = at + 2 if chunk.startswith(b"\n", at + 1) else at + 1
+        parts.append(b"\n")
+        at = chunk.find(13, start)
+    parts.append(chunk[start:])
+    return b"".join(parts)
 
 
 class Event(msgspec.Struct, frozen=True, gc=False):
@@ -53,7 +87,7 @@ class Decoder:
         if not chunk:
             return []
         # Most chunks end no event: keep them and return at once (the hot path for small chunks).
-        if 10 not in chunk or (b"\n\n" not in chunk and not (self._last_lf and chunk[0] == 10)):
+        if 10 not in chunk or (not has_blank_line(chunk) and not (self._last_lf and chunk[0] == 10)):
             self._pending.append(chunk)
             self._last_lf = chunk[-1] == 10
             return []
@@ -99,11 +133,9 @@ class Decoder:
             self._skip_lf = False
             if chunk[0] == 10:
                 chunk = chunk[1:]
-        if b"\r" in chunk:
+        if 13 in chunk:
             self._skip_lf = chunk.endswith(b"\r")
-            chunk = chunk.replace(b"\r\n", b"\n")
-            if 13 in chunk:
-                chunk = chunk.replace(b"\r", b"\n")
+            chunk = normalise_cr(chunk)
         if not self._bom_done and chunk:
             head = b"".join(self._pending) + chunk
             if len(head) < 3 and _BOM.startswith(head):

@@ -11,7 +11,6 @@ the span are the chat path's. What is different is only the record of the answer
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,7 @@ from .. import hub
 from . import replies
 from .teams import Principal, Refusal, Teams, Ticket
 
-__all__ = ["PRINCIPAL", "Meter", "Outcome", "admit", "remember_principal"]
+__all__ = ["Meter", "Outcome", "PRINCIPAL", "admit", "remember_principal"]
 
 PRINCIPAL = "llmbridge.principal"  # where the caller, once authenticated, waits in the ASGI scope's state
 
@@ -105,12 +104,3 @@ async def admit(
         ticket.span.set_attribute("gen_ai.operation.name", operation)
         ticket.span.update_name(f"{operation} {hreq.model}")
     return Meter(teams, ticket)
-
-
-async def unless_cancelled(meter: Meter, work: Any) -> Any:
-    """Await ``work``; if the client's task is cancelled meanwhile, settle the meter as a 499."""
-    try:
-        return await work
-    except asyncio.CancelledError:
-        meter.cancelled()
-        raise

@@ -1,0 +1,297 @@
+"""Gateway CPU per 1 MB partial-image event: ``python -m bench images``.
+
+Issue 15's bench: "a 1 MB base64 event must not cost more than copying it a few times". A fast
+upstream (its own process, ``--upstream``) serves
+
+- ``POST /v1/images/generations``: an OpenAI Images stream of 20 partial images and the final
+  one, ~1 MB of base64 each (model ``img-20``);
+- ``POST /v1beta/models/{m}:streamGenerateContent?alt=sse``: a Gemini answer with one
+  ``inlineData`` image of the same size (a text part, the image part, usage).
+
+and ``llmbridge serve`` (its own process) stands in front of it. Measured, in one run:
+
+1. **relayed**: ``/v1/images`` to the OpenAI upstream (each event checked, relayed byte for byte);
+2. **translated**: ``/v1/images`` with ``n = 10`` to the Gemini upstream (its hub image blocks
+   re-written as ``image_generation.completed`` events);
+3. **the floor**: a plain relay process (``--relay``: Starlette + httpx, bytes passed through
+   untouched, no parsing, no check), the same upstream stream;
+4. in process: the sans-I/O decoder alone (``ImageStreamDecoder``: framing, the base64 check,
+   the relay bytes) and its parts.
+
+The gateway's CPU per event is utime + stime of its process from /proc over 5 requests
+(after one warm-up), as a multiple of one memcpy of the same 1 MB measured in this process in
+the same run (a bytes slice, the best of 5). Interleaved rounds; the median is printed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, best_of, table
+from bench.gateway_bench import BIN, Server, _port, _start
+
+PARTIALS = 20
+RUNS = 5
+ROUNDS = 3
+GEMINI_N = 10
+
+
+def _image() -> str:
+    # Random bytes behind a PNG signature: incompressible, ~1 MB once in base64.
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + os.urandom(786_000)).decode()
+
+
+def serve_upstream(port: int) -> None:
+    """The fast upstream (runs in its own process)."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    image = _image()
+
+    def partial(i: int) -> bytes:
+        obj = {
+            "type": "image_generation.partial_image",
+            "b64_json": image,
+            "created_at": 0,
+            "size": "1024x1024",
+            "quality": "low",
+            "background": "opaque",
+            "output_format": "png",
+            "partial_image_index": i,
+        }
+        return f"event: image_generation.partial_image\ndata: {json.dumps(obj)}\n\n".encode()
+
+    events = [partial(i) for i in range(PARTIALS)]
+    done = {
+        "type": "image_generation.completed",
+        "b64_json": image,
+        "created_at": 0,
+        "output_format": "png",
+        "usage": {"total_tokens": 2, "input_tokens": 1, "output_tokens": 1},
+    }
+    events.append(f"event: image_generation.completed\ndata: {json.dumps(done)}\n\n".encode())
+    text = {"candidates": [{"content": {"parts": [{"text": "Here it is."}], "role": "model"}, "index": 0}]}
+    picture = {
+        "candidates": [
+            {
+                "content": {"parts": [{"inlineData": {"mimeType": "image/png", "data": image}}], "role": "model"},
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1290, "totalTokenCount": 1295},
+    }
+    gemini = [f"data: {json.dumps(text)}\r\n\r\n".encode(), f"data: {json.dumps(picture)}\r\n\r\n".encode()]
+
+    async def images(request: Request) -> Response:
+        await request.body()
+
+        async def body() -> Any:
+            for event in events:
+                yield event
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    async def generate(request: Request) -> Response:
+        await request.body()
+
+        async def body() -> Any:
+            for event in gemini:
+                yield event
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    app = Starlette(
+        routes=[
+            Route("/v1/images/generations", images, methods=["POST"]),
+            Route("/v1beta/models/{target:path}", generate, methods=["POST"]),
+            Route("/health", lambda r: Response("ok"), methods=["GET"]),
+        ]
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def serve_relay(port: int, upstream_port: int) -> None:
+    """The floor: Starlette + httpx passing the upstream's image stream through untouched."""
+    import httpx
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    client = httpx.AsyncClient(timeout=None)
+
+    async def images(request: Request) -> Response:
+        body = await request.body()
+        req = client.build_request(
+            "POST",
+            f"http://127.0.0.1:{upstream_port}/v1/images/generations",
+            content=body,
+            headers={"content-type": "application/json"},
+        )
+        upstream = await client.send(req, stream=True)
+
+        async def relay() -> Any:
+            try:
+                async for chunk in upstream.aiter_raw():
+                    yield chunk
+            finally:
+                await upstream.aclose()
+
+        return StreamingResponse(relay(), media_type="text/event-stream")
+
+    app = Starlette(
+        routes=[
+            Route("/v1/images", images, methods=["POST"]),
+            Route("/health", lambda r: Response("ok"), methods=["GET"]),
+        ]
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def _cpu_per_event(client: Any, server: Server, url: str, body: dict[str, Any], events: int) -> float:
+    """CPU seconds of ``server`` per image event over RUNS streamed requests."""
+    client.post(url, json=body).raise_for_status()  # warm up
+    cpu0 = server.cpu()
+    for _ in range(RUNS):
+        r = client.post(url, json=body)
+        got = r.content.count(b"event: image_generation")
+        assert r.status_code == 200 and got == events, (r.status_code, got, r.content[-300:])
+    return (server.cpu() - cpu0) / (RUNS * events)
+
+
+def served() -> dict[str, float]:
+    """Median CPU seconds per event of each served path."""
+    import httpx
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        up_port, gw_port, relay_port = _port(), _port(), _port()
+        env = {"PYTHONPATH": str(ROOT)}
+        upstream = _start(
+            "upstream",
+            [sys.executable, "-m", "bench.image_bench", "--upstream", str(up_port)],
+            f"http://127.0.0.1:{up_port}/health",
+            tmp,
+            env,
+        )
+        (tmp / "gw.toml").write_text(
+            f"""
+[upstreams.fast]
+format = "openai-chat"
+base_url = "http://127.0.0.1:{up_port}/v1"
+
+[upstreams.gem]
+format = "gemini"
+base_url = "http://127.0.0.1:{up_port}"
+
+[[models]]
+name = "img-20"
+upstream = "fast"
+
+[[models]]
+name = "gem-image"
+upstream = "gem"
+"""
+        )
+        gw = _start(
+            "gateway",
+            [str(BIN / "llmbridge"), "serve", "--config", str(tmp / "gw.toml"), "--port", str(gw_port)],
+            f"http://127.0.0.1:{gw_port}/healthz",
+            tmp,
+        )
+        relay = _start(
+            "relay",
+            [sys.executable, "-m", "bench.image_bench", "--relay", str(relay_port), str(up_port)],
+            f"http://127.0.0.1:{relay_port}/health",
+            tmp,
+            env,
+        )
+        got: dict[str, list[float]] = {"relayed": [], "translated": [], "floor": []}
+        stream = {"model": "img-20", "prompt": "x", "stream": True, "partial_images": 3}
+        gemini = {"model": "gem-image", "prompt": "x", "stream": True, "n": GEMINI_N}
+        try:
+            with httpx.Client(timeout=120) as client:
+                for _ in range(ROUNDS):  # interleaved, so that the machine's load weighs on all alike
+                    got["relayed"].append(
+                        _cpu_per_event(client, gw, f"http://127.0.0.1:{gw_port}/v1/images", stream, PARTIALS + 1)
+                    )
+                    got["translated"].append(
+                        _cpu_per_event(client, gw, f"http://127.0.0.1:{gw_port}/v1/images", gemini, GEMINI_N)
+                    )
+                    got["floor"].append(
+                        _cpu_per_event(client, relay, f"http://127.0.0.1:{relay_port}/v1/images", stream, PARTIALS + 1)
+                    )
+        finally:
+            relay.stop()
+            gw.stop()
+            upstream.stop()
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def in_process() -> dict[str, float]:
+    """CPU seconds of the sans-I/O pieces for one 1 MB event."""
+    from llmbridge.media import _ALPHABET, ImageStreamDecoder
+
+    image = _image()
+    payload = image.encode()
+    wire = (
+        "event: image_generation.partial_image\ndata: "
+        + json.dumps(
+            {
+                "type": "image_generation.partial_image",
+                "b64_json": image,
+                "output_format": "png",
+                "partial_image_index": 0,
+            }
+        )
+        + "\n\n"
+    ).encode()
+    pieces = [wire[i : i + 65536] for i in range(0, len(wire), 65536)]
+
+    def decode() -> None:
+        decoder = ImageStreamDecoder("bench")
+        for piece in pieces:
+            decoder.feed(piece)
+
+    keep = _ALPHABET + b"="
+    return {
+        "memcpy": best_of(lambda: payload[1:]),
+        "decoder": best_of(decode),
+        "join": best_of(lambda: b"".join(pieces)),
+        "check": best_of(lambda: payload.translate(None, keep)),
+    }
+
+
+def run() -> str:
+    core = in_process()
+    per = served()
+    copy = core["memcpy"]
+    rows = [
+        ["gateway, relayed (OpenAI Images upstream -> /v1/images)", per["relayed"] * 1000, per["relayed"] / copy],
+        ["gateway, translated (Gemini inlineData -> /v1/images)", per["translated"] * 1000, per["translated"] / copy],
+        ["plain relay process (httpx -> uvicorn, no checks)", per["floor"] * 1000, per["floor"] / copy],
+        ["in process: ImageStreamDecoder, 64 KiB pieces", core["decoder"] * 1000, core["decoder"] / copy],
+        ["  of which: joining the pieces once", core["join"] * 1000, core["join"] / copy],
+        ["  of which: the base64 check (bytes.translate)", core["check"] * 1000, core["check"] / copy],
+        ["one 1 MB memcpy (a bytes slice)", copy * 1000, 1.0],
+    ]
+    return table(["per image event (~1 MB base64)", "CPU ms", "x one memcpy"], rows)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--relay":
+        serve_relay(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1] == "--upstream":
+        serve_upstream(int(sys.argv[2]))
