@@ -212,9 +212,10 @@ def hub_request(req: ImageRequest, upstream: UpstreamConfig, upstream_model: str
 # --------------------------------------------------------------------------- the answer
 
 
-def event_json(ev: ImageEvent, created_at: int) -> dict[str, Any]:
-    """One Images stream event's data object."""
-    out: dict[str, Any] = {"type": ev.type, "b64_json": ev.b64_json, "created_at": created_at}
+def event_json(ev: ImageEvent, created_at: int, image: bool = True) -> dict[str, Any]:
+    """One Images stream event's data object (without ``type`` and ``b64_json`` unless ``image``)."""
+    out: dict[str, Any] = {"type": ev.type, "b64_json": ev.b64_json} if image else {}
+    out["created_at"] = created_at
     for key in ("size", "quality", "background"):
         value = getattr(ev, key)
         if value is not None:
@@ -238,12 +239,10 @@ def encode_event(ev: ImageEvent, created_at: int) -> bytes:
     b64 = ev.b64_bytes
     if b64 is None and ev.b64_json is not None:
         b64 = ev.b64_json.encode("ascii")
-    obj = event_json(ev, created_at)
     if b64 is None or ev.type not in (PARTIAL, COMPLETED):
-        return b"event: " + ev.type.encode() + b"\ndata: " + json_encode(obj) + b"\n\n"
-    del obj["type"], obj["b64_json"]
+        return b"event: " + ev.type.encode() + b"\ndata: " + json_encode(event_json(ev, created_at)) + b"\n\n"
     kind = ev.type.encode()
-    rest = json_encode(obj)  # never empty: created_at and output_format are always there
+    rest = json_encode(event_json(ev, created_at, image=False))  # never empty: created_at is always there
     return b"".join((b"event: ", kind, b'\ndata: {"type":"', kind, b'","b64_json":"', b64, b'",', rest[1:], b"\n\n"))
 
 
