@@ -316,7 +316,8 @@ class ImageStreamDecoder:
             return [_error(obj)]
         if kind not in (PARTIAL, COMPLETED):
             return []  # other event types: ignore, as the spec says
-        fmt = obj.get("output_format") if obj.get("output_format") in OUTPUT_FORMATS else "png"
+        fmt = str(obj["output_format"]) if obj.get("output_format") in OUTPUT_FORMATS else "png"
+        problem: str | None
         if span is None:
             problem = "no b64_json"
         elif isinstance(span, bytes):  # the full parse: the image is its own object
@@ -335,6 +336,7 @@ class ImageStreamDecoder:
         elif raw is not None and raw == (0, len(buffer)):  # the usual case: the event is the buffer
             wire, where = buffer, span
         else:
+            assert span is not None  # (a None span was a problem above)
             first = raw[0] if raw is not None else d0
             wire = buffer[first : raw[1]] if raw is not None else buffer[d0:d1]
             where = (span[0] - first, span[1] - first)
@@ -411,8 +413,8 @@ def _image_in(buffer: bytes, span: tuple[int, int], declared: str) -> str | None
     )
 
 
-def _error(obj: dict) -> hub.Error:
-    err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+def _error(obj: dict[str, Any]) -> hub.Error:
+    err: dict[str, Any] = obj["error"] if isinstance(obj.get("error"), dict) else obj
     status = 400 if err.get("type") == "invalid_request_error" else 502
     message = str(err.get("message") or "upstream error")
     return hub.Error(message, hub.error_type_for_status(status), err.get("code"), status, body=obj)

@@ -280,7 +280,7 @@ class Gateway:
             if isinstance(ticket, teams.Refusal):
                 return replies.error_response(out_dialect, ticket.error, ticket.headers)
         if model.kind == "embedding":  # vectors over MMSP's stream, metered like chat
-            meter = metering.Meter(self.teams, ticket)
+            meter = metering.Meter(self.teams, ticket if isinstance(ticket, teams.Ticket) else None)
             embedded = await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid, meter)
             meter.responded(embedded)
             return embedded

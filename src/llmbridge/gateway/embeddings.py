@@ -293,14 +293,13 @@ class HubVectors:
         self.error: hub.Error | None = None
 
     def feed(self, event: hub.Event) -> None:
-        kind = type(event)
-        if kind is hub.BlockStart and event.kind == "native":
+        if isinstance(event, hub.BlockStart) and event.kind == "native":
             own = (event.extensions or {}).get("mmsp")
             if isinstance(own, dict) and own.get("type") == "embedding":
                 self.vectors.append(own.get("embedding"))
-        elif kind is hub.Usage:
+        elif isinstance(event, hub.Usage):
             self.usage = hub.merge_usage(self.usage, event)
-        elif kind is hub.Error:
+        elif isinstance(event, hub.Error):
             self.error = event
 
     def result(self, count: int) -> EmbedResult:
@@ -559,7 +558,7 @@ class EmbeddingsService:
             await self._http.aclose()
 
 
-def _checked(reader: Any, data: Any, count: int, upstream: str) -> EmbedResult:
+def _checked(reader: Callable[[Any, int], EmbedResult], data: Any, count: int, upstream: str) -> EmbedResult:
     try:
         return reader(data, count)
     except (ValueError, TypeError, AttributeError) as exc:

@@ -312,19 +312,18 @@ class HubImages:
 
     def feed(self, event: hub.Event) -> list[ImageEvent | hub.Error]:
         out: list[ImageEvent | hub.Error] = []
-        kind = type(event)
-        if kind is hub.BlockStart:
+        if isinstance(event, hub.BlockStart):
             if event.kind == "data" and (event.mime_type or "image/").startswith("image/"):
                 self._blocks[event.index] = (event.mime_type or "", [])
             elif event.kind == "text":
                 self._texts.add(event.index)
-        elif kind is hub.Delta:
+        elif isinstance(event, hub.Delta):
             block = self._blocks.get(event.index)
             if block is not None:
                 block[1].append(event.text)
             elif event.index in self._texts:
                 self._text.append(event.text)
-        elif kind is hub.BlockStop:
+        elif isinstance(event, hub.BlockStop):
             block = self._blocks.pop(event.index, None)
             if block is not None:
                 done = self._image(*block)
@@ -333,11 +332,11 @@ class HubImages:
                 if self._pending is not None:
                     out.append(self._pending)
                 self._pending = done
-        elif kind is hub.Usage:
+        elif isinstance(event, hub.Usage):
             self.usage = hub.merge_usage(self.usage, event)
-        elif kind is hub.Error:
+        elif isinstance(event, hub.Error):
             return [event]
-        elif kind is hub.ResponseEnd:
+        elif isinstance(event, hub.ResponseEnd):
             if self._pending is not None:
                 self._pending.usage = self._usage()
                 out.append(self._pending)
@@ -564,7 +563,7 @@ class ImagesService:
             self._http = UpstreamHTTP()
         return self._http
 
-    async def generate(self, request: Request) -> Response:
+    async def generate(self, request: Request) -> Response | StreamResponse:
         """``POST /v1/images`` and ``/v1/images/generations``."""
         body = await self.gateway.accepted_object(request, OPENAI)  # key, size, JSON object
         if isinstance(body, Response):
@@ -592,7 +591,7 @@ class ImagesService:
         meter.responded(response)
         return response
 
-    async def _route(self, routes: Any, req: ImageRequest, meter: Meter) -> Response:
+    async def _route(self, routes: Any, req: ImageRequest, meter: Meter) -> Response | StreamResponse:
         last: hub.Error | None = None
         route = None
         for n, route in enumerate(routes):
@@ -609,7 +608,8 @@ class ImagesService:
                 return StreamResponse(body, media_type="text/event-stream")
             return await self._collect(source, req, meter, route.upstream, route.upstream_model)
         assert last is not None
-        meter.ended(route.upstream if route else None, route.upstream_model if route else None, Outcome(error=last))
+        upstream, upstream_model = (route.upstream, route.upstream_model) if route is not None else (None, None)
+        meter.ended(upstream, upstream_model, Outcome(error=last))
         return replies.error_response(OPENAI, last)
 
     async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> ImageSource:

@@ -148,7 +148,7 @@ def decode_error(cfg: UpstreamConfig, status: int, data: bytes) -> hub.Error:
     """An upstream's error body, read by its dialect's codec (OpenAI's shape for images and
     embeddings of an openai-* upstream, Google's for gemini)."""
     try:
-        error = dialects.get(cfg.format).decode_error(status, data)
+        error: hub.Error = dialects.get(cfg.format).decode_error(status, data)
     except Exception:  # an error body the codec cannot read is still the upstream's error
         error = hub.Error(data.decode("utf-8", "replace")[:500] or f"HTTP {status}", hub.error_type_for_status(status))
     if error.status is None:
