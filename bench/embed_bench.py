@@ -1,8 +1,9 @@
 """Embeddings and images: ``python -m bench embed``.
 
 1. **local-embed runtimes**, each in its own process (so /proc tells its memory apart):
-   llmbridge's numpy forward pass (``llmbridge.local.embed``) against llama.cpp running the
-   same weights converted to GGUF (``bench/minilm_gguf.py``, F32 and F16). Load time, RSS,
+   llmbridge's numpy forward pass (``llmbridge.local.embed``) against onnxruntime running the
+   same weights as an ONNX graph (``bench/minilm_onnx.py``) and llama.cpp running them
+   converted to GGUF (``bench/minilm_gguf.py``, F32 and F16). Load time, RSS,
    vectors/s at batch 1 and 32, quality on the similarity set below, and the largest
    difference from the numpy vectors.
 2. **gateway added latency per embeddings request**: sequential requests of one input to a
@@ -66,7 +67,7 @@ SIMILARITY = [
     ),
 ]
 BATCH_TEXTS = [f"{a} {p}" for a, p, _ in SIMILARITY] * 4  # 40 sentences of 15-25 tokens
-RUNTIMES = ("numpy", "llama.cpp F32", "llama.cpp F16")
+RUNTIMES = ("numpy", "onnxruntime", "llama.cpp F32", "llama.cpp F16")
 
 
 # --------------------------------------------------------------------------- 1. runtimes (child side)
@@ -84,6 +85,38 @@ def _child(runtime: str, gguf_dir: str) -> dict:
 
         def vectors(texts: list[str]) -> list[list[float]]:
             return model.embed(texts).vectors.tolist()
+    elif runtime == "onnxruntime":
+        import zipfile
+
+        import numpy as np
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        from llmbridge.local import embed
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1  # one thread, as the others
+        session = ort.InferenceSession(str(Path(gguf_dir) / "minilm.onnx"), options, providers=["CPUExecutionProvider"])
+        with zipfile.ZipFile(embed.default_model_zip()) as zf:
+            tokenizer = Tokenizer.from_str(zf.read("tokenizer.json").decode("utf-8"))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+
+        def vectors(texts: list[str]) -> list[list[float]]:
+            # the numpy runtime's batching: sorted by length, padded per batch of up to 32
+            encodings = tokenizer.encode_batch(texts)
+            out = np.zeros((len(texts), embed.DIMENSIONS), np.float32)
+            order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+            for start in range(0, len(order), embed.BATCH):
+                chunk = order[start : start + embed.BATCH]
+                width = max(len(encodings[i].ids) for i in chunk)
+                ids = np.zeros((len(chunk), width), np.int64)
+                mask = np.zeros((len(chunk), width), np.float32)
+                for row, i in enumerate(chunk):
+                    ids[row, : len(encodings[i].ids)] = encodings[i].ids
+                    mask[row, : len(encodings[i].ids)] = 1.0
+                out[chunk] = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+            return out.tolist()
     else:
         import llama_cpp
 
@@ -156,6 +189,7 @@ def _dot(a: list[float], b: list[float]) -> float:
 
 def runtimes() -> str:
     from bench.minilm_gguf import convert
+    from bench.minilm_onnx import build
 
     rows, reference = [], None
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,6 +197,9 @@ def runtimes() -> str:
         convert(Path(tmp) / "minilm-f32.gguf")
         f32_s = time.perf_counter() - t
         convert(Path(tmp) / "minilm-f16.gguf", f16=True)
+        t = time.perf_counter()
+        (Path(tmp) / "minilm.onnx").write_bytes(build())
+        onnx_s = time.perf_counter() - t
         results: list[dict] = []
         for runtime in (*RUNTIMES, *RUNTIMES):  # twice, alternating; the better run of each is kept
             env = {
@@ -218,7 +255,10 @@ def runtimes() -> str:
         "mean margin",
         "max |diff| vs numpy",
     ]
-    return table(head, rows) + f"\n(GGUF conversion from the shipped safetensors: {f32_s:.1f} s, F32)"
+    return table(head, rows) + (
+        f"\n(from the shipped safetensors: GGUF conversion {f32_s:.1f} s (F32); "
+        f"ONNX graph built with onnx.helper {onnx_s:.1f} s, loaded by onnxruntime in the load time above)"
+    )
 
 
 # --------------------------------------------------------------------------- 2. and 3. fast upstream
