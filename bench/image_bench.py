@@ -13,10 +13,13 @@ and ``llmbridge serve`` (its own process) stands in front of it. Measured, in on
 1. **relayed**: ``/v1/images`` to the OpenAI upstream (each event checked, relayed byte for byte);
 2. **translated**: ``/v1/images`` with ``n = 10`` to the Gemini upstream (its hub image blocks
    re-written as ``image_generation.completed`` events);
-3. **the floor**: a plain relay process (``--relay``: Starlette + httpx, bytes passed through
-   untouched, no parsing, no check), the same upstream stream;
-4. in process: the sans-I/O decoder alone (``ImageStreamDecoder``: framing, the base64 check,
-   the relay bytes) and its parts.
+3. both again on a gateway left on glibc's own malloc thresholds (``LLMBRIDGE_HEAP=system``,
+   see ``gateway/heap.py``), and the gateways' RSS after the runs;
+4. **floors**: a plain relay process (``--relay``: Starlette + httpx, bytes passed through
+   untouched, no parsing, no check) and a socket pipe (``--pipe``: bytes between two sockets
+   and nothing else), the same upstream stream;
+5. in process: the sans-I/O pieces (``ImageStreamDecoder``: framing, the base64 check, the
+   relay bytes; the Gemini decoder + ``HubImages`` + ``encode_event`` of the translation).
 
 The gateway's CPU per event is utime + stime of its process from /proc over 5 requests
 (after one warm-up), as a multiple of one memcpy of the same 1 MB measured in this process in
@@ -221,7 +224,7 @@ def _cpu_per_event(client: Any, server: Server, url: str, body: dict[str, Any], 
 
 
 def served() -> dict[str, float]:
-    """Median CPU seconds per event of each served path."""
+    """Median CPU seconds per event of each served path; the gateways' RSS (MB) after."""
     import httpx
 
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -260,6 +263,14 @@ upstream = "gem"
             f"http://127.0.0.1:{gw_port}/healthz",
             tmp,
         )
+        plain_port = _port()  # the same gateway on glibc's own malloc thresholds (gateway/heap.py)
+        plain = _start(
+            "gateway-system-heap",
+            [str(BIN / "llmbridge"), "serve", "--config", str(tmp / "gw.toml"), "--port", str(plain_port)],
+            f"http://127.0.0.1:{plain_port}/healthz",
+            tmp,
+            {"LLMBRIDGE_HEAP": "system"},
+        )
         pipe_port = _port()
         pipe = _start(
             "pipe",
@@ -275,7 +286,9 @@ upstream = "gem"
             tmp,
             env,
         )
-        got: dict[str, list[float]] = {"relayed": [], "translated": [], "floor": [], "pipe": []}
+        got: dict[str, list[float]] = {
+            "relayed": [], "translated": [], "floor": [], "pipe": [], "relayed-system": [], "translated-system": []
+        }  # fmt: skip
         stream = {"model": "img-20", "prompt": "x", "stream": True, "partial_images": 3}
         gemini = {"model": "gem-image", "prompt": "x", "stream": True, "n": GEMINI_N}
         try:
@@ -287,18 +300,26 @@ upstream = "gem"
                     got["translated"].append(
                         _cpu_per_event(client, gw, f"http://127.0.0.1:{gw_port}/v1/images", gemini, GEMINI_N)
                     )
+                    got["relayed-system"].append(
+                        _cpu_per_event(client, plain, f"http://127.0.0.1:{plain_port}/v1/images", stream, PARTIALS + 1)
+                    )
+                    got["translated-system"].append(
+                        _cpu_per_event(client, plain, f"http://127.0.0.1:{plain_port}/v1/images", gemini, GEMINI_N)
+                    )
                     got["pipe"].append(
                         _cpu_per_event(client, pipe, f"http://127.0.0.1:{pipe_port}/v1/images", stream, PARTIALS + 1)
                     )
                     got["floor"].append(
                         _cpu_per_event(client, relay, f"http://127.0.0.1:{relay_port}/v1/images", stream, PARTIALS + 1)
                     )
+            rss = {"rss": gw.memory() / 2**20, "rss-system": plain.memory() / 2**20}
         finally:
+            plain.stop()
             pipe.stop()
             relay.stop()
             gw.stop()
             upstream.stop()
-    return {k: statistics.median(v) for k, v in got.items()}
+    return {**{k: statistics.median(v) for k, v in got.items()}, **rss}
 
 
 def in_process() -> dict[str, float]:
@@ -326,6 +347,29 @@ def in_process() -> dict[str, float]:
         for piece in pieces:
             decoder.feed(piece)
 
+    from llmbridge import dialects
+    from llmbridge.gateway.images import HubImages, ImageRequest, encode_event
+
+    gemini = (
+        b'data: {"candidates":[{"content":{"parts":[{"inlineData":{"mimeType":"image/png","data":"'
+        + payload
+        + b'"}}],"role":"model"},"finishReason":"STOP","index":0}]}\r\n\r\n'
+    )
+    gemini_pieces = [gemini[i : i + 262144] for i in range(0, len(gemini), 262144)]
+    codec = dialects.get("gemini")
+
+    def translate() -> None:
+        decoder = codec.StreamDecoder()
+        reader = HubImages("bench", ImageRequest("m", "x"))
+        out = []
+        for piece in gemini_pieces:
+            for event in decoder.feed(piece):
+                out += reader.feed(event)
+        for event in decoder.close():
+            out += reader.feed(event)
+        assert len(out) == 1, out
+        encode_event(out[0], 0)  # type: ignore[arg-type]
+
     keep = _ALPHABET + b"="
     # A copy as the gateway makes one: from bytes not in the cache (a rotating pool of 64 MB)
     # into a fresh allocation (what a socket read or a join gets). The hot memcpy (the same
@@ -342,27 +386,35 @@ def in_process() -> dict[str, float]:
         "memcpy": best_of(lambda: payload[1:]),
         "cold": best_of(cold),
         "decoder": best_of(decode),
+        "translate": best_of(translate),
         "join": best_of(lambda: b"".join(pieces)),
         "check": best_of(lambda: payload.translate(None, keep)),
     }
 
 
 def run() -> str:
+    from llmbridge.gateway import heap
+
+    heap.keep_large_buffers_on_heap()  # the in-process rows under the gateway's own malloc thresholds
     core = in_process()
     per = served()
     copy = core["memcpy"]
     rows = [
         ["gateway, relayed (OpenAI Images upstream -> /v1/images)", per["relayed"] * 1000, per["relayed"] / copy],
+        ["  the same, glibc's default malloc thresholds", per["relayed-system"] * 1000, per["relayed-system"] / copy],
         ["gateway, translated (Gemini inlineData -> /v1/images)", per["translated"] * 1000, per["translated"] / copy],
+        ["  the same, glibc's defaults", per["translated-system"] * 1000, per["translated-system"] / copy],
         ["plain relay process (httpx -> uvicorn, no checks)", per["floor"] * 1000, per["floor"] / copy],
         ["socket pipe process (bytes between two sockets, nothing else)", per["pipe"] * 1000, per["pipe"] / copy],
         ["in process: ImageStreamDecoder, 64 KiB pieces", core["decoder"] * 1000, core["decoder"] / copy],
         ["  of which: joining the pieces once", core["join"] * 1000, core["join"] / copy],
         ["  of which: the base64 check (bytes.translate)", core["check"] * 1000, core["check"] / copy],
+        ["in process: Gemini decoder + HubImages + encode_event", core["translate"] * 1000, core["translate"] / copy],
         ["one 1 MB copy from cold memory into a fresh buffer", core["cold"] * 1000, core["cold"] / copy],
         ["one 1 MB memcpy (a bytes slice, in the cache)", copy * 1000, 1.0],
     ]
-    return table(["per image event (~1 MB base64)", "CPU ms", "x one memcpy"], rows)
+    rss = f"gateway RSS after the runs: {per['rss']:.0f} MB (glibc's defaults: {per['rss-system']:.0f} MB)"
+    return table(["per image event (~1 MB base64)", "CPU ms", "x one memcpy"], rows) + "\n" + rss
 
 
 if __name__ == "__main__":
