@@ -188,3 +188,26 @@ def test_blank_line_and_cr_helpers_match_the_plain_operations():
         data = bytes(rng.choice(b"ab\n\r") for _ in range(rng.randrange(0, 12))) * rng.choice([1, 1000])
         assert sse.has_blank_line(data) == (b"\n\n" in data)
         assert sse.normalise_cr(data) == data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+
+# --------------------------------------------------------------------------- the heap
+
+
+@pytest.mark.parametrize(
+    ("env", "applied"),
+    [({}, True), ({"LLMBRIDGE_HEAP": "system"}, False), ({"MALLOC_TRIM_THRESHOLD_": "131072"}, False)],
+)
+def test_megabyte_buffers_stay_on_the_heap_unless_the_operator_says_otherwise(env, applied):
+    """gateway/heap.py in a fresh process (mallopt is process-wide): applied on glibc, skipped
+    when the operator set glibc's thresholds or asked for the system's defaults."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "LLMBRIDGE_HEAP"}
+    code = "from llmbridge.gateway import heap; print(heap.keep_large_buffers_on_heap())"
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(applied)

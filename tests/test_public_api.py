@@ -394,6 +394,7 @@ SURFACE: dict[str, list[str]] = {
         "strip_sse",
         "wanted",
     ],
+    "llmbridge.gateway.heap": ["MMAP", "TRIM", "keep_large_buffers_on_heap"],
     "llmbridge.gateway.http2": ["app_from_env", "serve"],
     "llmbridge.gateway.images": [
         "BACKGROUNDS",
