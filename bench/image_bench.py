@@ -417,8 +417,88 @@ def run() -> str:
     return table(["per image event (~1 MB base64)", "CPU ms", "x one memcpy"], rows) + "\n" + rss
 
 
+def profile(path: str, requests: int = 10) -> str:
+    """cProfile of the gateway serving ``path`` (``relayed`` or ``translated``) *in this
+    process* (thread CPU time as the clock), the fast upstream and the client in their own:
+    where the time per image event goes. ``python -m bench.image_bench --profile relayed``."""
+    import asyncio
+    import cProfile
+    import io
+    import pstats
+    import time
+
+    import uvicorn
+
+    from llmbridge.gateway import config, create_app, heap
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        up_port, gw_port = _port(), _port()
+        upstream = _start(
+            "upstream",
+            [sys.executable, "-m", "bench.image_bench", "--upstream", str(up_port)],
+            f"http://127.0.0.1:{up_port}/health",
+            tmp,
+            {"PYTHONPATH": str(ROOT)},
+        )
+        raw = {
+            "upstreams": {
+                "fast": {"format": "openai-chat", "base_url": f"http://127.0.0.1:{up_port}/v1"},
+                "gem": {"format": "gemini", "base_url": f"http://127.0.0.1:{up_port}"},
+            },
+            "models": [{"name": "img-20", "upstream": "fast"}, {"name": "gem-image", "upstream": "gem"}],
+        }
+        heap.keep_large_buffers_on_heap()
+        app = create_app(config.parse(raw))
+        body = (
+            {"model": "img-20", "prompt": "x", "stream": True}
+            if path == "relayed"
+            else {"model": "gem-image", "prompt": "x", "stream": True, "n": GEMINI_N}
+        )
+        events = PARTIALS + 1 if path == "relayed" else GEMINI_N
+        client = (
+            "import httpx, json, sys\n"
+            "c = httpx.Client(timeout=60)\n"
+            f"for i in range({requests} + 1):\n"
+            f"    r = c.post('http://127.0.0.1:{gw_port}/v1/images', json={body!r})\n"
+            f"    assert r.content.count(b'event: image_generation') == {events}\n"
+            "    if i == 0: print('warm', flush=True)\n"
+        )
+        profiler = cProfile.Profile(time.thread_time)
+
+        async def main() -> float:
+            server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=gw_port, log_level="warning"))
+            task = asyncio.create_task(server.serve())
+            while not server.started:
+                await asyncio.sleep(0.05)
+            proc = await asyncio.create_subprocess_exec(sys.executable, "-c", client, stdout=asyncio.subprocess.PIPE)
+            assert proc.stdout is not None
+            await proc.stdout.readline()  # warmed up
+            cpu = time.thread_time()
+            profiler.enable()
+            await proc.wait()
+            profiler.disable()
+            cpu = time.thread_time() - cpu
+            server.should_exit = True
+            await task
+            return cpu
+
+        try:
+            import uvloop
+
+            cpu = uvloop.run(main())
+        finally:
+            upstream.stop()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
+    per = cpu * 1000 / (requests * events)
+    return f"{path}: {per:.2f} ms of CPU per event under the profiler\n" + out.getvalue()
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "--pipe":
+    if sys.argv[1] == "--profile":
+        print(profile(sys.argv[2]))
+    elif sys.argv[1] == "--pipe":
         serve_pipe(int(sys.argv[2]), int(sys.argv[3]))
     elif sys.argv[1] == "--relay":
         serve_relay(int(sys.argv[2]), int(sys.argv[3]))
