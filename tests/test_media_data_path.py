@@ -67,10 +67,13 @@ def upstream_app() -> Starlette:
 
     async def gemini(request: Request) -> Response:
         await request.body()
+        stall = "stall" in request.path_params["target"]
 
         async def body():
             for piece in _pieces(GEMINI):
                 yield piece
+                if stall:  # the text part, then silence
+                    await asyncio.sleep(3)
 
         return StreamingResponse(body(), media_type="text/event-stream")
 
@@ -97,6 +100,7 @@ def gw():
                 "oa": {"format": "openai-chat", "base_url": up.url + "/v1"},
                 "gem": {"format": "gemini", "base_url": up.url},
                 "tight": {"format": "openai-chat", "base_url": up.url + "/v1", "timeouts": tight},
+                "gem-tight": {"format": "gemini", "base_url": up.url, "timeouts": tight},
             },
             "models": [
                 {"name": "big", "upstream": "oa"},
@@ -104,6 +108,7 @@ def gw():
                 {"name": "gem-image", "upstream": "gem"},
                 {"name": "stall", "upstream": "tight"},
                 {"name": "slow-embed", "upstream": "tight"},
+                {"name": "gem-stall", "upstream": "gem-tight"},
             ],
         }
         with serving(create_app(config.parse(raw))) as server:
@@ -148,6 +153,13 @@ def test_an_image_upstream_gone_silent_ends_with_a_timeout_error_event(gw):
     assert [e.event for e in events] == ["image_generation.partial_image", "error", "message"]
     error = json.loads(events[1].data)["error"]
     assert "sent nothing for 0.5 s" in error["message"] and events[-1].data == "[DONE]"
+
+
+def test_a_gemini_image_upstream_gone_silent_ends_with_a_timeout_error_event(gw):
+    r = HTTP.post(gw.url + "/v1/images", json={"model": "gem-stall", "prompt": "x", "stream": True})
+    events = _events(r.content)
+    assert [e.event for e in events] == ["error", "message"] and events[-1].data == "[DONE]"
+    assert json.loads(events[0].data)["error"]["code"] == "upstream_timeout"
 
 
 def test_an_embeddings_upstream_without_an_answer_is_a_504_in_openais_shape(gw):

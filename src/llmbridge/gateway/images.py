@@ -54,7 +54,7 @@ from ..media import (
 )
 from . import _http, replies
 from ._http import HIGH_WATER, Inbox
-from .config import LOCAL, UpstreamConfig
+from .config import LOCAL, Timeouts, UpstreamConfig
 from .metering import Meter, Outcome, admit
 from .streaming import Deadlines, StreamResponse, _LazyTimer
 from .upstream import Upstream, UpstreamFailed, as_hub_error, retryable
@@ -468,15 +468,18 @@ class HTTPImages(ImageSource):
 class PumpedImages(ImageSource):
     """Images made in process (from a chat-dialect upstream's hub events, or a JSON answer),
     moved into an inbox by one task, with back-pressure: at most two images wait for a slow
-    client before the task waits too."""
+    client before the task waits too. With ``timeouts``, the upstream's first-byte (here: the
+    first image), idle and total clocks apply, as on the chat path's in-process sources."""
 
-    def __init__(self, items: AsyncIterator[Item], name: str) -> None:
+    def __init__(self, items: AsyncIterator[Item], name: str, timeouts: Timeouts | None = None) -> None:
         self._room = asyncio.Event()
         self._room.set()
         self.inbox = Inbox(self._room.clear, self._room.set)
         self.name = name
         self._items = items
-        self._task = asyncio.get_running_loop().create_task(self._pump())
+        loop = asyncio.get_running_loop()
+        self.deadlines = Deadlines(self.inbox, timeouts, name, loop.time()) if timeouts is not None else None
+        self._task = loop.create_task(self._pump())
 
     async def _pump(self) -> None:
         inbox, room = self.inbox, self._room
@@ -500,12 +503,23 @@ class PumpedImages(ImageSource):
 
     def read(self) -> list[Item]:
         items: list[Item] = self.inbox.take()
+        deadlines = self.deadlines
+        if deadlines is not None:
+            if items and not deadlines.got_data:
+                deadlines.data_arrived()
+            if "deadline" in self.inbox.alarms and deadlines.missed is not None and not self.done:
+                items.append(deadlines.missed)
+                self.done = True
+                self._task.cancel()
+                return items
         if self.inbox.eof and not self.inbox.items:
             self.done = True
         return items
 
     async def aclose(self) -> None:
         self.done = True
+        if self.deadlines is not None:
+            self.deadlines.cancel()
         if not self._task.done():
             self._task.cancel()
         with contextlib.suppress(BaseException):  # cancelled on purpose; its errors were items
@@ -629,7 +643,7 @@ class ImagesService:
         upstream_obj = self.gateway.upstreams.get(upstream)
         if upstream_obj is None:
             raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
-        return PumpedImages(await _hub_events(upstream_obj, cfg, upstream_model, req), upstream)
+        return PumpedImages(await _hub_events(upstream_obj, cfg, upstream_model, req), upstream, cfg.timeouts)
 
     async def _stream(
         self, source: ImageSource, meter: Meter, upstream: str, upstream_model: str
