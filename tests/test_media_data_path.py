@@ -115,6 +115,19 @@ def gw():
             yield server
 
 
+@pytest.fixture(scope="module")
+def small(gw):
+    """A gateway whose max_event_bytes is below one image event."""
+    upstream = gw.app.state.gateway.config.upstreams["oa"].base_url
+    raw = {
+        "gateway": {"max_event_bytes": 500_000},
+        "upstreams": {"oa": {"format": "openai-chat", "base_url": upstream}},
+        "models": [{"name": "big", "upstream": "oa"}],
+    }
+    with serving(create_app(config.parse(raw))) as server:
+        yield server
+
+
 def _events(body: bytes) -> list[sse.Event]:
     decoder = sse.Decoder()
     return [*decoder.feed(body), *decoder.close()]
@@ -137,6 +150,13 @@ def test_a_megabyte_gemini_image_is_translated_whole(gw):
     assert got[-1].usage.output_tokens == 1290
     whole = client.images.generate(model="gem-image", prompt="x")
     assert whole.data[0].b64_json == IMAGE and whole.data[0].revised_prompt == "Here."
+
+
+def test_an_image_event_over_max_event_bytes_ends_the_stream(small):
+    r = HTTP.post(small.url + "/v1/images", json={"model": "big", "prompt": "x", "stream": True})
+    events = _events(r.content)
+    assert [e.event for e in events] == ["error", "message"]
+    assert "larger than 500000 bytes" in json.loads(events[0].data)["error"]["message"]
 
 
 def test_a_broken_byte_deep_in_a_megabyte_image_is_an_error_event(gw, caplog):

@@ -204,8 +204,10 @@ class ImageStreamDecoder:
     comments, several data lines) goes through the full WHATWG decoder (``llmbridge.sse``).
     """
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, max_event_bytes: int | None = None) -> None:
         self.upstream = upstream
+        # One event larger than this ends the stream (what one stream may hold in memory).
+        self.max_event_bytes = max_event_bytes or MAX_IMAGE_BYTES * 2
         self.completed = 0
         self.finished = False  # an error or [DONE] was seen
         self._parts: list[bytes] = []
@@ -230,8 +232,8 @@ class ImageStreamDecoder:
         # (an int membership test is a memchr; a bytes needle is a much slower search, and the
         # chunks of a base64 line hold no newline at all)
         if 10 not in chunk or (not sse.has_blank_line(chunk) and not (chunk[:1] == b"\n" and len(self._parts) > 1)):
-            if self._size > MAX_IMAGE_BYTES * 2:
-                return [self._broken("an event larger than any image")]
+            if self._size > self.max_event_bytes:
+                return [self._broken(f"an event larger than {self.max_event_bytes} bytes")]
             return []
         # One join per event (its chunks), then only index arithmetic until the image is sliced out.
         buffer = b"".join(self._parts) if len(self._parts) > 1 else chunk

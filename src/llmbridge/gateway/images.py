@@ -422,13 +422,16 @@ class HTTPImages(ImageSource):
     """An OpenAI Images SSE body on the gateway's own HTTP client: each socket read lands in
     the response's inbox (in C, no task), and :meth:`read` hands every piece to the
     :class:`ImageStreamDecoder` as it is (no join per wake-up: the decoder joins the pieces
-    of one event once). The upstream's first-byte, idle and total clocks apply."""
+    of one event once). The upstream's first-byte, idle and total clocks apply, and one event
+    over ``max_event_bytes`` ends the stream (so a stream holds at most about that much)."""
 
-    def __init__(self, response: _http.Response, cfg: UpstreamConfig, started: float) -> None:
+    def __init__(
+        self, response: _http.Response, cfg: UpstreamConfig, started: float, max_event_bytes: int | None = None
+    ) -> None:
         self.response = response
         self.inbox = response.inbox
         self.name = cfg.name
-        self.decoder = ImageStreamDecoder(cfg.name)
+        self.decoder = ImageStreamDecoder(cfg.name, max_event_bytes)  # the gateway's max_event_bytes
         self.deadlines = Deadlines(self.inbox, cfg.timeouts, cfg.name, started)
 
     def read(self) -> list[Item]:
@@ -639,7 +642,8 @@ class ImagesService:
                 data = await self.http.post_json(cfg, url, headers, body)
                 return PumpedImages(_once(_read_openai_body(data, upstream, req)), upstream)
             started = asyncio.get_running_loop().time()
-            return HTTPImages(await self.http.open(cfg, url, headers, body), cfg, started)
+            response = await self.http.open(cfg, url, headers, body)
+            return HTTPImages(response, cfg, started, self.gateway.config.gateway.max_event_bytes)
         upstream_obj = self.gateway.upstreams.get(upstream)
         if upstream_obj is None:
             raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
