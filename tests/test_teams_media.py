@@ -204,3 +204,36 @@ def test_a_key_limited_to_other_models_cannot_embed_or_draw(gw):
         oai(gw, secret).images.generate(model="gpt-image", prompt="x")
     with pytest.raises(openai.AuthenticationError):
         oai(gw, "sk-llmb-not-a-key").embeddings.create(model="te3", input=["a", "b", "c"])
+
+
+# --------------------------------------------------------------------------- metrics and spans
+
+
+def test_media_requests_in_the_metrics_and_as_genai_spans(gw):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from prometheus_client.parser import text_string_to_metric_families
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    gw.app.state.gateway.teams.use_tracer_provider(provider)
+    _, secret = new_key(gw)
+    oai(gw, secret).embeddings.create(model="te3", input=["a", "b", "c"])
+    list(oai(gw, secret).images.generate(model="gpt-image", prompt="a cat", stream=True))
+    assert wait_for(lambda: len(exporter.get_finished_spans()) == 2, timeout=10)
+    embeddings, image = exporter.get_finished_spans()
+    assert (embeddings.name, image.name) == ("embeddings te3", "image_generation gpt-image")
+    assert embeddings.attributes["gen_ai.operation.name"] == "embeddings"
+    assert embeddings.attributes["gen_ai.usage.input_tokens"] == TE3_TOKENS
+    assert image.attributes["gen_ai.usage.output_tokens"] == IMAGE_USAGE[1]
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(HTTP.get(gw.url + "/metrics").text)
+        for s in family.samples
+    }
+    assert samples[("llmbridge_requests_total", (("dialect", "openai-chat"), ("model", "te3"), ("status", "200")))] == 1
+    assert samples[("llmbridge_tokens_total", (("direction", "input"), ("model", "te3")))] == TE3_TOKENS
+    assert samples[("llmbridge_tokens_total", (("direction", "output"), ("model", "gpt-image")))] == IMAGE_USAGE[1]
+    assert samples[("llmbridge_open_streams", ())] == 0
