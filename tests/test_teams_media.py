@@ -147,6 +147,24 @@ def test_websocket_turns_are_metered_one_row_each(gw):
     assert (row["requests"], row["errors"]) == (2, 0) and row["input_tokens"] > 0 and row["output_tokens"] > 0
 
 
+def test_a_websocket_turn_over_the_rpm_limit_ends_with_an_error_the_connection_stays(gw):
+    _, secret = new_key(gw, rpm_limit=1)
+    url = gw.url.replace("http://", "ws://") + "/v1/stream"
+    turn = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hi"}]})
+    with connect(url, additional_headers={"authorization": f"Bearer {secret}"}) as ws:
+        ends = []
+        for _ in range(3):
+            ws.send(turn)
+            envelopes = []
+            while not envelopes or envelopes[-1]["type"] != "stream.end":
+                envelopes.append(json.loads(ws.recv(timeout=20)))
+            ends.append(envelopes)
+    assert ends[0][0]["type"] == "stream.start" and all(e["type"] != "error" for e in ends[0])
+    for refused in ends[1:]:  # a whole stream of its own (start, error, end), on the same open connection
+        assert [e["type"] for e in refused] == ["stream.start", "error", "stream.end"]
+        assert refused[1]["error"]["type"] == "rate_limit" and refused[1]["llmbridge:status"] == 429
+
+
 # --------------------------------------------------------------------------- limits and budgets
 
 
