@@ -25,6 +25,7 @@ from tests.gateway_util import serving
 HTTP = httpx.Client(timeout=30)
 RNG = random.Random(15)
 IMAGE = base64.b64encode(b"\x89PNG\r\n\x1a\n" + RNG.randbytes(786_000)).decode()  # ~1 MB of base64
+GONE: list[str] = []  # upstream image streams that ended, by model
 PIECE = 70_001  # the upstream writes its body in pieces of this size: events cut anywhere
 
 
@@ -57,9 +58,12 @@ def upstream_app() -> Starlette:
         model = json.loads(await request.body())["model"]
 
         async def body():
-            if model == "stall":  # one image, then silence
-                yield _partial(0)
-                await asyncio.sleep(3)
+            if model.startswith("stall"):  # one image, then silence
+                try:
+                    yield _partial(0)
+                    await asyncio.sleep(60 if model == "stall-long" else 3)
+                finally:
+                    GONE.append(model)  # the gateway closed the connection (or the sleep ended)
             for piece in _pieces(BROKEN if model == "broken" else BODY):
                 yield piece
 
@@ -107,6 +111,7 @@ def gw():
                 {"name": "broken", "upstream": "oa"},
                 {"name": "gem-image", "upstream": "gem"},
                 {"name": "stall", "upstream": "tight"},
+                {"name": "stall-long", "upstream": "oa"},
                 {"name": "slow-embed", "upstream": "tight"},
                 {"name": "gem-stall", "upstream": "gem-tight"},
             ],
@@ -180,6 +185,21 @@ def test_a_gemini_image_upstream_gone_silent_ends_with_a_timeout_error_event(gw)
     events = _events(r.content)
     assert [e.event for e in events] == ["error", "message"] and events[-1].data == "[DONE]"
     assert json.loads(events[0].data)["error"]["code"] == "upstream_timeout"
+
+
+def test_a_client_gone_mid_image_stream_closes_the_upstream_at_once(gw):
+    from tests.gateway_util import wait_for
+
+    body = {"model": "stall-long", "prompt": "x", "stream": True}
+    with HTTP.stream("POST", gw.url + "/v1/images", json=body) as r:
+        got = b""
+        for chunk in r.iter_bytes():
+            got += chunk
+            if b"\n\n" in got:
+                break  # the first image is in: hang up while the upstream is silent
+    assert got.startswith(b"event: image_generation.partial_image")
+    # the upstream's 60 s silence is cut short: the gateway closed its connection
+    assert wait_for(lambda: "stall-long" in GONE, timeout=30)
 
 
 def test_an_embeddings_upstream_without_an_answer_is_a_504_in_openais_shape(gw):
