@@ -96,6 +96,43 @@ def serve_upstream(port: int) -> None:
     }
     gemini = [f"data: {json.dumps(text)}\r\n\r\n".encode(), f"data: {json.dumps(picture)}\r\n\r\n".encode()]
 
+    item = "ig_0123456789abcdef"
+    head = {
+        "id": "resp_0123",
+        "object": "response",
+        "created_at": 0,
+        "model": "gpt-image-bench",
+        "status": "in_progress",
+    }
+
+    def resp(kind: str, seq: int, **fields: Any) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': seq, **fields})}\n\n".encode()
+
+    responses = [
+        resp("response.created", 0, response=head),
+        resp("response.output_item.added", 1, output_index=0,
+             item={"id": item, "type": "image_generation_call", "status": "in_progress"}),
+        *(
+            resp("response.image_generation_call.partial_image", 2 + i, output_index=0, item_id=item,
+                 partial_image_index=i, partial_image_b64=image)
+            for i in range(PARTIALS)
+        ),
+        resp("response.output_item.done", PARTIALS + 2, output_index=0,
+             item={"id": item, "type": "image_generation_call", "status": "completed", "output_format": "png",
+                   "result": image}),
+        resp("response.completed", PARTIALS + 3, response={**head, "status": "completed",
+             "usage": {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6}}),
+    ]  # fmt: skip
+
+    async def responses_stream(request: Request) -> Response:
+        await request.body()
+
+        async def body() -> Any:
+            for event in responses:
+                yield event
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
     async def images(request: Request) -> Response:
         await request.body()
 
@@ -118,6 +155,7 @@ def serve_upstream(port: int) -> None:
         routes=[
             Route("/v1/images/generations", images, methods=["POST"]),
             Route("/v1/images", images, methods=["POST"]),  # for the pipe, which forwards the path as it is
+            Route("/v1/responses", responses_stream, methods=["POST"]),
             Route("/v1beta/models/{target:path}", generate, methods=["POST"]),
             Route("/health", lambda r: Response("ok"), methods=["GET"]),
         ]

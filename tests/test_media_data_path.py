@@ -263,3 +263,60 @@ def test_megabyte_buffers_stay_on_the_heap_unless_the_operator_says_otherwise(en
     code = "from llmbridge.gateway import heap; print(heap.keep_large_buffers_on_heap())"
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(applied)
+
+
+def test_event_boundaries_on_big_reads_match_the_plain_search():
+    """streaming.py's memchr paths (reads of 4 KiB and more) find the blank lines the plain
+    separator search finds, for every line-end mix."""
+    from llmbridge.gateway import streaming
+
+    ends = streaming.EventBoundaries._ENDS
+
+    def last(data: bytes, start: int, stop: int) -> int:
+        found = [at + len(sep) for sep in ends if (at := data.rfind(sep, start, stop)) >= 0]
+        return max(found, default=-1)
+
+    def following(data: bytes, start: int) -> int:
+        found = [at + len(sep) for sep in ends if (at := data.find(sep, start)) >= 0]
+        return min(found, default=len(data))
+
+    rng = random.Random(11)
+    for _ in range(400):
+        alphabet = rng.choice([b"ab\n\r", b"abcdefgh\n", b"abcdefghij\r\n", b"x\r", b"abcdefghijklmnop"])
+        data = bytes(rng.choice(alphabet) for _ in range(rng.choice([100, 5000, 20000])))
+        start = rng.randrange(len(data))
+        stop = rng.randrange(start, len(data) + 1)
+        assert streaming._last_event_end(data, start, stop) == last(data, start, stop)
+        assert streaming._next_event_end(data, start) == following(data, start)
+
+
+def test_the_relay_skims_huge_events_at_their_ends_and_small_ones_whole():
+    """A huge event (a base64 image) is looked at in its first and last 4 KiB for the relay's
+    markers: its name and type at the head, what follows the payload (usage, finish_reason)
+    at the tail; small events after it are searched whole, as before."""
+    from llmbridge.gateway import streaming
+
+    markers = streaming.RELAY_MARKERS["openai-chat"]
+
+    def chunk(content: str, tail: str = "") -> bytes:
+        return f'data: {{"choices":[{{"index":0,"delta":{{"content":"{content}"}}{tail}}}]}}\n\n'.encode()
+
+    huge = IMAGE[:300_000]
+    data = (
+        chunk(huge)  # no marker anywhere
+        + chunk(huge[:150_000] + "error" + huge[150_000:])  # only payload: not looked at
+        + chunk(huge, ',"finish_reason":"stop"')  # at the tail
+        + chunk("small")
+        + chunk("small", ',"finish_reason":"stop"')
+        + b"data: [DONE]\n\n"
+    )
+    spans = streaming._marked_events(data, 0, markers)
+    events = [data[a:b] for a, b in spans]
+    assert len(events) == 3
+    assert events[0].endswith(b'"finish_reason":"stop"}]}\n\n') and len(events[0]) > 300_000
+    assert events[1] == chunk("small", ',"finish_reason":"stop"') and events[2] == b"data: [DONE]\n\n"
+    small = chunk("a") + chunk("b", ',"finish_reason":"stop"') + b"data: [DONE]\n\n"
+    assert [small[a:b] for a, b in streaming._marked_events(small, 0, markers)] == [
+        chunk("b", ',"finish_reason":"stop"'),
+        b"data: [DONE]\n\n",
+    ]
