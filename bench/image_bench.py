@@ -250,13 +250,16 @@ def serve_pipe(port: int, upstream_port: int) -> None:
     uvloop.run(main())
 
 
-def _cpu_per_event(client: Any, server: Server, url: str, body: dict[str, Any], events: int) -> float:
-    """CPU seconds of ``server`` per image event over RUNS streamed requests."""
+def _cpu_per_event(
+    client: Any, server: Server, url: str, body: dict[str, Any], events: int, marker: bytes = b"event: image_generation"
+) -> float:
+    """CPU seconds of ``server`` per image event over RUNS streamed requests (``events`` of
+    them per answer, each holding ``marker``)."""
     client.post(url, json=body).raise_for_status()  # warm up
     cpu0 = server.cpu()
     for _ in range(RUNS):
         r = client.post(url, json=body)
-        got = r.content.count(b"event: image_generation")
+        got = r.content.count(marker)
         assert r.status_code == 200 and got == events, (r.status_code, got, r.content[-300:])
     return (server.cpu() - cpu0) / (RUNS * events)
 
@@ -286,9 +289,17 @@ base_url = "http://127.0.0.1:{up_port}/v1"
 format = "gemini"
 base_url = "http://127.0.0.1:{up_port}"
 
+[upstreams.resp]
+format = "openai-responses"
+base_url = "http://127.0.0.1:{up_port}/v1"
+
 [[models]]
 name = "img-20"
 upstream = "fast"
+
+[[models]]
+name = "resp-image"
+upstream = "resp"
 
 [[models]]
 name = "gem-image"
@@ -325,8 +336,13 @@ upstream = "gem"
             env,
         )
         got: dict[str, list[float]] = {
-            "relayed": [], "translated": [], "floor": [], "pipe": [], "relayed-system": [], "translated-system": []
+            "relayed": [], "translated": [], "floor": [], "pipe": [], "relayed-system": [], "translated-system": [],
+            "chat-relayed": [], "chat-translated": [], "chat-relayed-system": [], "chat-translated-system": [],
         }  # fmt: skip
+        responses = {"model": "resp-image", "input": "x", "stream": True}
+        gemini_client = {"contents": [{"role": "user", "parts": [{"text": "x"}]}]}
+        to_gemini = f"http://127.0.0.1:{gw_port}/v1beta/models/resp-image:streamGenerateContent?alt=sse"
+        to_gemini_plain = to_gemini.replace(str(gw_port), str(plain_port))
         stream = {"model": "img-20", "prompt": "x", "stream": True, "partial_images": 3}
         gemini = {"model": "gem-image", "prompt": "x", "stream": True, "n": GEMINI_N}
         try:
@@ -337,6 +353,38 @@ upstream = "gem"
                     )
                     got["translated"].append(
                         _cpu_per_event(client, gw, f"http://127.0.0.1:{gw_port}/v1/images", gemini, GEMINI_N)
+                    )
+                    got["chat-relayed"].append(
+                        _cpu_per_event(
+                            client,
+                            gw,
+                            f"http://127.0.0.1:{gw_port}/v1/responses",
+                            responses,
+                            PARTIALS,
+                            b'"partial_image_b64"',
+                        )
+                        * PARTIALS
+                        / (PARTIALS + 1)  # per image event: the 20 partials and the final item
+                    )
+                    # (Gemini has no partial images: the client gets the final one; per upstream image event)
+                    got["chat-translated"].append(
+                        _cpu_per_event(client, gw, to_gemini, gemini_client, 1, b'"inlineData"') / (PARTIALS + 1)
+                    )
+                    got["chat-relayed-system"].append(
+                        _cpu_per_event(
+                            client,
+                            plain,
+                            f"http://127.0.0.1:{plain_port}/v1/responses",
+                            responses,
+                            PARTIALS,
+                            b'"partial_image_b64"',
+                        )
+                        * PARTIALS
+                        / (PARTIALS + 1)  # per image event: the 20 partials and the final item
+                    )
+                    got["chat-translated-system"].append(
+                        _cpu_per_event(client, plain, to_gemini_plain, gemini_client, 1, b'"inlineData"')
+                        / (PARTIALS + 1)
                     )
                     got["relayed-system"].append(
                         _cpu_per_event(client, plain, f"http://127.0.0.1:{plain_port}/v1/images", stream, PARTIALS + 1)
@@ -442,6 +490,14 @@ def run() -> str:
         ["  the same, glibc's default malloc thresholds", per["relayed-system"] * 1000, per["relayed-system"] / copy],
         ["gateway, translated (Gemini inlineData -> /v1/images)", per["translated"] * 1000, per["translated"] / copy],
         ["  the same, glibc's defaults", per["translated-system"] * 1000, per["translated-system"] / copy],
+        [
+            "chat path: Responses image_generation stream relayed",
+            per["chat-relayed"] * 1000,
+            per["chat-relayed"] / copy,
+        ],
+        ["  the same, glibc's defaults", per["chat-relayed-system"] * 1000, per["chat-relayed-system"] / copy],
+        ["chat path: the same stream to a Gemini client", per["chat-translated"] * 1000, per["chat-translated"] / copy],
+        ["  the same, glibc's defaults", per["chat-translated-system"] * 1000, per["chat-translated-system"] / copy],
         ["plain relay process (httpx -> uvicorn, no checks)", per["floor"] * 1000, per["floor"] / copy],
         ["socket pipe process (bytes between two sockets, nothing else)", per["pipe"] * 1000, per["pipe"] / copy],
         ["in process: ImageStreamDecoder, 64 KiB pieces", core["decoder"] * 1000, core["decoder"] / copy],
