@@ -16,6 +16,7 @@ BENCHES = {
     "ui": "bench.ui_bench",
     "teams": "bench.teams_bench",
     "embed": "bench.embed_bench",
+    "images": "bench.image_bench",
     "bindings": "bench.bindings_bench",
 }
 

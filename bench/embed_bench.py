@@ -1,17 +1,17 @@
 """Embeddings and images: ``python -m bench embed``.
 
 1. **local-embed runtimes**, each in its own process (so /proc tells its memory apart):
-   llmbridge's numpy forward pass (``llmbridge.local.embed``) against llama.cpp running the
-   same weights converted to GGUF (``bench/minilm_gguf.py``, F32 and F16). Load time, RSS,
+   llmbridge's numpy forward pass (``llmbridge.local.embed``) against onnxruntime running the
+   same weights as an ONNX graph (``bench/minilm_onnx.py``) and llama.cpp running them
+   converted to GGUF (``bench/minilm_gguf.py``, F32 and F16). Load time, RSS,
    vectors/s at batch 1 and 32, quality on the similarity set below, and the largest
    difference from the numpy vectors.
 2. **gateway added latency per embeddings request**: sequential requests of one input to a
    fast OpenAI-shaped embeddings upstream, directly and through ``llmbridge serve`` (its own
    process), in the same run; and ``local-embed`` through the gateway against calling the
    model in process.
-3. **gateway CPU per partial-image event** of 1 MB base64: a fast upstream streams partial
-   images; the gateway's CPU (utime + stime from /proc) per event, as a multiple of copying
-   1 MB once in this process; and the sans-I/O path (decode, check, re-encode) alone.
+(Images, the gateway's CPU per 1 MB partial-image event: ``python -m bench images``,
+``bench/image_bench.py``.)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, best_of, table
+from bench.common import ROOT, table
 from bench.gateway_bench import BIN, _port, _start
 
 # (anchor, paraphrase in other words, shares words but not meaning): a paraphrase must land closer.
@@ -67,7 +67,7 @@ SIMILARITY = [
     ),
 ]
 BATCH_TEXTS = [f"{a} {p}" for a, p, _ in SIMILARITY] * 4  # 40 sentences of 15-25 tokens
-RUNTIMES = ("numpy", "llama.cpp F32", "llama.cpp F16")
+RUNTIMES = ("numpy", "onnxruntime", "llama.cpp F32", "llama.cpp F16")
 
 
 # --------------------------------------------------------------------------- 1. runtimes (child side)
@@ -85,6 +85,38 @@ def _child(runtime: str, gguf_dir: str) -> dict:
 
         def vectors(texts: list[str]) -> list[list[float]]:
             return model.embed(texts).vectors.tolist()
+    elif runtime == "onnxruntime":
+        import zipfile
+
+        import numpy as np
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        from llmbridge.local import embed
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1  # one thread, as the others
+        session = ort.InferenceSession(str(Path(gguf_dir) / "minilm.onnx"), options, providers=["CPUExecutionProvider"])
+        with zipfile.ZipFile(embed.default_model_zip()) as zf:
+            tokenizer = Tokenizer.from_str(zf.read("tokenizer.json").decode("utf-8"))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+
+        def vectors(texts: list[str]) -> list[list[float]]:
+            # the numpy runtime's batching: sorted by length, padded per batch of up to 32
+            encodings = tokenizer.encode_batch(texts)
+            out = np.zeros((len(texts), embed.DIMENSIONS), np.float32)
+            order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+            for start in range(0, len(order), embed.BATCH):
+                chunk = order[start : start + embed.BATCH]
+                width = max(len(encodings[i].ids) for i in chunk)
+                ids = np.zeros((len(chunk), width), np.int64)
+                mask = np.zeros((len(chunk), width), np.float32)
+                for row, i in enumerate(chunk):
+                    ids[row, : len(encodings[i].ids)] = encodings[i].ids
+                    mask[row, : len(encodings[i].ids)] = 1.0
+                out[chunk] = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+            return out.tolist()
     else:
         import llama_cpp
 
@@ -157,6 +189,7 @@ def _dot(a: list[float], b: list[float]) -> float:
 
 def runtimes() -> str:
     from bench.minilm_gguf import convert
+    from bench.minilm_onnx import build
 
     rows, reference = [], None
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,6 +197,9 @@ def runtimes() -> str:
         convert(Path(tmp) / "minilm-f32.gguf")
         f32_s = time.perf_counter() - t
         convert(Path(tmp) / "minilm-f16.gguf", f16=True)
+        t = time.perf_counter()
+        (Path(tmp) / "minilm.onnx").write_bytes(build())
+        onnx_s = time.perf_counter() - t
         results: list[dict] = []
         for runtime in (*RUNTIMES, *RUNTIMES):  # twice, alternating; the better run of each is kept
             env = {
@@ -219,22 +255,23 @@ def runtimes() -> str:
         "mean margin",
         "max |diff| vs numpy",
     ]
-    return table(head, rows) + f"\n(GGUF conversion from the shipped safetensors: {f32_s:.1f} s, F32)"
+    return table(head, rows) + (
+        f"\n(from the shipped safetensors: GGUF conversion {f32_s:.1f} s (F32); "
+        f"ONNX graph built with onnx.helper {onnx_s:.1f} s, loaded by onnxruntime in the load time above)"
+    )
 
 
 # --------------------------------------------------------------------------- 2. and 3. fast upstream
 
 
 def serve_upstream(port: int) -> None:
-    """A fast OpenAI-shaped upstream: ``/v1/embeddings`` (one 1536-float vector per input) and
-    ``/v1/images/generations`` streaming N partial images of 1 MB base64 (model ``img-N``)."""
+    """A fast OpenAI-shaped upstream: ``/v1/embeddings`` (one 1536-float vector per input)."""
     import uvicorn
     from starlette.applications import Starlette
-    from starlette.responses import Response, StreamingResponse
+    from starlette.responses import Response
     from starlette.routing import Route
 
     vector = base64.b64encode(bytes(1536 * 4)).decode()
-    image = base64.b64encode(b"\x89PNG\r\n\x1a\n" + os.urandom(786_000)).decode()  # ~1 MB of base64
 
     async def embeddings(request):
         body = await request.json()
@@ -248,91 +285,13 @@ def serve_upstream(port: int) -> None:
         }
         return Response(json.dumps(answer), media_type="application/json")
 
-    async def images(request):
-        body = await request.json()
-        count = int(body["model"].split("-")[1])
-
-        async def events():
-            for i in range(count):
-                obj = {
-                    "type": "image_generation.partial_image",
-                    "b64_json": image,
-                    "created_at": 0,
-                    "size": "1024x1024",
-                    "quality": "low",
-                    "background": "opaque",
-                    "output_format": "png",
-                    "partial_image_index": i,
-                }
-                yield f"event: image_generation.partial_image\ndata: {json.dumps(obj)}\n\n".encode()
-            obj = {
-                "type": "image_generation.completed",
-                "b64_json": image,
-                "created_at": 0,
-                "output_format": "png",
-                "usage": {"total_tokens": 2, "input_tokens": 1, "output_tokens": 1},
-            }
-            yield f"event: image_generation.completed\ndata: {json.dumps(obj)}\n\n".encode()
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
     app = Starlette(
         routes=[
             Route("/v1/embeddings", embeddings, methods=["POST"]),
-            Route("/v1/images/generations", images, methods=["POST"]),
             Route("/health", lambda r: Response("ok"), methods=["GET"]),
         ]
     )
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-
-
-def serve_relay(port: int, upstream_port: int) -> None:
-    """The floor for the image relay: Starlette + httpx passing the upstream's image stream
-    through untouched (no parsing, no checks), with the same servers the gateway uses."""
-    import httpx
-    import uvicorn
-    from starlette.applications import Starlette
-    from starlette.responses import Response, StreamingResponse
-    from starlette.routing import Route
-
-    client = httpx.AsyncClient(timeout=None)
-
-    async def images(request):
-        body = await request.body()
-        req = client.build_request(
-            "POST",
-            f"http://127.0.0.1:{upstream_port}/v1/images/generations",
-            content=body,
-            headers={"content-type": "application/json"},
-        )
-        upstream = await client.send(req, stream=True)
-
-        async def relay():
-            try:
-                async for chunk in upstream.aiter_raw():
-                    yield chunk
-            finally:
-                await upstream.aclose()
-
-        return StreamingResponse(relay(), media_type="text/event-stream")
-
-    app = Starlette(
-        routes=[
-            Route("/v1/images", images, methods=["POST"]),
-            Route("/health", lambda r: Response("ok"), methods=["GET"]),
-        ]
-    )
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-
-
-def _image_cpu(client, server, url: str, body: dict, events: int, runs: int = 5) -> float:
-    """CPU seconds of ``server`` per image event over ``runs`` streamed requests."""
-    client.post(url, json=body).raise_for_status()  # warm up
-    cpu0 = server.cpu()
-    for _ in range(runs):
-        r = client.post(url, json=body)
-        assert r.status_code == 200 and r.content.count(b"event: image_generation") == events
-    return (server.cpu() - cpu0) / (runs * events)
 
 
 def _paired(direct, via, n: int) -> tuple[float, float, float]:
@@ -359,7 +318,6 @@ def gateway() -> str:
     import httpx
 
     from llmbridge.local import embed
-    from llmbridge.media import ImageStreamDecoder
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -383,10 +341,6 @@ def gateway() -> str:
                     "",
                     "[[models]]",
                     'name = "te"',
-                    'upstream = "fast"',
-                    "",
-                    "[[models]]",
-                    'name = "img-20"',
                     'upstream = "fast"',
                     "",
                     "[[models]]",
@@ -423,60 +377,10 @@ def gateway() -> str:
                     ]
                 )
                 out = table(["embeddings request", "direct ms p50", "gateway ms p50", "added ms (p50 of pairs)"], rows)
-
-                # 3. partial images of 1 MB base64, through the gateway and through a plain relay
-                events = 21  # 20 partials + the completed image
-                image_body = {"model": "img-20", "prompt": "x", "stream": True, "partial_images": 3}
-                relay_port = _port()
-                relay = _start(
-                    "relay",
-                    [sys.executable, "-m", "bench.embed_bench", "--relay", str(relay_port), str(up_port)],
-                    f"http://127.0.0.1:{relay_port}/health",
-                    tmp,
-                    {"PYTHONPATH": str(ROOT)},
-                )
-                try:
-                    per_event = relay_event = 0.0
-                    for _ in range(2):  # alternate, so that load weighs on both alike
-                        per_event += _image_cpu(client, gw, f"http://127.0.0.1:{gw_port}/v1/images", image_body, events)
-                        relay_event += _image_cpu(
-                            client, relay, f"http://127.0.0.1:{relay_port}/v1/images", image_body, events
-                        )
-                    per_event, relay_event = per_event / 2, relay_event / 2
-                finally:
-                    relay.stop()
         finally:
             gw.stop()
             upstream.stop()
-    image = base64.b64encode(b"\x89PNG\r\n\x1a\n" + os.urandom(786_000)).decode()
-    payload = image.encode()
-    copy = best_of(lambda: payload[1:])  # one memcpy of the event's size
-    wire = (
-        "event: image_generation.partial_image\ndata: "
-        + json.dumps(
-            {
-                "type": "image_generation.partial_image",
-                "b64_json": image,
-                "output_format": "png",
-                "partial_image_index": 0,
-            }
-        )
-        + "\n\n"
-    ).encode()
-
-    def sans_io() -> None:
-        decoder = ImageStreamDecoder("bench")
-        for start in range(0, len(wire), 65536):
-            decoder.feed(wire[start : start + 65536])
-
-    core = best_of(sans_io)
-    rows = [
-        ["gateway process, whole path (HTTP in and out)", per_event * 1000, per_event / copy],
-        ["plain relay process (httpx -> uvicorn, no checks): the floor", relay_event * 1000, relay_event / copy],
-        ["decode + check + re-encode (sans-I/O, in process)", core * 1000, core / copy],
-        ["one 1 MB copy (a bytes slice: one memcpy)", copy * 1000, 1.0],
-    ]
-    return out + "\n\n" + table(["per partial-image event (1 MB base64)", "CPU ms", "x one copy"], rows)
+    return out
 
 
 def run() -> str:
@@ -486,7 +390,5 @@ def run() -> str:
 if __name__ == "__main__":
     if sys.argv[1] == "--child":
         print(json.dumps(_child(sys.argv[2], sys.argv[3])))
-    elif sys.argv[1] == "--relay":
-        serve_relay(int(sys.argv[2]), int(sys.argv[3]))
     elif sys.argv[1] == "--upstream":
         serve_upstream(int(sys.argv[2]))

@@ -136,6 +136,7 @@ class ImageEvent:
     __slots__ = (
         "_b64",
         "_span",
+        "b64_bytes",
         "background",
         "index",
         "output_format",
@@ -162,15 +163,20 @@ class ImageEvent:
         revised_prompt: str | None = None,
         raw: bytes | None = None,  # the upstream's SSE event, to relay untouched when it checked out
         span: tuple[int, int] | None = None,  # where the base64 sits in ``raw``, when b64_json is None
+        b64_bytes: bytes | None = None,  # the base64 as ASCII bytes (checked), when b64_json is None
     ) -> None:
         self.type, self._b64, self.index, self.output_format = type, b64_json, index, output_format
         self.size, self.quality, self.background, self.usage = size, quality, background, usage
         self.url, self.revised_prompt, self.raw, self._span = url, revised_prompt, raw, span
+        self.b64_bytes = b64_bytes
 
     @property
     def b64_json(self) -> str | None:
-        if self._b64 is None and self._span is not None and self.raw is not None:
-            self._b64 = self.raw[self._span[0] : self._span[1]].decode("ascii")
+        if self._b64 is None:
+            if self._span is not None and self.raw is not None:
+                self._b64 = self.raw[self._span[0] : self._span[1]].decode("ascii")
+            elif self.b64_bytes is not None:
+                self._b64 = self.b64_bytes.decode("ascii")
         return self._b64
 
     @property
@@ -180,7 +186,7 @@ class ImageEvent:
         return decode_base64(b64) if b64 else b""
 
     def __repr__(self) -> str:
-        size = self._span[1] - self._span[0] if self._span else len(self._b64 or "")
+        size = self._span[1] - self._span[0] if self._span else len(self._b64 or self.b64_bytes or "")
         return f"ImageEvent({self.type!r}, index={self.index}, {self.output_format}, {size} base64 chars)"
 
 
@@ -198,8 +204,10 @@ class ImageStreamDecoder:
     comments, several data lines) goes through the full WHATWG decoder (``llmbridge.sse``).
     """
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, max_event_bytes: int | None = None) -> None:
         self.upstream = upstream
+        # One event larger than this ends the stream (what one stream may hold in memory).
+        self.max_event_bytes = max_event_bytes or MAX_IMAGE_BYTES * 2
         self.completed = 0
         self.finished = False  # an error or [DONE] was seen
         self._parts: list[bytes] = []
@@ -223,9 +231,9 @@ class ImageStreamDecoder:
         self._size += len(chunk)
         # (an int membership test is a memchr; a bytes needle is a much slower search, and the
         # chunks of a base64 line hold no newline at all)
-        if 10 not in chunk or (b"\n\n" not in chunk and not (chunk[:1] == b"\n" and len(self._parts) > 1)):
-            if self._size > MAX_IMAGE_BYTES * 2:
-                return [self._broken("an event larger than any image")]
+        if 10 not in chunk or (not sse.has_blank_line(chunk) and not (chunk[:1] == b"\n" and len(self._parts) > 1)):
+            if self._size > self.max_event_bytes:
+                return [self._broken(f"an event larger than {self.max_event_bytes} bytes")]
             return []
         # One join per event (its chunks), then only index arithmetic until the image is sliced out.
         buffer = b"".join(self._parts) if len(self._parts) > 1 else chunk
@@ -310,7 +318,8 @@ class ImageStreamDecoder:
             return [_error(obj)]
         if kind not in (PARTIAL, COMPLETED):
             return []  # other event types: ignore, as the spec says
-        fmt = obj.get("output_format") if obj.get("output_format") in OUTPUT_FORMATS else "png"
+        fmt = str(obj["output_format"]) if obj.get("output_format") in OUTPUT_FORMATS else "png"
+        problem: str | None
         if span is None:
             problem = "no b64_json"
         elif isinstance(span, bytes):  # the full parse: the image is its own object
@@ -329,6 +338,7 @@ class ImageStreamDecoder:
         elif raw is not None and raw == (0, len(buffer)):  # the usual case: the event is the buffer
             wire, where = buffer, span
         else:
+            assert span is not None  # (a None span was a problem above)
             first = raw[0] if raw is not None else d0
             wire = buffer[first : raw[1]] if raw is not None else buffer[d0:d1]
             where = (span[0] - first, span[1] - first)
@@ -405,8 +415,8 @@ def _image_in(buffer: bytes, span: tuple[int, int], declared: str) -> str | None
     )
 
 
-def _error(obj: dict) -> hub.Error:
-    err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+def _error(obj: dict[str, Any]) -> hub.Error:
+    err: dict[str, Any] = obj["error"] if isinstance(obj.get("error"), dict) else obj
     status = 400 if err.get("type") == "invalid_request_error" else 502
     message = str(err.get("message") or "upstream error")
     return hub.Error(message, hub.error_type_for_status(status), err.get("code"), status, body=obj)

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import dialects, errors, hub
 from ..dialects.base import DialectModule, StreamEncoder, json_decode
-from . import binding, extensions, limits, negotiation, replies, teams
+from . import binding, extensions, limits, metering, negotiation, replies, teams
 from ._codecs import codec as dialect_codec
 from .config import Config, default_config
 from .config import Route as ModelRoute
@@ -98,17 +98,14 @@ class Gateway:
             return teams.Refusal(hub.Error("invalid or missing API key", "authentication", status=401))
         return await self.teams.authenticate(teams.presented_key(request.headers, request.query_params))
 
-    async def refusal(self, request: HTTPConnection) -> hub.Error | None:
-        """Why ``request``'s key is refused (``None``: accepted), for endpoints outside ``handle``."""
-        who = await self.principal(request)
-        return who.error if isinstance(who, teams.Refusal) else None
-
     async def accepted_object(self, request: Request, dialect: str) -> dict[str, Any] | Response:
         """The JSON-object body of a request outside ``handle`` (images, embeddings) once its key
-        is accepted; otherwise the error response to send, in ``dialect``'s shape."""
-        refusal = await self.refusal(request)
-        if refusal is not None:
-            return replies.error_response(dialect, refusal)
+        is accepted; otherwise the error response to send, in ``dialect``'s shape. The caller
+        is kept in the request's scope for the team features (``metering.admit``)."""
+        who = await self.principal(request)
+        if isinstance(who, teams.Refusal):
+            return replies.error_response(dialect, who.error)
+        metering.remember_principal(request, who)
         return await read_object(request, self.config.gateway.max_body_bytes, dialect)
 
     def authorized(self, request: HTTPConnection) -> bool:
@@ -276,8 +273,6 @@ class Gateway:
         # stream.start/stream.end); the x-request-id header carries ours either way.
         request_id = (hreq.metadata or {}).get("request_id")
         rid = str(request_id) if request_id else None
-        if model.kind == "embedding":  # vectors over MMSP's stream (not yet in the teams ledger)
-            return await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid)
         ours = extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions)
         ticket: teams.Ticket | None = None
         if self.teams is not None:  # limits before anything goes upstream; settled when the answer ends
@@ -286,6 +281,11 @@ class Gateway:
             if isinstance(admitted, teams.Refusal):
                 return replies.error_response(out_dialect, admitted.error, admitted.headers)
             ticket = admitted
+        if model.kind == "embedding":  # vectors over MMSP's stream, metered like chat
+            meter = metering.Meter(self.teams, ticket)
+            embedded = await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid, meter)
+            meter.responded(embedded)
+            return embedded
         work = self.route(hreq, model.routes, out_dialect, rid, json_array, ticket, with_extensions=ours)
         response = await _unless_disconnected(request, work)
         if ticket is not None and self.teams is not None:  # (a ticket implies teams)

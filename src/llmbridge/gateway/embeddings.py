@@ -24,6 +24,7 @@ import math
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ from .. import dialects, hub
 from ..errors import RequestError
 from . import replies
 from .config import LOCAL, LOCAL_EMBED, ModelConfig
+from .metering import Meter, Outcome, admit
 from .upstream import UpstreamFailed, as_hub_error, retryable
 from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, gemini_url, openai_url
 
@@ -291,14 +293,13 @@ class HubVectors:
         self.error: hub.Error | None = None
 
     def feed(self, event: hub.Event) -> None:
-        kind = type(event)
-        if kind is hub.BlockStart and event.kind == "native":
+        if isinstance(event, hub.BlockStart) and event.kind == "native":
             own = (event.extensions or {}).get("mmsp")
             if isinstance(own, dict) and own.get("type") == "embedding":
                 self.vectors.append(own.get("embedding"))
-        elif kind is hub.Usage:
+        elif isinstance(event, hub.Usage):
             self.usage = hub.merge_usage(self.usage, event)
-        elif kind is hub.Error:
+        elif isinstance(event, hub.Error):
             self.error = event
 
     def result(self, count: int) -> EmbedResult:
@@ -393,10 +394,7 @@ class EmbeddingsService:
             req = parse_openai(body)
         except RequestError as exc:
             return replies.error(OPENAI, str(exc), exc.type, exc.status)
-        outcome = await self.embed(req)
-        if isinstance(outcome, hub.Error):
-            return replies.error_response(OPENAI, outcome)
-        return replies.json_response(openai_body(outcome, req.model, req.encoding_format))
+        return await self._metered(request, req, OPENAI, lambda r: openai_body(r, req.model, req.encoding_format))
 
     async def gemini(self, request: Request, model: str, action: str) -> Response:
         """``POST /v1beta/models/{model}:embedContent`` or ``:batchEmbedContents`` (also ``/v1``)."""
@@ -408,16 +406,42 @@ class EmbeddingsService:
             req = parse_gemini(body, model.removeprefix("models/"), batch)
         except RequestError as exc:
             return replies.error(GEMINI, str(exc), exc.type, exc.status)
-        outcome = await self.embed(req)
+        return await self._metered(request, req, GEMINI, lambda r: gemini_body(r, batch))
+
+    async def _metered(
+        self, request: Request, req: EmbedRequest, dialect: str, shape: Callable[[EmbedResult], object]
+    ) -> Response:
+        """Admit ``req`` (the team features: key, limits, budget), embed it, settle it (usage in
+        the ledger), and answer in ``dialect`` with the vectors in ``shape``."""
+        hreq = hub.Request(model=req.model, messages=[hub.Message("user", [hub.TextPart(t)]) for t in req.inputs])
+        size = sum(len(t) for t in req.inputs)
+        meter = await admit(self.gateway.teams, request, hreq, size, dialect, dialect, "embeddings")
+        if isinstance(meter, Response):
+            return meter
+        try:
+            outcome = await self.embed(req, meter)
+        except asyncio.CancelledError:
+            meter.cancelled()
+            raise
         if isinstance(outcome, hub.Error):
-            return replies.error_response(GEMINI, outcome)
-        return replies.json_response(gemini_body(outcome, batch))
+            response = replies.error_response(dialect, outcome)
+        else:
+            response = replies.json_response(shape(outcome))
+        meter.responded(response)
+        return response
 
     async def stream_endpoint(
-        self, hreq: hub.Request, model: ModelConfig, out_dialect: str, request_id: str | None
+        self,
+        hreq: hub.Request,
+        model: ModelConfig,
+        out_dialect: str,
+        request_id: str | None,
+        meter: Meter | None = None,
     ) -> Response:
         """A chat endpoint's request named an embedding model: MMSP gets its embedding stream
-        (or, not streaming, the assembled message); any other dialect a 400 saying where to go."""
+        (or, not streaming, the assembled message); any other dialect a 400 saying where to go.
+        ``meter``: the request's admission by the team features (the caller settles it with
+        the response; the vectors' usage is noted here)."""
         if out_dialect != "mmsp":
             message = (
                 f"model {model.name!r} is an embedding model: use POST /v1/embeddings, "
@@ -428,7 +452,7 @@ class EmbeddingsService:
             inputs = mmsp_inputs(hreq)
         except RequestError as exc:
             return replies.error(out_dialect, str(exc), exc.type, exc.status)
-        outcome = await self.embed(EmbedRequest(model.name, inputs))
+        outcome = await self.embed(EmbedRequest(model.name, inputs), meter)
         if isinstance(outcome, hub.Error):
             return replies.error_response(out_dialect, outcome)
         events = hub_events(outcome, model.name, request_id)
@@ -441,12 +465,14 @@ class EmbeddingsService:
 
     # -- routing
 
-    async def embed(self, req: EmbedRequest) -> EmbedResult | hub.Error:
-        """Try the model's upstreams in order (next one on 429/5xx); the vectors or the last error."""
+    async def embed(self, req: EmbedRequest, meter: Meter | None = None) -> EmbedResult | hub.Error:
+        """Try the model's upstreams in order (next one on 429/5xx); the vectors or the last error.
+        ``meter`` is told what the call came to (the upstream, the usage or the error)."""
         model = self.gateway.config.models.get(req.model)
         if model is None:
             return hub.Error(f"model {req.model!r} not found", "not_found", status=404)
         last: hub.Error | None = None
+        route = None
         for n, route in enumerate(model.routes):
             try:
                 result = await self._call(route.upstream, route.upstream_model, req)
@@ -458,6 +484,10 @@ class EmbeddingsService:
                         f"upstream {route.upstream!r} sent a vector with NaN/inf", "protocol_error", status=502
                     )
                 else:
+                    if meter is not None:
+                        tokens = result.input_tokens
+                        usage = hub.Usage(input_tokens=tokens, output_tokens=0, total_tokens=tokens)
+                        meter.ended(route.upstream, route.upstream_model, Outcome(usage, ended=True))
                     return result
             if not retryable(last) or n == len(model.routes) - 1:
                 break
@@ -465,6 +495,8 @@ class EmbeddingsService:
         assert last is not None
         if last.status is None:
             last.status = hub.ERROR_STATUS.get(last.type, 502)
+        if meter is not None:
+            meter.ended(route.upstream if route else None, route.upstream_model if route else None, Outcome(error=last))
         return last
 
     async def _call(self, upstream: str, upstream_model: str, req: EmbedRequest) -> EmbedResult:
@@ -526,7 +558,7 @@ class EmbeddingsService:
             await self._http.aclose()
 
 
-def _checked(reader: Any, data: Any, count: int, upstream: str) -> EmbedResult:
+def _checked(reader: Callable[[Any, int], EmbedResult], data: Any, count: int, upstream: str) -> EmbedResult:
     try:
         return reader(data, count)
     except (ValueError, TypeError, AttributeError) as exc:

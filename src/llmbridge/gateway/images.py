@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from .. import dialects, hub, sse
 from ..dialects.base import json_encode
@@ -52,22 +52,28 @@ from ..media import (
     image_problem,
     sniff,
 )
-from . import replies
-from .config import LOCAL, UpstreamConfig
-from .upstream import UpstreamFailed, as_hub_error, retryable
+from . import _http, replies
+from ._http import HIGH_WATER, Inbox
+from .config import LOCAL, Timeouts, UpstreamConfig
+from .metering import Meter, Outcome, admit
+from .streaming import Deadlines, StreamResponse, _LazyTimer
+from .upstream import Upstream, UpstreamFailed, as_hub_error, retryable
 from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, openai_url
 
 __all__ = [
     "BACKGROUNDS",
     "DONE",
+    "HTTPImages",
     "HubImages",
     "ImageRequest",
+    "ImageSource",
     "ImagesService",
     "MAX_N",
     "MAX_PARTIAL_IMAGES",
     "MAX_PROMPT",
     "OPENAI",
     "PASSTHROUGH",
+    "PumpedImages",
     "QUALITIES",
     "RESPONSE_FORMATS",
     "SIZES",
@@ -206,9 +212,10 @@ def hub_request(req: ImageRequest, upstream: UpstreamConfig, upstream_model: str
 # --------------------------------------------------------------------------- the answer
 
 
-def event_json(ev: ImageEvent, created_at: int) -> dict[str, Any]:
-    """One Images stream event's data object."""
-    out: dict[str, Any] = {"type": ev.type, "b64_json": ev.b64_json, "created_at": created_at}
+def event_json(ev: ImageEvent, created_at: int, image: bool = True) -> dict[str, Any]:
+    """One Images stream event's data object (without ``type`` and ``b64_json`` unless ``image``)."""
+    out: dict[str, Any] = {"type": ev.type, "b64_json": ev.b64_json} if image else {}
+    out["created_at"] = created_at
     for key in ("size", "quality", "background"):
         value = getattr(ev, key)
         if value is not None:
@@ -222,10 +229,21 @@ def event_json(ev: ImageEvent, created_at: int) -> dict[str, Any]:
 
 
 def encode_event(ev: ImageEvent, created_at: int) -> bytes:
-    """The SSE bytes of one image event (the upstream's own, when it was relayed)."""
+    """The SSE bytes of one image event (the upstream's own, when it was relayed).
+
+    The base64 (checked: nothing in it needs a JSON escape) is not run through the JSON
+    encoder: the small rest of the object is encoded, and the pieces joined once, so a 1 MB
+    image costs one copy here (two when it was a ``str``)."""
     if ev.raw is not None:
         return ev.raw
-    return b"event: " + ev.type.encode() + b"\ndata: " + json_encode(event_json(ev, created_at)) + b"\n\n"
+    b64 = ev.b64_bytes
+    if b64 is None and ev.b64_json is not None:
+        b64 = ev.b64_json.encode("ascii")
+    if b64 is None or ev.type not in (PARTIAL, COMPLETED):
+        return b"event: " + ev.type.encode() + b"\ndata: " + json_encode(event_json(ev, created_at)) + b"\n\n"
+    kind = ev.type.encode()
+    rest = json_encode(event_json(ev, created_at, image=False))  # never empty: created_at is always there
+    return b"".join((b"event: ", kind, b'\ndata: {"type":"', kind, b'","b64_json":"', b64, b'",', rest[1:], b"\n\n"))
 
 
 def encode_error(error: hub.Error) -> bytes:
@@ -294,19 +312,18 @@ class HubImages:
 
     def feed(self, event: hub.Event) -> list[ImageEvent | hub.Error]:
         out: list[ImageEvent | hub.Error] = []
-        kind = type(event)
-        if kind is hub.BlockStart:
+        if isinstance(event, hub.BlockStart):
             if event.kind == "data" and (event.mime_type or "image/").startswith("image/"):
                 self._blocks[event.index] = (event.mime_type or "", [])
             elif event.kind == "text":
                 self._texts.add(event.index)
-        elif kind is hub.Delta:
+        elif isinstance(event, hub.Delta):
             block = self._blocks.get(event.index)
             if block is not None:
                 block[1].append(event.text)
             elif event.index in self._texts:
                 self._text.append(event.text)
-        elif kind is hub.BlockStop:
+        elif isinstance(event, hub.BlockStop):
             block = self._blocks.pop(event.index, None)
             if block is not None:
                 done = self._image(*block)
@@ -315,11 +332,11 @@ class HubImages:
                 if self._pending is not None:
                     out.append(self._pending)
                 self._pending = done
-        elif kind is hub.Usage:
+        elif isinstance(event, hub.Usage):
             self.usage = hub.merge_usage(self.usage, event)
-        elif kind is hub.Error:
+        elif isinstance(event, hub.Error):
             return [event]
-        elif kind is hub.ResponseEnd:
+        elif isinstance(event, hub.ResponseEnd):
             if self._pending is not None:
                 self._pending.usage = self._usage()
                 out.append(self._pending)
@@ -331,7 +348,10 @@ class HubImages:
         return out
 
     def _image(self, mime: str, parts: list[str]) -> ImageEvent | hub.Error:
-        b64 = "".join(parts)
+        try:  # one copy, kept for the client's event (encode_event writes these bytes as they are)
+            b64 = "".join(parts).encode("ascii")
+        except UnicodeEncodeError:
+            b64 = b"!"  # not base64, whatever else it is
         problem = image_problem(b64, mime or None, MAX_IMAGE_BYTES)
         if problem:
             return hub.Error(
@@ -346,13 +366,14 @@ class HubImages:
         self._text.clear()
         ev = ImageEvent(
             COMPLETED,
-            b64,
+            None,
             self.index,
             fmt,
             self.req.size if self.req.size != "auto" else None,
             self.req.quality if self.req.quality != "auto" else None,
             None,
             revised_prompt=said,
+            b64_bytes=b64,
         )
         self.index += 1
         self.images += 1
@@ -371,10 +392,176 @@ class HubImages:
         }
 
 
-def _head(b64: str) -> bytes:
+def _head(b64: bytes) -> bytes:
     import base64
 
-    return base64.b64decode(b64[:32] + "=" * (-len(b64[:32]) % 4))
+    return base64.b64decode(b64[:32] + b"=" * (-len(b64[:32]) % 4))
+
+
+# --------------------------------------------------------------------------- reading an answer
+
+Item = ImageEvent | hub.Error
+
+
+class ImageSource:
+    """One upstream's images as they arrive: an :class:`Inbox` to wait on, and :meth:`read`,
+    which takes what the inbox holds and returns the checked images (or the error that ends
+    them). ``done`` once the answer is over; :meth:`aclose` stops reading it."""
+
+    inbox: Inbox
+    done: bool = False
+
+    def read(self) -> list[Item]:  # pragma: no cover - every source overrides it
+        raise NotImplementedError
+
+    async def aclose(self) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class HTTPImages(ImageSource):
+    """An OpenAI Images SSE body on the gateway's own HTTP client: each socket read lands in
+    the response's inbox (in C, no task), and :meth:`read` hands every piece to the
+    :class:`ImageStreamDecoder` as it is (no join per wake-up: the decoder joins the pieces
+    of one event once). The upstream's first-byte, idle and total clocks apply, and one event
+    over ``max_event_bytes`` ends the stream (so a stream holds at most about that much)."""
+
+    def __init__(
+        self, response: _http.Response, cfg: UpstreamConfig, started: float, max_event_bytes: int | None = None
+    ) -> None:
+        self.response = response
+        self.inbox = response.inbox
+        self.name = cfg.name
+        self.decoder = ImageStreamDecoder(cfg.name, max_event_bytes)  # the gateway's max_event_bytes
+        self.deadlines = Deadlines(self.inbox, cfg.timeouts, cfg.name, started)
+
+    def read(self) -> list[Item]:
+        inbox = self.inbox
+        items: list[bytes] = inbox.take()
+        if self.done:
+            return []
+        if items and not self.deadlines.got_data:
+            self.deadlines.data_arrived()
+        out: list[Item] = []
+        decoder = self.decoder
+        for chunk in items:
+            out += decoder.feed(chunk)
+            if decoder.finished:
+                self._stop()
+                return out
+        if "deadline" in inbox.alarms and self.deadlines.missed is not None:
+            out.append(self.deadlines.missed)
+            self._stop()
+        elif inbox.eof and not inbox.items:
+            if inbox.error is not None:
+                out.append(as_hub_error(inbox.error, self.name))
+            else:
+                out += decoder.close()
+            self._stop()
+        return out
+
+    def _stop(self) -> None:
+        self.done = True
+        self.deadlines.cancel()
+        self.response.close()
+
+    async def aclose(self) -> None:
+        self._stop()
+
+
+class PumpedImages(ImageSource):
+    """Images made in process (from a chat-dialect upstream's hub events, or a JSON answer),
+    moved into an inbox by one task, with back-pressure: at most two images wait for a slow
+    client before the task waits too. With ``timeouts``, the upstream's first-byte (here: the
+    first image), idle and total clocks apply, as on the chat path's in-process sources."""
+
+    def __init__(self, items: AsyncIterator[Item], name: str, timeouts: Timeouts | None = None) -> None:
+        self._room = asyncio.Event()
+        self._room.set()
+        self.inbox = Inbox(self._room.clear, self._room.set)
+        self.name = name
+        self._items = items
+        loop = asyncio.get_running_loop()
+        self.deadlines = Deadlines(self.inbox, timeouts, name, loop.time()) if timeouts is not None else None
+        self._task = loop.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        inbox, room = self.inbox, self._room
+        try:
+            async for item in self._items:
+                inbox.put(item, _weight(item))
+                if isinstance(item, hub.Error):
+                    break
+                if not room.is_set():
+                    await room.wait()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the upstream broke mid-answer: an error item, never a traceback
+            inbox.put(as_hub_error(exc, self.name))
+        finally:
+            inbox.finish()
+            aclose = getattr(self._items, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    def read(self) -> list[Item]:
+        items: list[Item] = self.inbox.take()
+        deadlines = self.deadlines
+        if deadlines is not None:
+            if items and not deadlines.got_data:
+                deadlines.data_arrived()
+            if "deadline" in self.inbox.alarms and deadlines.missed is not None and not self.done:
+                items.append(deadlines.missed)
+                self.done = True
+                self._task.cancel()
+                return items
+        if self.inbox.eof and not self.inbox.items:
+            self.done = True
+        return items
+
+    async def aclose(self) -> None:
+        self.done = True
+        if self.deadlines is not None:
+            self.deadlines.cancel()
+        if not self._task.done():
+            self._task.cancel()
+        with contextlib.suppress(BaseException):  # cancelled on purpose; its errors were items
+            await self._task
+
+
+def _weight(item: Item) -> int:
+    # Two images over the inbox's high-water mark pauses the pump (flow control counts bytes).
+    return HIGH_WATER // 2 + 1 if isinstance(item, ImageEvent) else 0
+
+
+def _usage(usage: dict[str, Any] | None) -> hub.Usage | None:
+    """The Images API's usage object as the hub's (for the ledger and the limits)."""
+    if not usage:
+        return None
+    i, o, t = usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
+    return hub.Usage(
+        input_tokens=i if type(i) is int else None,
+        output_tokens=o if type(o) is int else None,
+        total_tokens=t if type(t) is int else None,
+    )
+
+
+class _Tally:
+    """What the client got so far: for the meter (usage of the completed images, the error)."""
+
+    __slots__ = ("error", "first_byte_at", "usage")
+
+    def __init__(self) -> None:
+        self.usage: dict[str, Any] | None = None
+        self.error: hub.Error | None = None
+        self.first_byte_at: float | None = None
+
+    def note(self, item: ImageEvent) -> None:
+        if item.type == COMPLETED and item.usage:
+            self.usage = _add_usage(self.usage, item.usage)
+
+    def outcome(self, ended: bool) -> Outcome:
+        return Outcome(_usage(self.usage), self.error, None, ended, True, self.first_byte_at)
 
 
 # --------------------------------------------------------------------------- the service
@@ -393,7 +580,7 @@ class ImagesService:
             self._http = UpstreamHTTP()
         return self._http
 
-    async def generate(self, request: Request) -> Response:
+    async def generate(self, request: Request) -> Response | StreamResponse:
         """``POST /v1/images`` and ``/v1/images/generations``."""
         body = await self.gateway.accepted_object(request, OPENAI)  # key, size, JSON object
         if isinstance(body, Response):
@@ -405,23 +592,44 @@ class ImagesService:
         model = self.gateway.config.models.get(req.model)
         if model is None:
             return replies.error(OPENAI, f"model {req.model!r} not found", "not_found")
+        hreq = hub.Request(
+            model=req.model, stream=req.stream, messages=[hub.Message("user", [hub.TextPart(req.prompt)])]
+        )
+        meter = await admit(
+            self.gateway.teams, request, hreq, len(req.prompt.encode()), OPENAI, OPENAI, "image_generation"
+        )
+        if isinstance(meter, Response):
+            return meter
+        try:
+            response = await self._route(model.routes, req, meter)
+        except asyncio.CancelledError:
+            meter.cancelled()
+            raise
+        meter.responded(response)
+        return response
+
+    async def _route(self, routes: Any, req: ImageRequest, meter: Meter) -> Response | StreamResponse:
         last: hub.Error | None = None
-        for n, route in enumerate(model.routes):
+        route = None
+        for n, route in enumerate(routes):
             try:
                 source = await self._open(route.upstream, route.upstream_model, req)
             except UpstreamFailed as exc:
                 last = exc.error
-                if not retryable(last) or n == len(model.routes) - 1:
+                if not retryable(last) or n == len(routes) - 1:
                     break
                 log.info("images: upstream %s failed (%s), trying the next", route.upstream, last.message)
                 continue
             if req.stream:
-                return StreamingResponse(self._stream(source), media_type="text/event-stream")
-            return await self._collect(source, req)
+                body = self._stream(source, meter, route.upstream, route.upstream_model)
+                return StreamResponse(body, media_type="text/event-stream")
+            return await self._collect(source, req, meter, route.upstream, route.upstream_model)
         assert last is not None
+        upstream, upstream_model = (route.upstream, route.upstream_model) if route is not None else (None, None)
+        meter.ended(upstream, upstream_model, Outcome(error=last))
         return replies.error_response(OPENAI, last)
 
-    async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> AsyncIterator[Any]:
+    async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> ImageSource:
         """The image events of one upstream; :class:`UpstreamFailed` when it cannot start."""
         cfg = self.gateway.config.upstreams.get(upstream)
         if cfg is None or cfg.format == LOCAL:
@@ -432,67 +640,81 @@ class ImagesService:
             body = openai_upstream_body(req, upstream_model)
             if not req.stream:
                 data = await self.http.post_json(cfg, url, headers, body)
-                return _once(_read_openai_body(data, upstream, req))
-            response, chunks = await self.http.open_stream(cfg, url, headers, body)
-            return _openai_events(response, chunks, upstream, cfg.timeouts.total)
+                return PumpedImages(_once(_read_openai_body(data, upstream, req)), upstream)
+            started = asyncio.get_running_loop().time()
+            response = await self.http.open(cfg, url, headers, body)
+            return HTTPImages(response, cfg, started, self.gateway.config.gateway.max_event_bytes)
         upstream_obj = self.gateway.upstreams.get(upstream)
         if upstream_obj is None:
             raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
-        return await _hub_events(upstream_obj, cfg, upstream_model, req)
+        return PumpedImages(await _hub_events(upstream_obj, cfg, upstream_model, req), upstream, cfg.timeouts)
 
-    async def _stream(self, source: AsyncIterator[Any]) -> AsyncIterator[bytes]:
-        """The client's SSE body; a keep-alive comment while the upstream is silent (an image
-        takes tens of seconds to form)."""
+    async def _stream(
+        self, source: ImageSource, meter: Meter, upstream: str, upstream_model: str
+    ) -> AsyncIterator[bytes]:
+        """The client's SSE body, one write per image (a 1 MB event is never joined with
+        another); a keep-alive comment while the upstream is silent (an image takes tens of
+        seconds to form), as a lazy timer on the inbox."""
         created = int(time.time())
+        loop = asyncio.get_running_loop()
+        inbox = source.inbox
         keepalive = self.gateway.config.gateway.keepalive_seconds
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)  # bounded: at most two images in flight
-        end = object()
-
-        async def pump() -> None:
-            try:
-                async for item in source:
-                    await queue.put(item)
-            except Exception as exc:  # the upstream broke mid-body: an error event, never a traceback
-                await queue.put(as_hub_error(exc, "upstream"))
-            finally:
-                await queue.put(end)
-
-        task = asyncio.create_task(pump())
+        tally = _Tally()
+        last_write = [loop.time()]
+        timer = _LazyTimer(lambda: last_write[0] + keepalive, lambda: inbox.alarm("keepalive"))
+        ended = False
         try:
             while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), keepalive)
-                except TimeoutError:
-                    yield sse.encode_comment("keep-alive")
-                    continue
-                if item is end:
+                await inbox.wait()
+                wrote = False
+                for item in source.read():
+                    if isinstance(item, hub.Error):
+                        tally.error = item
+                        ended = True
+                        yield encode_error(item)
+                        return
+                    tally.note(item)
+                    if tally.first_byte_at is None:
+                        tally.first_byte_at = loop.time()
+                    wrote = True
+                    yield encode_event(item, created)
+                if source.done:
+                    ended = True
                     yield DONE
                     return
-                if isinstance(item, hub.Error):
-                    yield encode_error(item)
-                    return
-                yield encode_event(item, created)
+                if wrote:
+                    last_write[0] = loop.time()
+                if "keepalive" in inbox.alarms:
+                    inbox.alarms.discard("keepalive")
+                    if not wrote:
+                        yield sse.encode_comment("keep-alive")
+                        last_write[0] = loop.time()
+                    timer.rearm()
         finally:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
+            timer.cancel()
+            await source.aclose()
+            meter.ended(upstream, upstream_model, tally.outcome(ended))
 
-    async def _collect(self, source: AsyncIterator[Any], req: ImageRequest) -> Response:
+    async def _collect(
+        self, source: ImageSource, req: ImageRequest, meter: Meter, upstream: str, upstream_model: str
+    ) -> Response:
         finals: list[ImageEvent] = []
+        tally = _Tally()
         try:
-            async for item in source:
-                if isinstance(item, hub.Error):
-                    return replies.error_response(OPENAI, item)
-                if item.type == COMPLETED:
-                    finals.append(item)
-        except UpstreamFailed as exc:
-            return replies.error_response(OPENAI, exc.error)
-        except Exception as exc:
-            return replies.error_response(OPENAI, as_hub_error(exc, "upstream"))
+            while not source.done:
+                await source.inbox.wait()
+                source.inbox.alarms.discard("keepalive")
+                for item in source.read():
+                    if isinstance(item, hub.Error):
+                        tally.error = item
+                        meter.ended(upstream, upstream_model, tally.outcome(False))
+                        return replies.error_response(OPENAI, item)
+                    tally.note(item)
+                    if item.type == COMPLETED:
+                        finals.append(item)
+        finally:
+            await source.aclose()
+        meter.ended(upstream, upstream_model, tally.outcome(True))
         return replies.json_response(response_body(finals, req, int(time.time())))
 
     async def aclose(self) -> None:
@@ -500,18 +722,18 @@ class ImagesService:
             await self._http.aclose()
 
 
-async def _once(items: list[Any]) -> AsyncIterator[Any]:
+async def _once(items: list[Item]) -> AsyncIterator[Item]:
     for item in items:
         yield item
 
 
-def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[ImageEvent | hub.Error]:
+def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Item]:
     """An upstream ``ImagesResponse``: each image checked, or one error."""
     items = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(items, list) or not items:
+    if not isinstance(data, dict) or not isinstance(items, list) or not items:
         return [hub.Error(f"upstream {upstream!r} sent no images", "protocol_error", status=502)]
     fmt = data.get("output_format") if data.get("output_format") in OUTPUT_FORMATS else req.output_format
-    out: list[ImageEvent | hub.Error] = []
+    out: list[Item] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             return [hub.Error(f"upstream {upstream!r} sent a malformed image entry", "protocol_error", status=502)]
@@ -539,7 +761,7 @@ def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Image
                 COMPLETED,
                 b64 if isinstance(b64, str) else None,
                 i,
-                fmt,
+                str(fmt),
                 data.get("size"),
                 data.get("quality"),
                 data.get("background"),
@@ -551,29 +773,15 @@ def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Image
     return out
 
 
-async def _openai_events(response: Any, chunks: AsyncIterator[bytes], upstream: str, total: float | None):
-    decoder = ImageStreamDecoder(upstream)
-    try:
-        async with asyncio.timeout(total):
-            async for chunk in chunks:
-                for item in decoder.feed(chunk):
-                    yield item
-                if decoder.finished:
-                    return
-            for item in decoder.close():
-                yield item
-    except TimeoutError:
-        yield hub.Error(f"upstream {upstream!r} timed out", "timeout", status=504)
-    finally:
-        await response.aclose()
-
-
-async def _hub_events(upstream: Any, cfg: UpstreamConfig, upstream_model: str, req: ImageRequest) -> AsyncIterator[Any]:
+async def _hub_events(
+    upstream: Upstream, cfg: UpstreamConfig, upstream_model: str, req: ImageRequest
+) -> AsyncIterator[Item]:
     """Images from a chat-dialect upstream: ``n`` generation requests, one after another (Gemini
     image models make one image per call). The first request is opened here, so that a failure
     to start raises :class:`UpstreamFailed` and the next route can be tried."""
     hreq = hub_request(req, cfg, upstream_model)
     first = upstream.stream(hreq)
+    head: hub.Event | None
     try:
         head = await anext(first)
     except StopAsyncIteration:
@@ -583,7 +791,7 @@ async def _hub_events(upstream: Any, cfg: UpstreamConfig, upstream_model: str, r
     except Exception as exc:
         raise UpstreamFailed(as_hub_error(exc, cfg.name)) from exc
 
-    async def events() -> AsyncIterator[Any]:
+    async def events() -> AsyncIterator[Item]:
         made = 0
         stream = first
         pending = [head] if head is not None else []

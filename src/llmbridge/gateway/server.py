@@ -34,6 +34,7 @@ import uvicorn
 from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from . import heap
 from .app import create_app
 from .config import Config, ConfigError, default_config, load
 
@@ -251,6 +252,7 @@ def build_app(config: Config) -> Starlette:
     """The gateway app for ``config``, its keys registered for log redaction in this
     process. Raises RuntimeError as create_app (a missing local extra)."""
     register_secrets(_secrets_of(config))
+    heap.keep_large_buffers_on_heap()  # megabyte image events without page faults (gateway/heap.py)
     return create_app(config)
 
 

@@ -151,11 +151,7 @@ class EventBoundaries:
         self._tail = b""
 
     def feed(self, data: bytes) -> int:
-        end = -1
-        for sep in self._ENDS:
-            at = data.rfind(sep)
-            if at >= 0 and at + len(sep) > end:
-                end = at + len(sep)
+        end = _last_event_end(data, 0, len(data))
         tail = self._tail
         if end < 0 and tail:
             # No blank line inside ``data``: one may have begun in the last read's final bytes.
@@ -181,8 +177,11 @@ def _marked_events(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[
 
     ``data[start:]`` is whole events.  Each marker is searched for in C (``bytes.find``), and
     only around a hit are event boundaries looked for, so a stretch without markers costs
-    one pass per marker and nothing per event.
+    one pass per marker and nothing per event.  Huge events (a base64 image) go event by
+    event instead (:func:`_marked_huge`).
     """
+    if len(data) - start > _HUGE_EVENT and _next_event_end(data, start) - start > _HUGE_EVENT:
+        return _marked_huge(data, start, markers)
     hits = []
     for marker in markers:
         at = data.find(marker, start)
@@ -196,15 +195,85 @@ def _marked_events(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[
     for at in hits:
         if spans and at < spans[-1][1]:
             continue  # inside the event already taken
-        begin = max([start] + [b + len(sep) for sep in EventBoundaries._ENDS if (b := data.rfind(sep, start, at)) >= 0])
+        begin = max(start, _last_event_end(data, start, at))
         spans.append((begin, _next_event_end(data, at)))
     return spans
 
 
+# An event larger than this (a base64 image: a Responses partial image, a chat chunk with an
+# image in our extension) is skimmed for markers only in its first and last _WINDOW bytes:
+# the event name, the JSON "type", and what follows a big string value (finish_reason,
+# usage) sit there, while nine marker passes over a megabyte of base64 cost ~3 ms.  A marker
+# deep inside such an event is inside its payload, not structure the watcher needs.
+_HUGE_EVENT = 64 * 1024
+_WINDOW = 4096
+
+
+def _marked_huge(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """:func:`_marked_events` event by event, for reads that begin with a huge event; back to
+    the marker passes once the events are small again."""
+    spans: list[tuple[int, int]] = []
+    begin, n = start, len(data)
+    while begin < n:
+        end = _next_event_end(data, begin)
+        if end - begin <= _HUGE_EVENT:  # small events from here on: the usual passes
+            return spans + _marked_events(data, begin, markers)
+        windows = ((begin, begin + _WINDOW), (end - _WINDOW, end))
+        if any(data.find(marker, a, b) >= 0 for a, b in windows for marker in markers):
+            spans.append((begin, end))
+        begin = end
+    return spans
+
+
+# Above this many bytes, blank lines are found by visiting the line ends with memchr
+# (``bytes.find``/``rfind`` of one byte) instead of searching for each two-to-four-byte
+# separator: CPython's general search looks at every byte (~1.5 ns each), and a read of a
+# base64 image (a Responses partial image, a Gemini inlineData part) holds few line ends.
+_BIG = 4096
+
+
+def _last_event_end(data: bytes, start: int, stop: int) -> int:
+    """The offset just past the last blank line lying wholly in ``data[start:stop]``, or -1."""
+    ends = EventBoundaries._ENDS
+    if stop - start < _BIG:
+        best = -1
+        for sep in ends:
+            at = data.rfind(sep, start, stop)
+            if at >= 0 and at + len(sep) > best:
+                best = at + len(sep)
+        return best
+    nl, cr = data.rfind(10, start, stop), data.rfind(13, start, stop)
+    while nl != -1 or cr != -1:
+        pos = max(nl, cr)  # the last line end not yet looked at: does a separator end here?
+        for sep in ends:
+            first = pos + 1 - len(sep)
+            if first >= start and data.startswith(sep, first):
+                return pos + 1
+        if pos == nl:
+            nl = data.rfind(10, start, pos)
+        else:
+            cr = data.rfind(13, start, pos)
+    return -1
+
+
 def _next_event_end(data: bytes, start: int) -> int:
     """The offset just past the first blank line at or after ``start`` (``len(data)`` if none)."""
-    ends = [at + len(sep) for sep in EventBoundaries._ENDS if (at := data.find(sep, start)) >= 0]
-    return min(ends) if ends else len(data)
+    ends = EventBoundaries._ENDS
+    if len(data) - start < _BIG:
+        found = [at + len(sep) for sep in ends if (at := data.find(sep, start)) >= 0]
+        return min(found) if found else len(data)
+    nl, cr = data.find(10, start), data.find(13, start)
+    while nl != -1 or cr != -1:
+        pos = cr if nl == -1 or (cr != -1 and cr < nl) else nl  # the next line end: a separator ending here?
+        for sep in ends:
+            first = pos + 1 - len(sep)
+            if first >= start and data.startswith(sep, first):
+                return pos + 1
+        if pos == nl:
+            nl = data.find(10, pos + 1)
+        else:
+            cr = data.find(13, pos + 1)
+    return len(data)
 
 
 class _LazyTimer:

@@ -37,7 +37,8 @@ from ..bindings import (
     turn_end,
 )
 from ..dialects import llm_stream
-from . import replies
+from ..dialects.base import json_encode
+from . import replies, teams
 
 if TYPE_CHECKING:
     from .app import Gateway  # app imports this module
@@ -71,13 +72,14 @@ class WebSocketEndpoint:
         self.max_message = max_message
 
     async def handle(self, ws: WebSocket) -> None:
-        if await self.gateway.refusal(ws) is not None:  # static or virtual keys, as over HTTP
+        who = await self.gateway.principal(ws)  # static or virtual keys, as over HTTP
+        if isinstance(who, teams.Refusal):
             await self._deny(ws)
             return
         offered = ws.scope.get("subprotocols") or []
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
         cap = self.max_message or self.gateway.config.gateway.max_body_bytes
-        conn = _Connection(self, ws, ServerSession(cap))
+        conn = _Connection(self, ws, ServerSession(cap), who)
         try:
             await conn.run()
         except (WebSocketDisconnect, _SlowClient):
@@ -102,7 +104,10 @@ class WebSocketEndpoint:
 class _Connection:
     """One accepted connection: the receive loop, the turn task, serialized sends."""
 
-    def __init__(self, endpoint: WebSocketEndpoint, ws: WebSocket, session: ServerSession) -> None:
+    def __init__(
+        self, endpoint: WebSocketEndpoint, ws: WebSocket, session: ServerSession, principal: teams.Principal
+    ) -> None:
+        self.principal = principal  # each turn is admitted by the team features on this key
         self.endpoint = endpoint
         self.gateway = endpoint.gateway
         self.ws = ws
@@ -218,7 +223,23 @@ class _Turn:
             return
         rid = (hreq.metadata or {}).get("request_id")
         self.request_id = str(rid) if rid else None
-        response = await gateway.route(hreq, model.routes, STANDARD, self.request_id, False)
+        # Each turn is a request to the team features (limits, budget, ledger row), as over HTTP.
+        accounts, ticket = gateway.teams, None
+        if accounts is not None:
+            size = len(json_encode(self.request))
+            admitted = await accounts.admit(self.conn.principal, hreq, size, STANDARD, STANDARD, self.request_id or "")
+            if isinstance(admitted, teams.Refusal):
+                await self._end(admitted.error)
+                return
+            ticket = admitted
+        try:
+            response = await gateway.route(hreq, model.routes, STANDARD, self.request_id, False, ticket)
+        except BaseException:  # cancelled before the answer began: the ledger still gets its row
+            if accounts is not None and ticket is not None:
+                accounts.settle(ticket, 499)
+            raise
+        if accounts is not None and ticket is not None:
+            accounts.responded(ticket, response)
         await self._pump(response)
 
     async def _pump(self, response: Response | StreamResponse) -> None:

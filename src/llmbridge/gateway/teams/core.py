@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ... import hub
 from . import keys as _keys
@@ -42,15 +42,33 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
     from ..config import Config
-    from ..streaming import Exchange, StreamResponse
+    from ..streaming import StreamResponse
 
-__all__ = ["Principal", "Refusal", "Teams", "Ticket", "create", "presented_key"]
+__all__ = ["Answer", "Principal", "Refusal", "Teams", "Ticket", "create", "presented_key"]
 
 log = logging.getLogger("llmbridge.gateway.teams")
 MASTER, STATIC, VIRTUAL, OPEN = "master", "static", "virtual", "open"
 _NEGATIVE_CACHE = 10_000  # unknown secrets remembered (briefly) so guessing does not hit the store each time
 _TOKENS_PER_BYTE = 0.25  # the up-front TPM estimate: ~4 bytes of request JSON per prompt token
 _LIMITER_BACKOFF = 1.0  # seconds: after a failed limiter call, apply rate_limit_failure without calling
+
+
+class Answer(Protocol):
+    """What settling reads off an answer: a chat :class:`~..streaming.Exchange`, or the
+    :class:`~..metering.Outcome` of an images or embeddings call."""
+
+    @property
+    def usage(self) -> hub.Usage | None: ...
+    @property
+    def error(self) -> hub.Error | None: ...  # the error the client got, if any
+    @property
+    def finish(self) -> hub.Finish | None: ...
+    @property
+    def ended(self) -> bool: ...  # the client's answer reached its end (a stream: its terminal event)
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def first_byte_at(self) -> float | None: ...  # loop time of a stream's first client bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +110,7 @@ class Ticket:
     admission: Admission
     span: Span | None = None
     streaming: bool = False
-    exchange: Exchange | None = None
+    exchange: Answer | None = None
     upstream: str | None = None
     upstream_format: str | None = None
     upstream_model: str | None = None
@@ -378,7 +396,7 @@ class Teams:
 
     # -- 3. what did it cost
 
-    def exchange_ended(self, ticket: Ticket, upstream: str, upstream_model: str | None, exchange: Exchange) -> None:
+    def exchange_ended(self, ticket: Ticket, upstream: str, upstream_model: str | None, exchange: Answer) -> None:
         """An exchange of this request is over (``on_end``): a fallback's failed try, or the answer."""
         ticket.exchange = exchange
         ticket.upstream = upstream
