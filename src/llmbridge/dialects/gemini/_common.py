@@ -80,6 +80,26 @@ def finish_from_hub(finish: hub.Finish) -> tuple[str, dict | None]:
     return word, extra
 
 
+def close_candidate(
+    candidate: dict[str, Any], choice: int, finish: hub.Finish | None, fields: dict[str, Any] | None
+) -> dict[str, Any]:
+    """``candidate`` with what its end says: ``finishReason`` (and under the extension key
+    what Gemini's word cannot say), ``index``, and the candidate-level ``fields`` a decoder
+    kept (grounding, safety ratings...) where the candidate has no such key yet.
+
+    The streamed last chunk and the ``generateContent`` body end their candidates alike.
+    """
+    if finish is not None:
+        word, extra = finish_from_hub(finish)
+        candidate["finishReason"] = word
+        if extra:
+            candidate[EXTENSION_KEY] = {"finish": extra}
+    candidate["index"] = choice
+    for key, value in (fields or {}).items():
+        candidate.setdefault(key, value)
+    return candidate
+
+
 # --------------------------------------------------------------------------- usage
 
 _USAGE_COUNTS = (

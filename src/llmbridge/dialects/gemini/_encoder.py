@@ -22,8 +22,8 @@ from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState
 from ._common import (
     NAME,
     block_part,
+    close_candidate,
     error_from_hub,
-    finish_from_hub,
     format_time,
     parse_time,
     split_fidelity,
@@ -319,17 +319,7 @@ class StreamEncoder(EncoderDispatch):
         """The chunk with every finish, the usage and our notes; ``failed``: an error chunk follows."""
         candidates = []
         for choice in sorted(set(self._finishes) | set(self._candidate_ext)):
-            cand: dict[str, Any] = {}
-            finish = self._finishes.get(choice)
-            if finish is not None:
-                word, extra = finish_from_hub(finish)
-                cand["finishReason"] = word
-                if extra:
-                    cand[EXTENSION_KEY] = {"finish": extra}
-            cand["index"] = choice
-            for k, v in self._candidate_ext.get(choice, {}).items():
-                cand.setdefault(k, v)
-            candidates.append(cand)
+            candidates.append(close_candidate({}, choice, self._finishes.get(choice), self._candidate_ext.get(choice)))
         chunk: dict[str, Any] = {}
         if candidates:
             chunk["candidates"] = candidates

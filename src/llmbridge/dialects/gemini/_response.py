@@ -11,7 +11,7 @@ from typing import Any
 
 from ... import hub
 from ..base import EXTENSION_KEY
-from ._common import NAME, block_part, finish_from_hub, format_time, usage_from_hub
+from ._common import NAME, block_part, close_candidate, format_time, usage_from_hub
 from ._decoder import ChunkDecoder
 
 
@@ -77,17 +77,10 @@ def encode_response(response: hub.Response) -> dict:
             annotations.append({"namespace": ann.namespace, "data": ann.data})
     candidates = []
     for choice in sorted(set(by_choice) | set(response.finishes) | set(candidate_ext)):
-        cand: dict[str, Any] = {"content": {"parts": by_choice.get(choice, []), "role": "model"}}
-        finish = response.finishes.get(choice)
-        if finish is not None:
-            word, extra = finish_from_hub(finish)
-            cand["finishReason"] = word
-            if extra:
-                cand[EXTENSION_KEY] = {"finish": extra}
-        cand["index"] = choice
-        for k, v in candidate_ext.get(choice, {}).items():
-            cand.setdefault(k, v)
-        candidates.append(cand)
+        content = {"parts": by_choice.get(choice, []), "role": "model"}
+        candidates.append(
+            close_candidate({"content": content}, choice, response.finishes.get(choice), candidate_ext.get(choice))
+        )
     body: dict[str, Any] = {"candidates": candidates, **top}
     if response.usage is not None:
         body["usageMetadata"] = usage_from_hub(response.usage)
