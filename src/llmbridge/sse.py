@@ -24,11 +24,21 @@ _BOM = b"\xef\xbb\xbf"
 # not with a two-byte needle: CPython's general search looks at every byte (~1.5 ns each),
 # and a 256 KiB read of a base64 image holds only a line end or two.
 _BIG = 4096
+# ... but only where line ends are sparse: a chunk of ordinary events (a line end every few
+# dozen bytes) is split fastest by C's own str.split, and a Python loop over its line ends
+# would cost more than the search it saves.  More line ends than this in a big chunk's first
+# _BIG bytes picks the plain path; counting them there is cheap.
+_SPARSE = 8
+
+
+def _sparse(chunk: bytes, byte: int) -> bool:
+    """Whether ``chunk`` is big and ``byte`` rare at its start (the memchr paths pay off)."""
+    return len(chunk) >= _BIG and chunk.count(byte, 0, _BIG) <= _SPARSE
 
 
 def has_blank_line(chunk: bytes) -> bool:
     """Whether ``chunk`` holds ``\\n\\n`` (at memchr speed for a big chunk with few line ends)."""
-    if len(chunk) < _BIG:
+    if not _sparse(chunk, 10):
         return b"\n\n" in chunk
     at = chunk.find(10)
     while at != -1:
@@ -57,7 +67,7 @@ def _blank_line_spans(data: bytes) -> list[tuple[int, int]]:
 def normalise_cr(chunk: bytes) -> bytes:
     """CRLF and lone CR line ends as LF (a CR at the very end becomes LF; the caller drops
     the LF that may open the next chunk). A big chunk is cut at its few CRs with memchr."""
-    if len(chunk) < _BIG:
+    if not _sparse(chunk, 13):
         chunk = chunk.replace(b"\r\n", b"\n")
         return chunk.replace(b"\r", b"\n") if 13 in chunk else chunk
     parts: list[bytes] = []
@@ -103,7 +113,11 @@ class Decoder:
         if not chunk:
             return []
         # Most chunks end no event: keep them and return at once (the hot path for small chunks).
-        if 10 not in chunk or (not has_blank_line(chunk) and not (self._last_lf and chunk[0] == 10)):
+        # (the small-chunk test inline: a function call per chunk shows at 64-byte pieces)
+        if 10 not in chunk or (
+            (b"\n\n" not in chunk if len(chunk) < _BIG else not has_blank_line(chunk))
+            and not (self._last_lf and chunk[0] == 10)
+        ):
             self._pending.append(chunk)
             self._last_lf = chunk[-1] == 10
             return []
@@ -123,7 +137,7 @@ class Decoder:
         # so splitting the text on blank lines is the same as splitting the bytes.
         # (when nothing follows the last blank line, decode it all: a trailing "" block is a no-op)
         whole = chunk[:end] if rest else chunk
-        if len(whole) < _BIG:
+        if len(whole) < _BIG or not _sparse(whole, 10):
             blocks = whole.decode("utf-8", "replace").split("\n\n")
         else:  # str.split("\n\n") looks at every character; cut at the few line ends instead
             view = memoryview(whole)  # each block decoded straight from the buffer: no bytes copy of it first
