@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import threading
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -23,7 +26,7 @@ from llmbridge.dialects import openai_chat
 from llmbridge.gateway import config, create_app
 from llmbridge.gateway._http import Inbox
 from llmbridge.gateway.streaming import EventBoundaries, Exchange, Source
-from tests.gateway_util import serving
+from tests.gateway_util import serving, wait_for
 
 HI = [{"role": "user", "content": "hi"}]
 HTTP = httpx.Client(timeout=60)
@@ -78,7 +81,18 @@ def usage_then_done() -> Iterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
+def drip() -> Iterator[bytes]:
+    # A slow answer (the upstream's own thread sleeps between tokens): about 10 s in all.
+    yield chat_chunk({"role": "assistant", "content": ""})
+    for _ in range(500):
+        time.sleep(0.02)
+        yield chat_chunk({"content": "x"})
+    yield chat_chunk({}, "stop")
+    yield b"data: [DONE]\n\n"
+
+
 SCRIPTS: dict[str, Callable[[], Iterator[bytes]]] = {
+    "drip": drip,
     "big-event": big_event,
     "endless-line": endless_line,
     "error-without-done": error_without_done,
@@ -134,19 +148,40 @@ class RawUpstream:
         self.thread.join(5)
 
 
+def stall_response_head(app: Any, seconds: float) -> Any:
+    """``app``, with the response head of a request that asks (``x-test-stall-head``) held
+    back ``seconds``: what a full socket buffer does to the first write."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or (b"x-test-stall-head", b"1") not in scope["headers"]:
+            return await app(scope, receive, send)
+
+        async def stalled_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                await asyncio.sleep(seconds)
+            await send(message)
+
+        return await app(scope, receive, stalled_send)
+
+    return wrapped
+
+
 @pytest.fixture(scope="module")
-def gw():
-    upstream = RawUpstream().start()
+def upstream():
+    raw = RawUpstream().start()
+    yield raw
+    raw.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(upstream):
     raw = {
         "gateway": {"max_event_bytes": CAP},
         "upstreams": {"raw": {"format": "openai-chat", "base_url": f"http://127.0.0.1:{upstream.port}/v1"}},
         "models": [{"name": name, "upstream": "raw"} for name in SCRIPTS],
     }
-    try:
-        with serving(create_app(config.parse(raw))) as server:
-            yield server
-    finally:
-        upstream.stop()
+    with serving(stall_response_head(create_app(config.parse(raw)), 1.0)) as server:
+        yield server
 
 
 def chat(gw, model: str, **extra) -> httpx.Response:
@@ -349,3 +384,19 @@ def test_an_in_process_upstream_waits_for_a_slow_client():
     held, more = asyncio.run(run())
     assert held <= EVENTS_AHEAD + 1
     assert more > held  # taking makes room: it carries on
+
+
+def test_a_client_gone_before_the_first_body_byte_closes_the_upstream(gw, upstream):
+    # The client leaves while the response head is still on its way (held back a second here,
+    # as a full socket buffer would): the response is cancelled before its body generator ever
+    # ran, and that generator's cleanup with it.  The gateway must still close the upstream
+    # (and so settle the request), not leave it streaming to nobody.
+    before = upstream.closed_early
+    body = json.dumps({"model": "drip", "messages": HI, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", gw.port)) as client:
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+            b"x-test-stall-head: 1\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        time.sleep(0.4)  # the upstream has answered; the gateway is sending the head
+    assert wait_for(lambda: upstream.closed_early > before, timeout=5)

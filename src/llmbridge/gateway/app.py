@@ -407,7 +407,7 @@ class Gateway:
     ) -> Response | StreamResponse:
         if stream:
             media = "application/json" if json_array else getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream")
-            return StreamResponse(exchange.body(), media_type=media)
+            return StreamResponse(exchange.body(), media_type=media, on_close=exchange.aclose)
         response = await exchange.collect()
         if response.error is not None:
             error = response.error

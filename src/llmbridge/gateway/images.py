@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -549,12 +549,14 @@ def _usage(usage: dict[str, Any] | None) -> hub.Usage | None:
 class _Tally:
     """What the client got so far: for the meter (usage of the completed images, the error)."""
 
-    __slots__ = ("error", "first_byte_at", "usage")
+    __slots__ = ("ended", "error", "first_byte_at", "settled", "usage")
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] | None = None
         self.error: hub.Error | None = None
         self.first_byte_at: float | None = None
+        self.ended = False  # the client got the stream's terminal event
+        self.settled = False
 
     def note(self, item: ImageEvent) -> None:
         if item.type == COMPLETED and item.usage:
@@ -562,6 +564,22 @@ class _Tally:
 
     def outcome(self, ended: bool) -> Outcome:
         return Outcome(_usage(self.usage), self.error, None, ended, True, self.first_byte_at)
+
+
+def _settler(
+    source: ImageSource, meter: Meter, upstream: str, upstream_model: str, tally: _Tally
+) -> Callable[[], Awaitable[None]]:
+    """Close the upstream and settle the meter with what the client got, once (the stream's
+    end and the response's close both call it)."""
+
+    async def settle() -> None:
+        if tally.settled:
+            return
+        tally.settled = True
+        await source.aclose()
+        meter.ended(upstream, upstream_model, tally.outcome(tally.ended))
+
+    return settle
 
 
 # --------------------------------------------------------------------------- the service
@@ -621,8 +639,11 @@ class ImagesService:
                 log.info("images: upstream %s failed (%s), trying the next", route.upstream, last.message)
                 continue
             if req.stream:
-                body = self._stream(source, meter, route.upstream, route.upstream_model)
-                return StreamResponse(body, media_type="text/event-stream")
+                tally = _Tally()
+                settle = _settler(source, meter, route.upstream, route.upstream_model, tally)
+                body = self._stream(source, tally, settle)
+                # settle on close too: a client gone before the body started leaves it unrun
+                return StreamResponse(body, media_type="text/event-stream", on_close=settle)
             return await self._collect(source, req, meter, route.upstream, route.upstream_model)
         assert last is not None
         upstream, upstream_model = (route.upstream, route.upstream_model) if route is not None else (None, None)
@@ -650,7 +671,7 @@ class ImagesService:
         return PumpedImages(await _hub_events(upstream_obj, cfg, upstream_model, req), upstream, cfg.timeouts)
 
     async def _stream(
-        self, source: ImageSource, meter: Meter, upstream: str, upstream_model: str
+        self, source: ImageSource, tally: _Tally, settle: Callable[[], Awaitable[None]]
     ) -> AsyncIterator[bytes]:
         """The client's SSE body, one write per image (a 1 MB event is never joined with
         another); a keep-alive comment while the upstream is silent (an image takes tens of
@@ -659,10 +680,8 @@ class ImagesService:
         loop = asyncio.get_running_loop()
         inbox = source.inbox
         keepalive = self.gateway.config.gateway.keepalive_seconds
-        tally = _Tally()
         last_write = [loop.time()]
         timer = _LazyTimer(lambda: last_write[0] + keepalive, lambda: inbox.alarm("keepalive"))
-        ended = False
         try:
             while True:
                 await inbox.wait()
@@ -670,7 +689,7 @@ class ImagesService:
                 for item in source.read():
                     if isinstance(item, hub.Error):
                         tally.error = item
-                        ended = True
+                        tally.ended = True
                         yield encode_error(item)
                         return
                     tally.note(item)
@@ -679,7 +698,7 @@ class ImagesService:
                     wrote = True
                     yield encode_event(item, created)
                 if source.done:
-                    ended = True
+                    tally.ended = True
                     yield DONE
                     return
                 if wrote:
@@ -692,8 +711,7 @@ class ImagesService:
                     timer.rearm()
         finally:
             timer.cancel()
-            await source.aclose()
-            meter.ended(upstream, upstream_model, tally.outcome(ended))
+            await settle()
 
     async def _collect(
         self, source: ImageSource, req: ImageRequest, meter: Meter, upstream: str, upstream_model: str

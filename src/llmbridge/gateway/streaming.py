@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, cast
 
 from starlette.types import Receive, Scope, Send
@@ -946,6 +946,13 @@ class StreamResponse:
 
     (Starlette's ``StreamingResponse`` only notices a disconnect at its next write, which
     can be a keep-alive interval away; this one listens for ``http.disconnect`` meanwhile.)
+
+    ``on_close`` is awaited once the response is over, however it ended.  A body generator's
+    own ``finally`` is not enough: a client that leaves while the head is still being sent
+    (a full socket buffer) cancels the response before the generator ever started, and an
+    unstarted generator's ``aclose`` runs none of its code -- the upstream would stay open and
+    the request unsettled.  ``on_close`` must therefore be safe to call after the body's own
+    cleanup ran.
     """
 
     def __init__(
@@ -954,8 +961,10 @@ class StreamResponse:
         status: int = 200,
         headers: dict[str, str] | None = None,
         media_type: str = "text/event-stream",
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ):
         self.body = body
+        self.on_close = on_close
         self.status = status
         self.headers = [
             (b"content-type", media_type.encode()),
@@ -988,6 +997,8 @@ class StreamResponse:
             aclose = getattr(self.body, "aclose", None)
             if aclose is not None:
                 await aclose()
+            if self.on_close is not None:
+                await self.on_close()
         exc = pump_task.exception() if pump_task.done() and not pump_task.cancelled() else None
         if exc is not None and not isinstance(exc, OSError):  # a client gone mid-write is no server error
             raise exc
