@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -50,6 +51,27 @@ def serving(app: Any) -> Iterator[Server]:
         yield server
     finally:
         server.stop()
+
+
+class StalledHead:
+    """``app``, with the response head of a request that asks (``x-test-stall-head: 1``) held
+    back ``seconds``: what a full socket buffer does to the first write. ``stalled`` counts
+    the heads held back, so a test can tell the stall happened."""
+
+    def __init__(self, app: Any, seconds: float) -> None:
+        self.app, self.seconds, self.stalled = app, seconds, 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or (b"x-test-stall-head", b"1") not in scope["headers"]:
+            return await self.app(scope, receive, send)
+
+        async def stalled_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                self.stalled += 1
+                await asyncio.sleep(self.seconds)
+            await send(message)
+
+        return await self.app(scope, receive, stalled_send)
 
 
 def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.02) -> bool:

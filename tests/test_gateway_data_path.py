@@ -15,7 +15,6 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import httpx
 import openai
@@ -26,7 +25,7 @@ from llmbridge.dialects import openai_chat
 from llmbridge.gateway import config, create_app
 from llmbridge.gateway._http import Inbox
 from llmbridge.gateway.streaming import EventBoundaries, Exchange, Source
-from tests.gateway_util import serving, wait_for
+from tests.gateway_util import StalledHead, serving, wait_for
 
 HI = [{"role": "user", "content": "hi"}]
 HTTP = httpx.Client(timeout=60)
@@ -148,24 +147,6 @@ class RawUpstream:
         self.thread.join(5)
 
 
-def stall_response_head(app: Any, seconds: float) -> Any:
-    """``app``, with the response head of a request that asks (``x-test-stall-head``) held
-    back ``seconds``: what a full socket buffer does to the first write."""
-
-    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or (b"x-test-stall-head", b"1") not in scope["headers"]:
-            return await app(scope, receive, send)
-
-        async def stalled_send(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                await asyncio.sleep(seconds)
-            await send(message)
-
-        return await app(scope, receive, stalled_send)
-
-    return wrapped
-
-
 @pytest.fixture(scope="module")
 def upstream():
     raw = RawUpstream().start()
@@ -180,7 +161,7 @@ def gw(upstream):
         "upstreams": {"raw": {"format": "openai-chat", "base_url": f"http://127.0.0.1:{upstream.port}/v1"}},
         "models": [{"name": name, "upstream": "raw"} for name in SCRIPTS],
     }
-    with serving(stall_response_head(create_app(config.parse(raw)), 1.0)) as server:
+    with serving(StalledHead(create_app(config.parse(raw)), 1.0)) as server:
         yield server
 
 
@@ -391,12 +372,13 @@ def test_a_client_gone_before_the_first_body_byte_closes_the_upstream(gw, upstre
     # as a full socket buffer would): the response is cancelled before its body generator ever
     # ran, and that generator's cleanup with it.  The gateway must still close the upstream
     # (and so settle the request), not leave it streaming to nobody.
-    before = upstream.closed_early
+    before, stalls = upstream.closed_early, gw.app.stalled
     body = json.dumps({"model": "drip", "messages": HI, "stream": True}).encode()
     with socket.create_connection(("127.0.0.1", gw.port)) as client:
         client.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
             b"x-test-stall-head: 1\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
         )
-        time.sleep(0.4)  # the upstream has answered; the gateway is sending the head
+        # leave while the head is held back (the upstream has answered by then)
+        assert wait_for(lambda: gw.app.stalled == stalls + 1, timeout=10)
     assert wait_for(lambda: upstream.closed_early > before, timeout=5)

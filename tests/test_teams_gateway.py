@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import socket
 import time
 
 import httpx
@@ -17,7 +18,7 @@ from llmbridge.dialects.base import decode_all
 from llmbridge.gateway import config, create_app
 from llmbridge.gateway.teams import connect, keys
 from tests.conftest import CORPUS
-from tests.gateway_util import replay_config, serving, wait_for
+from tests.gateway_util import StalledHead, replay_config, serving, wait_for
 from tests.teams_util import postgres_server
 from tests.test_gateway_faults import request_for
 
@@ -575,3 +576,22 @@ def test_the_vendor_sdks_read_the_refusals_as_their_own_errors(gw):
     with pytest.raises(genai_errors.ClientError) as e:
         revoked.models.generate_content(model="gem", contents="hi")
     assert e.value.code == 401
+
+
+def test_a_client_gone_before_the_first_body_byte_is_still_settled(rep, tmp_path):
+    # The response head is held back (a full socket buffer) and the client leaves meanwhile:
+    # the answer's body never starts, yet the request gets its ledger row and the open-stream
+    # gauge comes back down.
+    app = StalledHead(team_app(rep, f"sqlite:///{tmp_path / 'ledger.db'}"), 1.0)
+    with serving(app) as gw:
+        body = json.dumps({"model": "slow", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+        with socket.create_connection(("127.0.0.1", gw.port)) as client:
+            client.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+                b"authorization: Bearer %s\r\nx-test-stall-head: 1\r\ncontent-length: %d\r\n\r\n%s"
+                % (MASTER.encode(), len(body), body.encode())
+            )
+            # leave while the head is held back (the upstream has answered by then)
+            assert wait_for(lambda: app.stalled == 1, timeout=10)
+        assert wait_for(lambda: len(usage(gw)) == 1, timeout=5)
+        assert wait_for(lambda: "llmbridge_open_streams 0.0" in HTTP.get(gw.url + "/metrics").text, timeout=5)
