@@ -8,12 +8,14 @@ server on loopback, read with plain httpx and with the official openai SDK.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import socket
 import threading
 import time
 import tracemalloc
+import weakref
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -382,3 +384,31 @@ def test_a_client_gone_before_the_first_body_byte_closes_the_upstream(gw, upstre
         # leave while the head is held back (the upstream has answered by then)
         assert wait_for(lambda: gw.app.stalled == stalls + 1, timeout=10)
     assert wait_for(lambda: upstream.closed_early > before, timeout=5)
+
+
+def test_an_ended_exchange_is_freed_without_the_cyclic_gc():
+    # An exchange's timers (deadlines, keep-alive) call back into it, and it holds them: a
+    # cycle. Left to the cyclic GC, which runs by object counts and not bytes, every ended
+    # exchange kept its held events and decoder state (megabytes for an image answer) for a
+    # while: RSS climbed from 50 to 430 MB over 40 image answers. With the GC off, an ended
+    # exchange must go when its last reference does.
+    async def run() -> tuple[weakref.ref, weakref.ref]:
+        loop = asyncio.get_running_loop()
+        timeouts = config.Timeouts(first_byte=60, idle=60, total=600)
+        source = Pushed("fake", timeouts, loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, dialect="openai-chat", relay=True, keepalive=15)
+        source.inbox.put(chat_chunk({"role": "assistant", "content": ""}), 10)
+        source.inbox.put(chat_chunk({"content": "x" * 100_000}), 10)
+        source.inbox.put(chat_chunk({}, "stop") + b"data: [DONE]\n\n", 10)
+        source.inbox.finish()
+        body = [out async for out in exchange.body()]
+        assert b"[DONE]" in b"".join(body)
+        return weakref.ref(exchange), weakref.ref(source.decoder)
+
+    gc.disable()
+    try:
+        gone, decoder = asyncio.run(run())
+        assert gone() is None
+        assert decoder() is None
+    finally:
+        gc.enable()

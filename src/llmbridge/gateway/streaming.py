@@ -306,13 +306,28 @@ class _LazyTimer:
 
     def rearm(self) -> None:
         """Arm again after a fire (or after the due time moved earlier)."""
-        self.cancel()
-        self._arm()
-
-    def cancel(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        self._arm()
+
+    def cancel(self) -> None:
+        """Stop for good.  The callbacks are dropped too: they are closures over their owner
+        (an exchange, its deadlines), which holds this timer, and that cycle would keep the
+        owner -- and the megabytes of an image answer it may hold -- alive until the cyclic
+        GC runs, which counts objects, not bytes (RSS climbed by hundreds of MB that way)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._due, self._fire = _never, _nothing
+
+
+def _never() -> float:
+    return math.inf
+
+
+def _nothing() -> None:
+    return None
 
 
 class Deadlines:
@@ -932,6 +947,10 @@ class Exchange:
                 self._on_end(self)
             except Exception:
                 log.exception("on_end callback failed")
+        # What can be large goes now, by reference counting, even if something still refers
+        # to the exchange (a callback, a cycle only the cyclic GC would break).
+        self._held, self._held_events = [], []
+        self._pending.clear()
 
 
 class _NullEncoder:
