@@ -10,11 +10,11 @@ import argparse
 import os
 import sys
 from collections.abc import Iterator
-from types import ModuleType
 from typing import BinaryIO
 
 from . import __version__, dialects, hub
 from .dialects import rules
+from .dialects.base import DialectModule
 
 __all__ = [
     "CHUNK",
@@ -38,7 +38,7 @@ class CLIError(Exception):
         self.code = code
 
 
-def _dialect(name: str, *needs: str) -> ModuleType:
+def _dialect(name: str, *needs: str) -> DialectModule:
     """Dialect ``name``'s module, which must have the attributes ``needs`` (modules land one by one)."""
     if name == "llm-stream-binary":  # LLM-Stream's binary binding (docs/llm-stream-bindings.md §2)
         from .bindings import BinaryDialect

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,7 +15,7 @@ import httpx
 
 from .. import hub
 from ..bindings import BINARY_MEDIA_TYPE, BinaryStreamDecoder, MessageStreamDecoder
-from ..dialects.base import json_decode, json_encode
+from ..dialects.base import DialectModule, json_decode, json_encode
 from ..errors import LLMBridgeError, ProtocolError, UpstreamError
 from ..unievent import FINISH_FROM_MMSP, UniEvent, UniEventView
 from ..unievent import Message as UniMessage
@@ -80,7 +79,7 @@ class StreamCore:
     :class:`Completion` assembled so far.
     """
 
-    def __init__(self, codec: ModuleType) -> None:
+    def __init__(self, codec: DialectModule) -> None:
         self.codec = codec
         self.decoder = codec.StreamDecoder()
         self.view = UniEventView()
@@ -162,7 +161,7 @@ class StreamCore:
 # --------------------------------------------------------------------------- HTTP
 
 
-def base_url_for(codec: ModuleType, base_url: str) -> str:
+def base_url_for(codec: DialectModule, base_url: str) -> str:
     """OpenAI dialects take an API root ending in ``/v1``; a bare host gets it added."""
     base = base_url.rstrip("/")
     if codec.NAME in ("openai-chat", "openai-responses") and urlsplit(base).path in ("", "/"):
@@ -171,7 +170,7 @@ def base_url_for(codec: ModuleType, base_url: str) -> str:
 
 
 def prepare(
-    codec: ModuleType, request: hub.Request, base_url: str, api_key: str | None, headers: dict[str, str] | None
+    codec: DialectModule, request: hub.Request, base_url: str, api_key: str | None, headers: dict[str, str] | None
 ) -> tuple[str, dict[str, str], bytes]:
     """URL, headers and body bytes of ``request`` in ``codec``'s dialect."""
     url, wire_headers = codec.endpoint(request, base_url=base_url, api_key=api_key)
@@ -183,7 +182,7 @@ def prepare(
     return url, wire_headers, json_encode(codec.encode_request(request))
 
 
-def upstream_error(codec: ModuleType, status: int, body: bytes) -> UpstreamError:
+def upstream_error(codec: DialectModule, status: int, body: bytes) -> UpstreamError:
     """An HTTP error answer as :class:`UpstreamError`, its body parsed in the dialect's error shape."""
     error = codec.decode_error(status, body)
     try:
@@ -206,7 +205,7 @@ def backoff(attempt: int, retry_after: str | None = None) -> float:
 BINDINGS = ("sse", "binary", "websocket")
 
 
-def binding_headers(codec: ModuleType, binding: str) -> dict[str, str]:
+def binding_headers(codec: DialectModule, binding: str) -> dict[str, str]:
     """Extra request headers of an HTTP ``binding``; raises ``ValueError`` for a binding the dialect lacks."""
     if binding not in BINDINGS:
         raise ValueError(f"unknown binding {binding!r} (known: {', '.join(BINDINGS)})")

@@ -37,9 +37,9 @@
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import cast
 
-from ._contracts import StreamEncoder
+from ._contracts import DialectModule, StreamEncoder, missing_surface
 
 __all__ = ["MORE_NAMES", "NAMES", "get", "stream_encoder"]
 
@@ -61,18 +61,24 @@ _MODULES = {
 MORE_NAMES = ("cohere-v2", "bedrock-converse", "gemini-interactions")
 
 
-def stream_encoder(module: ModuleType, request: object) -> StreamEncoder:
+def stream_encoder(module: DialectModule, request: object) -> StreamEncoder:
     """A stream encoder of dialect ``module`` for the answer to ``request``."""
     factory = getattr(module, "stream_encoder", None)
     encoder: StreamEncoder = factory(request) if factory is not None else module.StreamEncoder()
     return encoder
 
 
-_LOADED: dict[str, ModuleType] = {}
+_LOADED: dict[str, DialectModule] = {}
 
 
-def get(name: str) -> ModuleType:
-    """The module of dialect ``name``; ``KeyError`` with the known names otherwise."""
+def get(name: str) -> DialectModule:
+    """The module of dialect ``name``, typed by its contract; ``KeyError`` with the known names
+    for an unknown one.
+
+    The first call per dialect imports the module and checks it has the whole surface
+    (``TypeError`` naming what is missing: a broken dialect, which the contract test finds
+    first); later calls are one dict lookup.
+    """
     loaded = _LOADED.get(name)  # import_module costs ~0.5 ms a call: the gateway asks twice a request
     if loaded is not None:
         return loaded
@@ -80,5 +86,10 @@ def get(name: str) -> ModuleType:
         module = _MODULES[name]
     except KeyError:
         raise KeyError(f"unknown dialect {name!r}; known: {', '.join(NAMES + MORE_NAMES)}") from None
-    loaded = _LOADED[name] = importlib.import_module(f"{__name__}.{module}")
+    imported = importlib.import_module(f"{__name__}.{module}")
+    missing = missing_surface(imported)
+    if missing:
+        raise TypeError(f"dialect {name!r} lacks {', '.join(missing)}")
+    # missing_surface just found every member of DialectModule on the module: the cast says so.
+    loaded = _LOADED[name] = cast(DialectModule, imported)
     return loaded

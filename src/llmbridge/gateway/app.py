@@ -26,7 +26,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import dialects, errors, hub
 from ..dialects.base import DialectModule, StreamEncoder, json_decode
 from . import binding, extensions, limits, metering, negotiation, replies, teams
-from ._codecs import codec as dialect_codec
 from .config import Config, default_config
 from .config import Route as ModelRoute
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
@@ -251,7 +250,7 @@ class Gateway:
         if not isinstance(body, dict):
             return replies.error(out_dialect, "request body must be a JSON object", "invalid_request")
         try:
-            hreq = dialect_codec(request_dialect).decode_request(body, model=url_model)
+            hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
             limits.validate_request(hreq, request_dialect)
         except errors.RequestError as exc:
             return replies.error(out_dialect, str(exc), exc.type, exc.status)
@@ -305,7 +304,7 @@ class Gateway:
     ) -> Response | StreamResponse:
         """Try the model's upstreams in order; fall back only while the client has seen nothing.
         ``with_extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
-        codec = dialect_codec(out_dialect)
+        codec = dialects.get(out_dialect)
         last: hub.Error | None = None
         headers: dict[str, str] = {}
         for n, route in enumerate(routes):

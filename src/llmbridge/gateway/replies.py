@@ -7,9 +7,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from .. import hub
+from .. import dialects, hub
 from ..dialects.base import json_encode
-from ._codecs import codec
 
 __all__ = [
     "anthropic_models",
@@ -34,7 +33,7 @@ def error_body(dialect: str, error: hub.Error) -> tuple[int, object]:
     """Status and body of ``error`` in ``dialect``'s shape (a generic shape if its codec fails)."""
     status = error.status or hub.ERROR_STATUS.get(error.type, 500)
     try:
-        encoded_status, body = codec(dialect).encode_error(error)
+        encoded_status, body = dialects.get(dialect).encode_error(error)
     except Exception:  # a missing or broken codec must not turn an error into a 500
         log.exception("encode_error failed for %s", dialect)
         body = {"error": {"message": error.message, "type": error.type, "code": error.code}}

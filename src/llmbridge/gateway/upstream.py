@@ -14,10 +14,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-from .. import errors, hub
+from .. import dialects, errors, hub
 from ..dialects.base import json_encode, strip_extensions
 from . import _http
-from ._codecs import codec
 from .config import LOCAL, ConfigError, Timeouts, UpstreamConfig
 
 __all__ = [
@@ -95,7 +94,7 @@ class HTTPUpstream:
         self.format = config.format
         self.config = config
         self.base_url = config.base_url
-        self.dialect = codec(config.format)
+        self.dialect = dialects.get(config.format)
         self.timeouts = config.timeouts
         self.client = client or _http.HTTPClient()
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ... import dialects, errors, hub
-from .._codecs import codec as dialect_codec
 from ..config import ModelConfig
 from ._traffic import TrafficLog
 from ._translate import event_dict
@@ -131,7 +130,7 @@ class Fanout:
         """Per dialect: ``{ok, events, problems}``: its bytes decoded by its own decoder, validated."""
         result = {}
         for name in self.names:
-            decoder = dialect_codec(name).StreamDecoder()
+            decoder = dialects.get(name).StreamDecoder()
             try:
                 events = decoder.feed(bytes(self._kept[name])) + decoder.close()
                 problems = [str(v) for v in decoder.violations] + [f"{v} (hub)" for v in hub.validate(events)]

@@ -17,7 +17,6 @@ import msgspec
 
 from ... import dialects, hub, sse
 from ...dialects.base import DialectModule, json_decode
-from .._codecs import codec as dialect_codec
 
 MAX_BYTES = 16 * 1024 * 1024  # larger bodies: `llmbridge translate` / `validate` on the command line
 SHOWN = 2000  # source and hub events listed in a report; the rest are counted
@@ -164,7 +163,7 @@ def detect(shape: str, payload: Any) -> tuple[str | None, str]:
     # No telltale field: the dialect whose decoder finds the fewest problems.
     best: tuple[int, int, str] | None = None
     for name in SOURCES:
-        decoder = dialect_codec(name).StreamDecoder()
+        decoder = dialects.get(name).StreamDecoder()
         try:
             decoded = decoder.feed(payload[:_SNIFF]) + decoder.close()
         except Exception:  # a decoder that chokes on a foreign stream is simply not the one
@@ -225,7 +224,7 @@ def analyze(data: bytes, source: str | None = None, target: str = "llm-stream") 
             return report
         report.detected, report.detection = True, why
     report.source = source
-    codec = dialect_codec(source)
+    codec = dialects.get(source)
     if shape == "json":
         _json(report, codec, payload)
     else:
@@ -280,7 +279,7 @@ def _events(report: Report, events: list[hub.Event]) -> None:
 
 def _translate(report: Report, target: str) -> None:
     events = report.hub_events
-    codec = dialect_codec(target)
+    codec = dialects.get(target)
     try:
         if report.shape == "json":
             body = codec.encode_response(hub.assemble(events))
