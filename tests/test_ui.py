@@ -330,9 +330,9 @@ def test_playground_stop_cancels_the_upstream(open_gw):
 
 
 def test_playground_bad_requests_are_4xx(open_gw):
-    for body in (b"{", b"[]", json.dumps({"model": "nope", "prompt": "x"}).encode()):
+    for body, status in ((b"{", 400), (b"[]", 400), (json.dumps({"model": "nope", "prompt": "x"}).encode(), 404)):
         r = HTTP.post(open_gw.url + "/ui/api/playground", content=body)
-        assert r.status_code == 400 and r.json()["error"]["message"]
+        assert r.status_code == status and r.json()["error"]["message"]
 
 
 def test_translate_api(open_gw):
