@@ -322,7 +322,7 @@ def test_playground_stop_cancels_the_upstream(open_gw):
         assert json.loads(next(lines))["hub"]["event"] == "ResponseStart"
     # The page's Stop is this: the connection closes. The upstream hears it, Traffic says so.
     gateway = open_gw.app.state.gateway
-    assert wait_for(lambda: gateway.upstreams["hangs"].closed, timeout=10)
+    assert wait_for(lambda: gateway.upstreams["hangs"].inner.closed, timeout=10)
     assert wait_for(
         lambda: [e["status"] for e in HTTP.get(open_gw.url + "/ui/api/traffic").json()["entries"]
                  if e["upstream"] == "hangs"] == ["cancelled"], timeout=10

@@ -23,11 +23,11 @@ from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
 from .images import Images
 from .pipeline import REQUEST_ID, Pipeline, Refused, presented_secret
-from .streaming import StreamResponse
+from .response import StreamResponse
 from .teams.admin import routes as admin_routes
 from .traffic import TrafficLog
 from .ui import Console
-from .upstream import Upstream, build
+from .upstream import EventUpstream, Upstream, adopt, build
 from .websocket import WebSocketEndpoint
 
 __all__ = [
@@ -61,10 +61,12 @@ class Gateway:
     :class:`~.pipeline.Pipeline` (never this object), so they all run its steps.
     """
 
-    def __init__(self, config: Config, upstreams: dict[str, Upstream] | None = None):
+    def __init__(self, config: Config, upstreams: dict[str, Upstream | EventUpstream] | None = None):
         self.config = config
         self.upstreams: dict[str, Upstream] = (
-            upstreams if upstreams is not None else {name: build(cfg) for name, cfg in config.upstreams.items()}
+            {name: adopt(up, config.upstreams.get(name)) for name, up in upstreams.items()}
+            if upstreams is not None
+            else {name: build(cfg) for name, cfg in config.upstreams.items()}
         )
         record = config.gateway.record_dir is not None
         # Recent exchanges for the console's Traffic page; prompt text only when recording anyway.
@@ -137,14 +139,9 @@ class Gateway:
     async def aclose(self) -> None:
         if self.teams is not None:
             await self.teams.stop()
-        for service in (self.embeddings, self.images):
-            with contextlib.suppress(Exception):
-                await service.aclose()
         for upstream in self.upstreams.values():
-            aclose = getattr(upstream, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
+            with contextlib.suppress(Exception):
+                await upstream.aclose()
 
 
 class RequestIdMiddleware:
@@ -187,7 +184,9 @@ def dialect_of_path(request: Request) -> str:
     return ENDPOINTS.get(path, "openai-chat")
 
 
-def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream] | None = None) -> Starlette:
+def create_app(
+    config: Config | str | None = None, upstreams: dict[str, Upstream | EventUpstream] | None = None
+) -> Starlette:
     """The gateway as a Starlette app; ``app.state.gateway`` is the :class:`Gateway`.
 
     ``config`` is a :class:`Config`, a TOML path, or ``None`` for the embedded local model;

@@ -28,14 +28,16 @@ from . import binding, extensions, limits, negotiation, replies
 from .config import ModelConfig
 from .config import Route as ModelRoute
 from .embeddings import Embeddings
+from .failures import UpstreamFailed
 from .media import check_images
 from .metering import Meter
 from .pipeline import Pipeline, Refused, presented_secret, request_id_of, unless_disconnected
 from .record import Recorder
 from .relay import relay_filter
-from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
+from .response import StreamResponse
+from .streaming import Exchange, JSONArrayFraming
 from .teams import Principal
-from .upstream import HTTPUpstream, Upstream, UpstreamFailed, timeouts_of
+from .upstream import Upstream
 
 __all__ = ["Chat", "Turn"]
 
@@ -223,27 +225,19 @@ class Chat:
         recorder = None
         relay = False
         entry = self.pipeline.traffic.begin(
-            upstream.name, hreq, out_dialect, upstream_format=getattr(upstream, "format", "local"), stream=stream
+            upstream.name, hreq, out_dialect, upstream_format=upstream.format, stream=stream
         )
-        source: HTTPSource | EventSource
-        timeouts = timeouts_of(upstream)
-        if isinstance(upstream, HTTPUpstream):
-            try:
-                response = await upstream.open(hreq)
-            except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
-                entry.fail(exc)
-                raise
-            if self.record_dir is not None:
-                self._recorded += 1
-                recorder = Recorder.start(self.record_dir, self._recorded, upstream.config, hreq)
-            record = recorder.write if recorder else None
-            source = HTTPSource(response, upstream.dialect.StreamDecoder(), upstream.name, timeouts, started, record)
-            # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
-            relay = (
-                stream and not turn.json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
-            )
-        else:
-            source = EventSource(upstream.stream(hreq), upstream.name, timeouts, started)
+        try:
+            source = await upstream.open_stream(hreq, started)
+        except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
+            entry.fail(exc)
+            raise
+        if source.decoder is not None and self.record_dir is not None:  # raw bytes to record
+            self._recorded += 1
+            recorder = Recorder.start(self.record_dir, self._recorded, upstream.config, hreq)
+            source.record = recorder.write
+        # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
+        relay = stream and not turn.json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
         keepalive = self.config.gateway.keepalive_seconds if stream else None
         encoder: Callable[[], StreamEncoder]
         if turn.encoder is not None:  # a console turn: its lines, no SSE keep-alive comments

@@ -36,11 +36,11 @@ from .. import dialects, hub
 from ..errors import RequestError
 from . import replies
 from .config import LOCAL, LOCAL_EMBED, ModelConfig, Route
+from .failures import UpstreamFailed, as_hub_error
 from .metering import Meter, Outcome
 from .pipeline import Pipeline, presented_secret, unless_disconnected
 from .teams import Principal
-from .upstream import UpstreamFailed, as_hub_error, timeouts_of
-from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, gemini_url, openai_url
+from .upstream import OPENAI_FORMATS, Upstream
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -380,18 +380,9 @@ class LocalEmbedder:
 class Embeddings:
     """The I/O shell: endpoints, routing and upstream calls, on the gateway's pipeline."""
 
-    def __init__(
-        self, pipeline: Pipeline, http: UpstreamHTTP | None = None, local: LocalEmbedder | None = None
-    ) -> None:
+    def __init__(self, pipeline: Pipeline, local: LocalEmbedder | None = None) -> None:
         self.pipeline = pipeline
-        self._http = http
         self.local = local or LocalEmbedder()
-
-    @property
-    def http(self) -> UpstreamHTTP:
-        if self._http is None:
-            self._http = UpstreamHTTP()
-        return self._http
 
     # -- endpoints
 
@@ -516,10 +507,10 @@ class Embeddings:
         return result
 
     async def _call(self, upstream: str, upstream_model: str, req: EmbedRequest) -> EmbedResult:
-        cfg = self.pipeline.config.upstreams.get(upstream)
-        if cfg is None:  # upstream objects given directly (tests): no HTTP config to use
-            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} has no config", "api_error", status=500))
-        if cfg.format == LOCAL:
+        up = self.pipeline.upstreams.get(upstream)
+        if up is None:
+            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
+        if up.format == LOCAL:
             if upstream_model != LOCAL_EMBED:
                 raise UpstreamFailed(
                     hub.Error(
@@ -529,36 +520,33 @@ class Embeddings:
                     )
                 )
             return await self.local.embed(req)
-        if cfg.format in OPENAI_FORMATS:
-            url, headers = openai_url(cfg, "embeddings")
-            data = await self.http.post_json(cfg, url, headers, openai_upstream_body(req, upstream_model))
+        if up.format in OPENAI_FORMATS:
+            data = await up.post_json("embeddings", openai_upstream_body(req, upstream_model))
             return _checked(read_openai_upstream, data, len(req.inputs), upstream)
-        if cfg.format == GEMINI:
-            url, headers = gemini_url(cfg, upstream_model, "batchEmbedContents")
+        if up.format == GEMINI:
+            path = f"models/{upstream_model.removeprefix('models/')}:batchEmbedContents"
             vectors: list[Any] = []
             tokens: int | None = 0
             for start in range(0, len(req.inputs), GEMINI_BATCH):
                 end = min(start + GEMINI_BATCH, len(req.inputs))
-                data = await self.http.post_json(
-                    cfg, url, headers, gemini_upstream_body(req, upstream_model, start, end)
-                )
+                data = await up.post_json(path, gemini_upstream_body(req, upstream_model, start, end))
                 part = _checked(read_gemini_upstream, data, end - start, upstream)
                 vectors += part.vectors
                 tokens = None if tokens is None or part.input_tokens is None else tokens + part.input_tokens
             return EmbedResult(vectors, tokens)
-        if cfg.format == "mmsp" and upstream in self.pipeline.upstreams:
-            return await self._mmsp(self.pipeline.upstreams[upstream], upstream_model, req)
+        if up.format == "mmsp":
+            return await self._mmsp(up, upstream_model, req)
         raise UpstreamFailed(
-            hub.Error(f"upstream {upstream!r} ({cfg.format}) serves no embeddings", "invalid_request", status=400)
+            hub.Error(f"upstream {upstream!r} ({up.format}) serves no embeddings", "invalid_request", status=400)
         )
 
-    async def _mmsp(self, upstream: Any, upstream_model: str, req: EmbedRequest) -> EmbedResult:
+    async def _mmsp(self, upstream: Upstream, upstream_model: str, req: EmbedRequest) -> EmbedResult:
         """An MMSP server's embedding stream: one message per input, one vector per message."""
         hreq = hub.Request(
             model=upstream_model, stream=True, messages=[hub.Message("user", [hub.TextPart(t)]) for t in req.inputs]
         )
         reader = HubVectors()
-        t = timeouts_of(upstream)
+        t = upstream.timeouts
         events = upstream.stream(hreq)
         waited = "first byte"
         try:
@@ -581,14 +569,12 @@ class Embeddings:
         except Exception as exc:
             raise UpstreamFailed(as_hub_error(exc, upstream.name)) from exc
         finally:
-            await events.aclose()
+            close = getattr(events, "aclose", None)  # an async generator's (the iterator may not be one)
+            if close is not None:
+                await close()
         if reader.error is not None:
             raise UpstreamFailed(reader.error)
         return _checked(lambda r, n: r.result(n), reader, len(req.inputs), upstream.name)
-
-    async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
 
 
 def _checked(reader: Callable[[Any, int], EmbedResult], data: Any, count: int, upstream: str) -> EmbedResult:

@@ -55,11 +55,12 @@ from ..media import (
 from . import _http, replies
 from ._http import HIGH_WATER, Inbox
 from .config import LOCAL, Route, Timeouts, UpstreamConfig
+from .failures import UpstreamFailed, as_hub_error
 from .metering import Meter, Outcome
 from .pipeline import Pipeline, presented_secret, unless_disconnected
-from .streaming import Deadlines, StreamResponse, _LazyTimer
-from .upstream import Upstream, UpstreamFailed, as_hub_error
-from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, openai_url
+from .response import StreamResponse
+from .timers import Deadlines, LazyTimer
+from .upstream import OPENAI_FORMATS, Upstream
 
 __all__ = [
     "BACKGROUNDS",
@@ -589,15 +590,8 @@ def _settler(
 class Images:
     """Endpoints, routing and upstream calls for images, on the gateway's pipeline."""
 
-    def __init__(self, pipeline: Pipeline, http: UpstreamHTTP | None = None) -> None:
+    def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
-        self._http = http
-
-    @property
-    def http(self) -> UpstreamHTTP:
-        if self._http is None:
-            self._http = UpstreamHTTP()
-        return self._http
 
     async def generate(self, request: Request) -> Response | StreamResponse:
         """``POST /v1/images`` and ``/v1/images/generations``."""
@@ -646,23 +640,21 @@ class Images:
 
     async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> ImageSource:
         """The image events of one upstream; :class:`UpstreamFailed` when it cannot start."""
-        cfg = self.pipeline.config.upstreams.get(upstream)
-        if cfg is None or cfg.format == LOCAL:
-            what = "the local model" if cfg is not None else f"upstream {upstream!r}"
-            raise UpstreamFailed(hub.Error(f"{what} has no image model", "invalid_request", "no_image_model", 400))
-        if cfg.format in OPENAI_FORMATS:
-            url, headers = openai_url(cfg, "images/generations")
+        up = self.pipeline.upstreams.get(upstream)
+        if up is None:
+            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
+        if up.format == LOCAL:
+            error = hub.Error("the local model has no image model", "invalid_request", "no_image_model", 400)
+            raise UpstreamFailed(error)
+        if up.format in OPENAI_FORMATS:
             body = openai_upstream_body(req, upstream_model)
             if not req.stream:
-                data = await self.http.post_json(cfg, url, headers, body)
+                data = await up.post_json("images/generations", body)
                 return PumpedImages(_once(_read_openai_body(data, upstream, req)), upstream)
             started = asyncio.get_running_loop().time()
-            response = await self.http.open(cfg, url, headers, body)
-            return HTTPImages(response, cfg, started, self.pipeline.config.gateway.max_event_bytes)
-        upstream_obj = self.pipeline.upstreams.get(upstream)
-        if upstream_obj is None:
-            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
-        return PumpedImages(await _hub_events(upstream_obj, cfg, upstream_model, req), upstream, cfg.timeouts)
+            response = await up.open_json("images/generations", body)
+            return HTTPImages(response, up.config, started, self.pipeline.config.gateway.max_event_bytes)
+        return PumpedImages(await _hub_events(up, upstream_model, req), upstream, up.timeouts)
 
     async def _stream(
         self, source: ImageSource, tally: _Tally, settle: Callable[[], Awaitable[None]]
@@ -675,7 +667,7 @@ class Images:
         inbox = source.inbox
         keepalive = self.pipeline.config.gateway.keepalive_seconds
         last_write = [loop.time()]
-        timer = _LazyTimer(lambda: last_write[0] + keepalive, lambda: inbox.alarm("keepalive"))
+        timer = LazyTimer(lambda: last_write[0] + keepalive, lambda: inbox.alarm("keepalive"))
         try:
             while True:
                 await inbox.wait()
@@ -729,10 +721,6 @@ class Images:
         meter.ended(upstream, upstream_model, tally.outcome(True))
         return replies.json_response(response_body(finals, req, int(time.time())))
 
-    async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-
 
 async def _once(items: list[Item]) -> AsyncIterator[Item]:
     for item in items:
@@ -785,12 +773,11 @@ def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Item]
     return out
 
 
-async def _hub_events(
-    upstream: Upstream, cfg: UpstreamConfig, upstream_model: str, req: ImageRequest
-) -> AsyncIterator[Item]:
+async def _hub_events(upstream: Upstream, upstream_model: str, req: ImageRequest) -> AsyncIterator[Item]:
     """Images from a chat-dialect upstream: ``n`` generation requests, one after another (Gemini
     image models make one image per call). The first request is opened here, so that a failure
     to start raises :class:`UpstreamFailed` and the next route can be tried."""
+    cfg = upstream.config
     hreq = hub_request(req, cfg, upstream_model)
     first = upstream.stream(hreq)
     head: hub.Event | None

@@ -36,7 +36,6 @@ points → ``pipeline`` → config, upstreams, teams.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import re
@@ -52,10 +51,12 @@ from ..dialects.base import json_decode
 from ..errors import RequestError
 from . import limits, replies
 from .config import Config, ModelConfig, Route
+from .failures import UpstreamFailed, retryable
 from .metering import Meter
+from .response import until_disconnected
 from .teams import OPEN, STATIC, Principal, Refusal, Teams, presented_key
 from .traffic import TrafficLog
-from .upstream import Upstream, UpstreamFailed, retryable
+from .upstream import Upstream
 
 __all__ = [
     "REQUEST_ID",
@@ -286,21 +287,9 @@ async def unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) ->
     """Step 7's race: run ``work`` (until a response is ready) but drop it, and so the
     upstream request, as soon as the client disconnects (a 499 then). The body must have
     been read: this waits on the same ``receive`` channel. (Once a stream is flowing,
-    :class:`~.streaming.StreamResponse` watches instead.)"""
+    :class:`~.response.StreamResponse` watches instead.)"""
 
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in (task, watch):
-            if not t.done():
-                t.cancel()
-        await asyncio.gather(task, watch, return_exceptions=True)
-    if task.cancelled():
+    finished, result = await until_disconnected(request.receive, work)
+    if not finished:
         return Response(status_code=499)  # nobody is listening any more
-    return task.result()
+    return result  # type: ignore[return-value]  # (finished: work's own result)

@@ -43,7 +43,7 @@ from .chat import Chat, Turn
 from .pipeline import Pipeline, Refused, presented_secret, request_id_of
 
 if TYPE_CHECKING:
-    from .streaming import StreamResponse
+    from .response import StreamResponse
 
 __all__ = ["STANDARD", "WebSocketEndpoint"]
 

@@ -24,10 +24,10 @@ from starlette.routing import Route
 
 from ... import __version__, dialects
 from ..chat import Chat, Turn
+from ..failures import UpstreamFailed
 from ..pipeline import Pipeline, Refused, unless_disconnected
-from ..streaming import StreamResponse
+from ..response import StreamResponse
 from ..teams import MASTER, OPEN, Principal
-from ..upstream import UpstreamFailed
 from . import _playground, _translate
 
 log = logging.getLogger("llmbridge.gateway")
