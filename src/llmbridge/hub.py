@@ -527,6 +527,7 @@ class ToolResultPart:
     content: list[Part] = field(default_factory=list)  # text and image parts
     is_error: bool = False
     name: str | None = None  # the tool's name (Gemini needs it)
+    extensions: dict[str, Any] | None = None  # e.g. cache_control on an Anthropic tool_result
 
 
 @dataclass
@@ -547,6 +548,9 @@ class Message:
     role: str  # Role
     parts: list[Part] = field(default_factory=list)
     name: str | None = None
+    # How the source dialect spelled the message, for a same-dialect target (string or block
+    # content, a system message inside the conversation), keyed by dialect name.
+    extensions: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:
