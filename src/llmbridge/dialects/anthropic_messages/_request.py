@@ -14,8 +14,11 @@ from ._common import NAME
 DEFAULT_MAX_TOKENS = 4096
 # Room left for the answer when a thinking budget is at or above max_tokens.
 _ANSWER_ROOM = 1024
-# Thinking budgets for an effort word (OpenAI reasoning_effort) when no budget is given.
-EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32000, "max": 32000}
+# Thinking budgets for an effort word (OpenAI reasoning_effort) when no budget is given: the hub's table.
+EFFORT_BUDGET = hub.EFFORT_BUDGET
+# service_tier: Anthropic's words <-> the hub's (OpenAI's)
+_TIER_IN = {"auto": "auto", "standard_only": "default"}
+_TIER_OUT = {"auto": "auto", "default": "standard_only", "priority": "auto", "flex": "standard_only", "scale": "auto"}
 _MIN_BUDGET = 1024
 
 _BODY_KEYS = frozenset(
@@ -35,6 +38,7 @@ _BODY_KEYS = frozenset(
         "thinking",
         "output_config",
         "output_format",
+        "service_tier",
     )
 )
 _PREFIX = NAME + ":"
@@ -141,6 +145,9 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
         rest = {k: v for k, v in config.items() if k not in ("effort", "format")}
         if rest:
             request.extensions[_PREFIX + "output_config"] = rest
+    tier = body.get("service_tier")
+    if tier is not None:
+        request.service_tier = _TIER_IN.get(_want(tier, str, "service_tier", "a string"), tier)
     if body.get("output_format") is not None:  # the structured-outputs beta's spelling
         request.response_format = _format(body["output_format"], "output_format")
         request.extensions[_PREFIX + "output_format"] = True
@@ -329,8 +336,10 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     if thinking.get("type"):
         body["thinking"] = thinking
     config: dict[str, Any] = dict(request.extensions.get(_PREFIX + "output_config") or {})
-    if effort is not None:
-        config["effort"] = effort
+    if effort == "none":
+        body.setdefault("thinking", {"type": "disabled"})
+    elif effort is not None:
+        config["effort"] = hub.effort_for("anthropic", effort)
     fmt = request.response_format
     if fmt and fmt.get("type") == "json_schema" and type(fmt.get("schema")) is dict:
         if request.extensions.get(_PREFIX + "output_format"):
@@ -339,6 +348,8 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
             config["format"] = {"type": "json_schema", "schema": fmt["schema"]}
     if config:
         body["output_config"] = config
+    if request.service_tier is not None:
+        body["service_tier"] = _TIER_OUT.get(request.service_tier, request.service_tier)
     for key, value in request.extensions.items():
         if key.startswith(_PREFIX) and key != ORDER and key[len(_PREFIX) :] not in ("output_config", "output_format"):
             body.setdefault(key[len(_PREFIX) :], value)
