@@ -112,8 +112,12 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
         value = getattr(request, name)
         if value is not None and value != [] and not (name == "n" and value == 1):
             out.add(spelling.get(name, name))
-    if target == "gemini" and request.metadata.get("user_id") is not None:
-        out.add({"openai-chat": "user", "openai-responses": "metadata"}.get(source, "metadata.user_id"))
+    # metadata: Anthropic takes only user_id, Gemini none (request_id is the gateway's own)
+    kept = {"anthropic-messages": ("user_id", "request_id"), "gemini": ("request_id",)}.get(target)
+    if kept is not None:
+        for key in request.metadata:
+            if key not in kept:
+                out.add("user" if (key, source) == ("user_id", "openai-chat") else f"metadata.{key}")
     return sorted(out)
 
 
