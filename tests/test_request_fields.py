@@ -434,6 +434,26 @@ ROWS: list[tuple[str, str, dict[str, Any], dict[str, Mapped | Dropped]]] = [
             GEM: Mapped("generationConfig.frequencyPenalty", 0.5),
         },
     ),
+    (
+        CHAT,
+        "messages content input_audio",
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "UklG", "format": "wav"}}]}
+            ]
+        },
+        {ANTH: Dropped("messages.input_audio"), GEM: Mapped("contents[0].parts[0].inlineData.mimeType", "audio/wav")},
+    ),
+    (
+        CHAT,
+        "response_format (json_object)",
+        {"response_format": {"type": "json_object"}},
+        {
+            ANTH: Dropped("response_format"),
+            RESP: Mapped("text.format.type", "json_object"),
+            GEM: Mapped("generationConfig.responseMimeType", "application/json"),
+        },
+    ),
     (CHAT, "n", {"n": 2}, {ANTH: Dropped("n"), RESP: Dropped("n"), GEM: Mapped("generationConfig.candidateCount", 2)}),
     (
         CHAT,
