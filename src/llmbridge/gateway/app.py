@@ -36,6 +36,7 @@ from .media import check_images
 from .record import Recorder
 from .relay import relay_filter
 from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
+from .teams._guesses import Guesses, client_of
 from .teams.admin import routes as admin_routes
 from .ui import Console, TrafficLog
 from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, retryable, timeouts_of
@@ -84,6 +85,8 @@ class Gateway:
         # Recent exchanges for the console's Traffic page; prompt text only when recording anyway.
         self.traffic = TrafficLog(config.gateway.ui_traffic, keep_prompts=self.record_dir is not None)
         self.teams = teams.create(config, self.api_keys)  # virtual keys, limits, ledger, metrics; None: all off
+        # issue 21 (harden): one table of failed key attempts per client address (teams/_guesses.py)
+        self.guesses = self.teams.guesses if self.teams else Guesses(config.gateway.auth_failures_per_minute)
         self.embeddings = EmbeddingsService(self)  # /v1/embeddings, :embedContent, MMSP vectors
         self.images = ImagesService(self)  # /v1/images
 
@@ -91,6 +94,10 @@ class Gateway:
 
     async def principal(self, request: HTTPConnection) -> teams.Principal | teams.Refusal:
         """Who is calling (virtual keys too, when team features are on), or why not."""
+        # issue 21 (harden): key guesses are throttled per client address (teams/_guesses.py)
+        return await self.guesses.check(client_of(request), partial(self._principal, request))
+
+    async def _principal(self, request: HTTPConnection) -> teams.Principal | teams.Refusal:
         if self.teams is None or not self.teams.accounts:
             if self.authorized(request):
                 return teams.Principal(teams.STATIC if self.api_keys else teams.OPEN)
@@ -103,7 +110,7 @@ class Gateway:
         is kept in the request's scope for the team features (``metering.admit``)."""
         who = await self.principal(request)
         if isinstance(who, teams.Refusal):
-            return replies.error_response(dialect, who.error)
+            return replies.error_response(dialect, who.error, who.headers)  # (retry-after of a 429)
         metering.remember_principal(request, who)
         return await read_object(request, self.config.gateway.max_body_bytes, dialect)
 
@@ -146,7 +153,7 @@ class Gateway:
         else:
             dialect, shape = "openai-chat", replies.openai_models
         if isinstance(who := await self.principal(request), teams.Refusal):
-            return replies.error_response(dialect, who.error)
+            return replies.error_response(dialect, who.error, who.headers)  # (retry-after of a 429)
         return replies.json_response(shape(who.visible(list(self.config.models))))
 
     async def model(self, request: Request) -> Response:
@@ -161,7 +168,7 @@ class Gateway:
         else:
             dialect, shape = "openai-chat", lambda n: replies.openai_models([n])["data"][0]
         if isinstance(who := await self.principal(request), teams.Refusal):
-            return replies.error_response(dialect, who.error)
+            return replies.error_response(dialect, who.error, who.headers)  # (retry-after of a 429)
         if name not in self.config.models or not who.visible([name]):
             return replies.error(dialect, f"model {name!r} not found", "not_found")
         return replies.json_response(shape(name))
@@ -214,7 +221,7 @@ class Gateway:
         json_array: bool,
     ) -> Response | StreamResponse:
         if isinstance(who := await self.principal(request), teams.Refusal):
-            return replies.error_response(dialect, who.error)
+            return replies.error_response(dialect, who.error, who.headers)  # (retry-after of a 429)
         content_type = request.headers.get("content-type")
         try:
             request_dialect = negotiation.request_dialect(content_type, endpoint)

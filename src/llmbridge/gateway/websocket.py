@@ -38,7 +38,7 @@ from ..bindings import (
 )
 from ..dialects import llm_stream
 from ..dialects.base import json_encode
-from . import replies, teams
+from . import _origins, replies, teams
 
 if TYPE_CHECKING:
     from .app import Gateway  # app imports this module
@@ -72,9 +72,14 @@ class WebSocketEndpoint:
         self.max_message = max_message
 
     async def handle(self, ws: WebSocket) -> None:
+        # issue 21 (harden): a keyless gateway's WebSocket is not for other sites' pages (gateway/_origins.py)
+        if not _origins.allowed(ws.headers, ws.url.scheme, self.gateway.config.gateway):
+            message = "this gateway takes WebSockets from its own pages only ([gateway] allowed_origins)"
+            await self._deny(ws, hub.Error(message, "permission", "origin_not_allowed", 403))
+            return
         who = await self.gateway.principal(ws)  # static or virtual keys, as over HTTP
         if isinstance(who, teams.Refusal):
-            await self._deny(ws)
+            await self._deny(ws, who.error, who.headers)
             return
         offered = ws.scope.get("subprotocols") or []
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
@@ -91,14 +96,16 @@ class WebSocketEndpoint:
         finally:
             await conn.stop()
 
-    async def _deny(self, ws: WebSocket) -> None:
-        """Refuse the upgrade with HTTP 401 where the server can (ASGI denial response), else close 4401."""
+    async def _deny(self, ws: WebSocket, error: hub.Error, headers: dict[str, str] | None = None) -> None:
+        """Refuse the upgrade with ``error``'s HTTP status where the server can (ASGI denial
+        response), else close 4401 / 4403 / 4429. Logged at INFO at most, never the key."""
+        status = error.status or 401
+        log.debug("websocket upgrade refused (%d %s)", status, error.type)
         if "websocket.http.response" in ws.scope.get("extensions", {}):
-            response = replies.error(STANDARD, "invalid or missing API key", "authentication")
-            await ws.send_denial_response(response)
+            await ws.send_denial_response(replies.error_response(STANDARD, error, headers))
             return
         await ws.accept()
-        await ws.close(CLOSE_UNAUTHORIZED, "invalid or missing API key")
+        await ws.close(CLOSE_UNAUTHORIZED if status == 401 else 4000 + status, error.message)
 
 
 class _Connection:

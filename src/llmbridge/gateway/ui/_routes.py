@@ -1,15 +1,17 @@
 """The console's HTTP shell: the page, its static assets and the JSON API under ``/ui``.
 
-Access (docs/ui.md): with no ``api_keys`` and no ``ui_key`` the console is open, like the
-gateway; with ``ui_key`` every console route but the static assets and the login needs it
-(``Authorization: Bearer KEY``, or the session cookie the login form sets); with ``api_keys``
-but no ``ui_key`` the console is off.  Nothing here ever sends an upstream's key or headers.
+Access (docs/ui.md): with no ``api_keys``, no ``master_key`` and no ``ui_key`` the console
+is open, like the gateway; with ``ui_key`` every console route but the static assets and the
+login needs it (``Authorization: Bearer KEY``, or the session cookie the login form sets);
+with ``api_keys`` or ``master_key`` but no ``ui_key`` the console is off. Sessions are random
+tokens kept server-side (``_sessions.py``) that expire and end at logout; wrong console keys
+count as guesses per client address (``teams/_guesses.py``). Nothing here ever sends an
+upstream's key or headers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import importlib.resources
 import logging
@@ -23,7 +25,9 @@ from starlette.routing import Route
 
 from ... import __version__, dialects
 from ...dialects.base import json_decode
+from ..teams._guesses import client_of
 from . import _playground, _translate
+from ._sessions import Sessions
 from ._traffic import TrafficLog
 
 if TYPE_CHECKING:
@@ -64,6 +68,12 @@ def _json(obj: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(obj), status, headers=headers, media_type="application/json")
 
 
+def _tls(request: Request) -> bool:
+    """Served over TLS: the scope's scheme, which uvicorn takes from ``X-Forwarded-Proto`` only
+    for proxies it trusts (``FORWARDED_ALLOW_IPS``, default loopback)."""
+    return request.url.scheme in ("https", "wss")
+
+
 def _problem(message: str, status: int) -> Response:
     return _json({"error": {"message": message, "status": status}}, status)
 
@@ -76,9 +86,10 @@ class Console:
         self.gateway = gateway
         self.traffic = traffic
         self.key = cfg.ui_key.encode() if cfg.ui_key else None
-        # Off when turned off, and by default on a gateway with API keys but no console key.
-        self.enabled = cfg.ui and (self.key is not None or not cfg.api_keys)
-        self._session = hmac.new(self.key, b"llmbridge console session", hashlib.sha256).hexdigest() if self.key else ""
+        # Off when turned off, and on a gateway with client keys (static or virtual) but no console key.
+        self.keyed = bool(cfg.api_keys or cfg.teams.master_key)
+        self.enabled = cfg.ui and (self.key is not None or not self.keyed)
+        self.sessions = Sessions(cfg.ui_session_hours * 3600)
         self._assets = _assets()
         self._translating = asyncio.Semaphore(1)  # one analysis at a time: memory stays bounded
 
@@ -87,23 +98,40 @@ class Console:
     def _auth(self, request: Request, api: bool) -> Response | None:
         """``None`` when ``request`` may use the console, else the answer to give."""
         if not self.enabled:
-            message = "The console is off: this gateway has api_keys; set [gateway] ui_key to turn it on."
+            message = "The console is off: this gateway has client keys; set [gateway] ui_key to turn it on."
             if not self.gateway.config.gateway.ui:
                 message = "The console is off ([gateway] ui = false)."
             return _problem(message, 404) if api else self._page("off.html", 404)
         if self.key is None:
             return None
-        auth = request.headers.get("authorization", "")
-        if auth[:7].lower() == "bearer " and hmac.compare_digest(auth[7:].strip().encode(), self.key):
-            return None
         cookie = request.cookies.get(COOKIE, "")
-        if cookie and hmac.compare_digest(cookie.encode(), self._session.encode()):
+        if cookie and self.sessions.valid(cookie):
             if api and request.method == "POST" and request.headers.get(HEADER) != "1":
                 return _problem(f"console API calls with the session cookie need the {HEADER}: 1 header", 403)
             return None
+        auth = request.headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            client = client_of(request)
+            if (throttled := self._throttled(client, api)) is not None:
+                return throttled
+            if hmac.compare_digest(auth[7:].strip().encode(), self.key):
+                return None
+            self.gateway.guesses.failed(client)
         if api:
             return _problem("the console needs the admin key (gateway.ui_key): Authorization: Bearer KEY", 401)
         return self._page("login.html", 401)
+
+    def _throttled(self, client: str, api: bool) -> Response | None:
+        """The 429 for an address past its failed attempts (``teams/_guesses.py``), else None."""
+        wait = self.gateway.guesses.wait(client)
+        if wait is None:
+            return None
+        retry = self.gateway.guesses.refusal(wait).headers
+        response = _problem("too many failed attempts from this address; try again later", 429)
+        if not api:
+            response = self._page("login.html", 429)
+        response.headers.update(retry)
+        return response
 
     def _page(self, name: str, status: int = 200) -> Response:
         data, media = self._assets[name]
@@ -125,20 +153,29 @@ class Console:
     async def login(self, request: Request) -> Response:
         if not self.enabled or self.key is None:
             return RedirectResponse("/ui", 303)
+        client = client_of(request)
+        if (throttled := self._throttled(client, api=False)) is not None:
+            return throttled
         body = await request.body()
         if len(body) > 4096:
             return self._page("login.html", 401)
         key = (parse_qs(body.decode("utf-8", "replace")).get("key") or [""])[0]
         if not hmac.compare_digest(key.encode(), self.key):
+            self.gateway.guesses.failed(client)
             log.info("console login refused")  # never the key itself
             return self._page("login.html", 401)
         response = RedirectResponse("/ui", 303)
-        response.set_cookie(COOKIE, self._session, httponly=True, samesite="strict", path="/ui")
+        ttl = int(self.sessions.ttl)
+        response.set_cookie(
+            COOKIE, self.sessions.start(), max_age=ttl, httponly=True, samesite="strict", path="/ui",
+            secure=_tls(request),
+        )  # fmt: skip
         return response
 
     async def logout(self, request: Request) -> Response:
+        self.sessions.end(request.cookies.get(COOKIE, ""))  # the old cookie opens nothing from now on
         response = RedirectResponse("/ui", 303)
-        response.delete_cookie(COOKIE, path="/ui")
+        response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict", secure=_tls(request))
         return response
 
     # -- API
