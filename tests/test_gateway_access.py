@@ -218,6 +218,8 @@ def test_virtual_key_and_admin_guesses_are_throttled(tmp_path):
         ]  # fmt: skip
         assert codes.count(401) == 10 and codes.count(429) == 90
         assert HTTP.get(server.url + "/admin/keys", headers=ADMIN).status_code == 429  # the master key waits too
+        metrics = HTTP.get(server.url + "/metrics").text
+        assert 'llmbridge_limit_rejections_total{reason="auth_throttled"} 91.0' in metrics
         clock.now += 60
         assert HTTP.get(server.url + "/admin/keys", headers=ADMIN).status_code == 200
         codes = [

@@ -45,11 +45,16 @@ class Guesses:
     """Token buckets of failed attempts by client address (see the module docstring)."""
 
     def __init__(
-        self, per_minute: int = 10, max_clients: int = MAX_CLIENTS, clock: Callable[[], float] = time.monotonic
+        self,
+        per_minute: int = 10,
+        max_clients: int = MAX_CLIENTS,
+        clock: Callable[[], float] = time.monotonic,
+        on_refused: Callable[[], None] | None = None,
     ) -> None:
         self.per_minute = per_minute  # 0: no throttling
         self.max_clients = max_clients
         self.clock = clock
+        self.on_refused = on_refused  # called per 429 (the teams metrics count them)
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # address -> (tokens, at)
         self.refused = 0  # attempts answered 429 (for tests and metrics)
 
@@ -77,6 +82,8 @@ class Guesses:
         if tokens is None or tokens >= 1.0:
             return None
         self.refused += 1
+        if self.on_refused is not None:
+            self.on_refused()
         return (1.0 - tokens) * 60.0 / self.per_minute
 
     def failed(self, client: str) -> None:

@@ -145,7 +145,6 @@ class Teams:
         redact.install()  # a key sent as ?key= must not reach the access log
         self.settings = settings
         self.accounts = settings.accounts
-        self.guesses = Guesses(config.gateway.auth_failures_per_minute)  # wrong keys per client address
         self._master = settings.master_key.encode() if settings.master_key else None
         self._static = static_keys
         self._prices = {name: m.price for name, m in config.models.items()}
@@ -153,6 +152,8 @@ class Teams:
         # the upstream to blame when every route failed before an exchange began (no on_end)
         self._last_route = {name: m.routes[-1].upstream for name, m in config.models.items() if m.routes}
         self.metrics = Metrics() if settings.metrics else None
+        throttled = self.metrics.rejections.labels("auth_throttled").inc if self.metrics is not None else None
+        self.guesses = Guesses(config.gateway.auth_failures_per_minute, on_refused=throttled)  # wrong keys per address
         self.store: Store | None = connect(settings.database_url) if self.accounts else None
         self.ledger: Ledger | None = None
         if self.store is not None:
