@@ -8,9 +8,11 @@ the session table are advanced by hand, so nothing waits.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
+import time
 from pathlib import Path
 
 import httpx
@@ -165,15 +167,62 @@ def test_session_cookie_is_secure_over_tls():
 
 
 def test_session_table_is_bounded():
-    clock = Clock()
-    sessions = Sessions(ttl=60, max_sessions=100, clock=clock)
-    tokens = [sessions.start() for _ in range(250)]
-    assert len(sessions) == 100 and len(set(tokens)) == 250
-    assert not sessions.valid(tokens[0]) and sessions.valid(tokens[-1])
-    assert not sessions.valid("x" * 100_000) and not sessions.valid("")
-    clock.now += 61
-    sessions.start()
-    assert len(sessions) == 1  # the expired ones are gone
+    async def run() -> None:
+        clock = Clock()
+        sessions = Sessions(ttl=60, max_sessions=100, clock=clock)
+        tokens = [await sessions.start() for _ in range(250)]
+        assert len(sessions) == 100 and len(set(tokens)) == 250
+        assert not await sessions.valid(tokens[0]) and await sessions.valid(tokens[-1])
+        assert not await sessions.valid("x" * 100_000) and not await sessions.valid("")
+        clock.now += 61
+        await sessions.start()
+        assert len(sessions) == 1  # the expired ones are gone
+
+    asyncio.run(run())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_db(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+        return
+    from tests.teams_util import postgres_server
+
+    with postgres_server(tmp_path) as url:
+        yield url
+
+
+def test_with_master_key_sessions_live_in_the_database_shared_by_replicas(tmp_path, shared_db):
+    """Two gateways on one database (two workers or replicas): a login on one holds on the other,
+    a logout on either ends it on both; the table is bounded."""
+    gateway = {"master_key": MASTER, "ui_key": UI_KEY, "database_url": shared_db}
+    with serving(_app(gateway, tmp_path)) as a, serving(_app(gateway, tmp_path)) as b:
+        on_a = httpx.Client(base_url=a.url, timeout=30)
+        _login(on_a)
+        token = on_a.cookies["llmbridge_console"]
+        on_b = httpx.Client(base_url=b.url, timeout=30, cookies={"llmbridge_console": token})
+        assert on_b.get("/ui/api/info").status_code == 200
+        assert len(_console(a).sessions) == 0  # nothing in either process's memory
+        assert on_b.post("/ui/logout").status_code == 303
+        assert on_a.get("/ui/api/info").status_code == 401
+        # Expiry is the database's row, read by any replica.
+        _login(on_a)
+        clock = Clock()
+        clock.now = time.time() + 12 * 3600 + 1
+        _console(b).sessions.clock = clock
+        stale = httpx.Client(
+            base_url=b.url, timeout=30, cookies={"llmbridge_console": on_a.cookies["llmbridge_console"]}
+        )
+        assert stale.get("/ui/api/info").status_code == 401
+        # Bounded: past max_sessions the oldest end.
+        _console(a).sessions.max_sessions = 5
+        tokens = []
+        for _ in range(8):
+            client = httpx.Client(base_url=a.url, timeout=30)
+            _login(client)
+            tokens.append(client.cookies["llmbridge_console"])
+        codes = [httpx.get(a.url + "/ui/api/info", cookies={"llmbridge_console": t}).status_code for t in tokens]
+        assert codes == [401, 401, 401, 200, 200, 200, 200, 200]
 
 
 def _console(server):

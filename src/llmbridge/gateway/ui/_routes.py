@@ -15,7 +15,8 @@ import asyncio
 import hmac
 import importlib.resources
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs
 
 import msgspec
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ..app import Gateway  # app imports this package
 
 log = logging.getLogger("llmbridge.gateway")
+_T = TypeVar("_T")
 
 COOKIE = "llmbridge_console"
 HEADER = "x-llmbridge-console"  # sent by the page on every API call (cookie sessions need it: CSRF)
@@ -89,13 +91,14 @@ class Console:
         # Off when turned off, and on a gateway with client keys (static or virtual) but no console key.
         self.keyed = bool(cfg.api_keys or cfg.teams.master_key)
         self.enabled = cfg.ui and (self.key is not None or not self.keyed)
-        self.sessions = Sessions(cfg.ui_session_hours * 3600)
+        teams = gateway.teams  # with master_key, sessions live in its database: every worker knows them
+        self.sessions = Sessions(cfg.ui_session_hours * 3600, store=lambda: teams.store if teams is not None else None)
         self._assets = _assets()
         self._translating = asyncio.Semaphore(1)  # one analysis at a time: memory stays bounded
 
     # -- access
 
-    def _auth(self, request: Request, api: bool) -> Response | None:
+    async def _auth(self, request: Request, api: bool) -> Response | None:
         """``None`` when ``request`` may use the console, else the answer to give."""
         if not self.enabled:
             message = "The console is off: this gateway has client keys; set [gateway] ui_key to turn it on."
@@ -105,7 +108,8 @@ class Console:
         if self.key is None:
             return None
         cookie = request.cookies.get(COOKIE, "")
-        if cookie and self.sessions.valid(cookie):
+        live: bool | None = await self._session(self.sessions.valid, cookie) if cookie else False
+        if live:
             if api and request.method == "POST" and request.headers.get(HEADER) != "1":
                 return _problem(f"console API calls with the session cookie need the {HEADER}: 1 header", 403)
             return None
@@ -120,6 +124,17 @@ class Console:
         if api:
             return _problem("the console needs the admin key (gateway.ui_key): Authorization: Bearer KEY", 401)
         return self._page("login.html", 401)
+
+    async def _session(self, op: Callable[..., Awaitable[_T]], *args: str) -> _T | None:
+        """``op(*args)`` on the session table (opening the teams database first, as a request
+        would); None when the database is down (a warning, never the token)."""
+        try:
+            if self.gateway.teams is not None and self.gateway.teams.store is not None:
+                await self.gateway.teams.start()  # idempotent: a no-op once the lifespan started it
+            return await op(*args)
+        except Exception as exc:
+            log.warning("console sessions unavailable (%s)", type(exc).__name__)
+            return None
 
     def _throttled(self, client: str, api: bool) -> Response | None:
         """The 429 for an address past its failed attempts (``teams/_guesses.py``), else None."""
@@ -141,7 +156,7 @@ class Console:
     # -- pages
 
     async def index(self, request: Request) -> Response:
-        return self._auth(request, api=False) or self._page("index.html")
+        return await self._auth(request, api=False) or self._page("index.html")
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -164,16 +179,18 @@ class Console:
             self.gateway.guesses.failed(client)
             log.info("console login refused")  # never the key itself
             return self._page("login.html", 401)
+        token = await self._session(self.sessions.start)
+        if not token:
+            return _problem("the session store (the teams database) is unavailable; try again shortly", 503)
         response = RedirectResponse("/ui", 303)
-        ttl = int(self.sessions.ttl)
         response.set_cookie(
-            COOKIE, self.sessions.start(), max_age=ttl, httponly=True, samesite="strict", path="/ui",
+            COOKIE, token, max_age=int(self.sessions.ttl), httponly=True, samesite="strict", path="/ui",
             secure=_tls(request),
         )  # fmt: skip
         return response
 
     async def logout(self, request: Request) -> Response:
-        self.sessions.end(request.cookies.get(COOKIE, ""))  # the old cookie opens nothing from now on
+        await self._session(self.sessions.end, request.cookies.get(COOKIE, ""))  # the old cookie opens nothing now
         response = RedirectResponse("/ui", 303)
         response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict", secure=_tls(request))
         return response
@@ -181,7 +198,7 @@ class Console:
     # -- API
 
     async def info(self, request: Request) -> Response:
-        if denied := self._auth(request, api=True):
+        if denied := await self._auth(request, api=True):
             return denied
         g = self.gateway
         upstreams = [
@@ -199,7 +216,7 @@ class Console:
         })
 
     async def playground(self, request: Request) -> Response:
-        if denied := self._auth(request, api=True):
+        if denied := await self._auth(request, api=True):
             return denied
         body = await request.body()
         if len(body) > 1024 * 1024:
@@ -215,7 +232,7 @@ class Console:
         return StreamingResponse(lines, headers=headers, media_type="application/x-ndjson")
 
     async def translate(self, request: Request) -> Response:
-        if denied := self._auth(request, api=True):
+        if denied := await self._auth(request, api=True):
             return denied
         q = request.query_params
         source = q.get("from") or None
@@ -238,7 +255,7 @@ class Console:
         return _json(report.to_dict())
 
     async def traffic_list(self, request: Request) -> Response:
-        if denied := self._auth(request, api=True):
+        if denied := await self._auth(request, api=True):
             return denied
         try:
             after = int(request.query_params.get("after", "0"))
@@ -252,7 +269,7 @@ class Console:
         })
 
     async def traffic_entry(self, request: Request) -> Response:
-        if denied := self._auth(request, api=True):
+        if denied := await self._auth(request, api=True):
             return denied
         entry = self.traffic.get(request.path_params["id"])
         if entry is None:
