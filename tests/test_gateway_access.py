@@ -393,6 +393,21 @@ def test_hostile_admin_bodies_are_400_and_store_nothing(team, body, caplog):
     _no_error_lines(caplog)
 
 
+def test_console_and_admin_path_parameters_are_bounded(team, caplog):
+    caplog.set_level(logging.WARNING)
+    with serving(_app({})) as server:  # a keyless gateway: the console is open
+        r = HTTP.get(server.url + "/ui/api/traffic/" + "9" * 5000)  # Starlette's {id:int} raised past 4300 digits
+        assert r.status_code == 404
+        for after in ("9" * 5000, "-1", "x"):
+            r = HTTP.get(server.url + "/ui/api/traffic", params={"after": after})
+            assert r.status_code == 400 and r.json()["error"]["message"].startswith("after:")
+        r = HTTP.post(server.url + "/ui/api/translate", params={"from": "x" * 5000}, content=b"data: x\n\n")
+        assert r.status_code == 400 and len(r.text) < 1000
+    r = HTTP.get(team.url + "/admin/keys/" + "k" * 5000, headers=ADMIN)
+    assert r.status_code == 404 and len(r.text) < 1000
+    _no_error_lines(caplog)
+
+
 def test_usage_cli_refuses_a_huge_span_as_bad_usage(tmp_path, capsys):
     db = f"sqlite:///{tmp_path / 'ledger.db'}"
     assert cli.main(["usage", "--database-url", db, "--since", "9" * 400 + "d"]) == 2

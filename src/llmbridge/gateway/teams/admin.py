@@ -154,7 +154,8 @@ def _store(teams: Teams) -> Store:
 async def _found(teams: Teams, request: Request) -> _keys.KeyRecord | Response:
     key = await _store(teams).get_key(request.path_params["id"])
     if key is None:
-        return _error(f"no key with id {request.path_params['id']!r}", "not_found", 404, "key_not_found")
+        shown = request.path_params["id"][:64]  # (a client's string: quoted, never at length)
+        return _error(f"no key with id {shown!r}", "not_found", 404, "key_not_found")
     return key
 
 

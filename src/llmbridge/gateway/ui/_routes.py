@@ -239,9 +239,10 @@ class Console:
         source = None if source == "auto" else source
         target = q.get("to") or "llm-stream"
         if source is not None and source not in _translate.SOURCES:
-            return _problem(f"from: unknown dialect {source!r}; auto or one of {', '.join(_translate.SOURCES)}", 400)
+            known = ", ".join(_translate.SOURCES)
+            return _problem(f"from: unknown dialect {source[:64]!r}; auto or one of {known}", 400)
         if target not in _translate.TARGETS:
-            return _problem(f"to: unknown dialect {target!r}; one of {', '.join(_translate.TARGETS)}", 400)
+            return _problem(f"to: unknown dialect {target[:64]!r}; one of {', '.join(_translate.TARGETS)}", 400)
         limit = _translate.MAX_BYTES
         parts, size = [], 0
         async for chunk in request.stream():
@@ -257,10 +258,10 @@ class Console:
     async def traffic_list(self, request: Request) -> Response:
         if denied := await self._auth(request, api=True):
             return denied
-        try:
-            after = int(request.query_params.get("after", "0"))
-        except ValueError:
-            return _problem("after: an entry id (integer)", 400)
+        after_text = request.query_params.get("after", "0")
+        if not (after_text.isascii() and after_text.isdigit() and len(after_text) <= 18):
+            return _problem("after: an entry id (a non-negative integer)", 400)
+        after = int(after_text)
         return _json({
             "size": self.traffic.size,
             "prompts": self.traffic.keep_prompts,
@@ -271,7 +272,8 @@ class Console:
     async def traffic_entry(self, request: Request) -> Response:
         if denied := await self._auth(request, api=True):
             return denied
-        entry = self.traffic.get(request.path_params["id"])
+        raw = request.path_params["id"]
+        entry = self.traffic.get(int(raw)) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else None
         if entry is None:
             return _problem("no such entry (the ring keeps only the most recent requests)", 404)
         return _json(entry.detail())
@@ -288,5 +290,6 @@ class Console:
             Route("/ui/api/playground", self.playground, methods=["POST"]),
             Route("/ui/api/translate", self.translate, methods=["POST"]),
             Route("/ui/api/traffic", self.traffic_list, methods=["GET"]),
-            Route("/ui/api/traffic/{id:int}", self.traffic_entry, methods=["GET"]),
+            # {id}, not {id:int}: Starlette's int convertor raises (a 500 and a traceback) past 4,300 digits
+            Route("/ui/api/traffic/{id}", self.traffic_entry, methods=["GET"]),
         ]
