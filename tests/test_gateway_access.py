@@ -381,6 +381,7 @@ def test_hostile_usage_parameters_are_400(team, params, field, caplog):
         b'{"name": "x", "expires_at": "' + b"2" * 5000 + b'"}',
         b'{"name": "x", "metadata": ' + b"[" * 5000 + b"]" * 5000 + b"}",
         b'{"name": "x", "budget_usd": 1e400}',
+        b'{"name": "x", "models": ["' + b"m" * 5000 + b'"]}',
     ],
 )
 def test_hostile_admin_bodies_are_400_and_store_nothing(team, body, caplog):

@@ -175,8 +175,10 @@ def _name(v: Any) -> str:
 def _models(v: Any) -> tuple[str, ...] | None:
     if v is None:
         return None
-    if not isinstance(v, list) or len(v) > MAX_MODELS or not all(isinstance(m, str) and m for m in v):
-        raise KeyInputError(f"models: must be a list of at most {MAX_MODELS} model names, or null for all")
+    if not isinstance(v, list) or len(v) > MAX_MODELS or not all(isinstance(m, str) and 0 < len(m) <= 256 for m in v):
+        raise KeyInputError(
+            f"models: must be a list of at most {MAX_MODELS} model names (1 to 256 characters), or null for all"
+        )
     return tuple(v)
 
 
