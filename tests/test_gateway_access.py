@@ -76,12 +76,11 @@ def _no_error_lines(caplog) -> None:
 
 def test_console_is_off_with_master_key_and_no_ui_key(tmp_path):
     with serving(_app({"master_key": MASTER}, tmp_path)) as server:
-        script = server.app.state.gateway.upstreams["script"]
         assert HTTP.get(server.url + "/ui").status_code == 404
         r = HTTP.get(server.url + "/ui/api/traffic")
         assert r.status_code == 404 and "ui_key" in r.json()["error"]["message"]
         r = HTTP.post(server.url + "/ui/api/playground", json={"model": "scripted", "prompt": "hi"})
-        assert r.status_code == 404 and not script.closed
+        assert r.status_code == 404 and not server.app.state.gateway.traffic.recent()
         assert HTTP.get(server.url + "/ui/api/info", headers=ADMIN).status_code == 404  # the master key: no console
         # The client endpoints are unchanged: a key is needed.
         assert HTTP.post(server.url + "/v1/chat/completions", json=CHAT).status_code == 401
@@ -94,6 +93,19 @@ def test_traffic_needs_the_console_key_when_keys_are_set(tmp_path):
         assert HTTP.get(server.url + "/ui/api/traffic", headers=ADMIN).status_code == 401  # master key: no
         r = HTTP.get(server.url + "/ui/api/traffic", headers={"authorization": f"Bearer {UI_KEY}"})
         assert r.status_code == 200 and r.json()["entries"]
+
+
+def test_open_console_takes_posts_only_from_its_page():
+    """Keyless: any site's form or no-cors fetch could POST to a local console (paid upstream
+    calls); none can send the console's header."""
+    with serving(_app({})) as server:
+        body = json.dumps({"model": "scripted", "prompt": "hi"})
+        r = HTTP.post(server.url + "/ui/api/playground", content=body, headers={"content-type": "text/plain"})
+        assert r.status_code == 403 and "x-llmbridge-console" in r.json()["error"]["message"]
+        assert HTTP.post(server.url + "/ui/api/translate", content=b"data: x\n\n").status_code == 403
+        assert not HTTP.get(server.url + "/ui/api/traffic").json()["entries"]  # nothing went upstream
+        r = HTTP.post(server.url + "/ui/api/playground", content=body, headers={"x-llmbridge-console": "1"})
+        assert r.status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -402,7 +414,8 @@ def test_console_and_admin_path_parameters_are_bounded(team, caplog):
         for after in ("9" * 5000, "-1", "x"):
             r = HTTP.get(server.url + "/ui/api/traffic", params={"after": after})
             assert r.status_code == 400 and r.json()["error"]["message"].startswith("after:")
-        r = HTTP.post(server.url + "/ui/api/translate", params={"from": "x" * 5000}, content=b"data: x\n\n")
+        r = HTTP.post(server.url + "/ui/api/translate", params={"from": "x" * 5000}, content=b"data: x\n\n",
+                      headers={"x-llmbridge-console": "1"})  # fmt: skip
         assert r.status_code == 400 and len(r.text) < 1000
     r = HTTP.get(team.url + "/admin/keys/" + "k" * 5000, headers=ADMIN)
     assert r.status_code == 404 and len(r.text) < 1000

@@ -70,6 +70,14 @@ def _json(obj: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(obj), status, headers=headers, media_type="application/json")
 
 
+def _page_only(request: Request, api: bool, how: str) -> Response | None:
+    """A 403 for an API POST without ``HEADER``: a cross-site form or ``no-cors`` fetch cannot
+    send it (CSRF), the console's page always does; scripts with the bearer key need not."""
+    if api and request.method == "POST" and request.headers.get(HEADER) != "1":
+        return _problem(f"console API calls {how} need the {HEADER}: 1 header", 403)
+    return None
+
+
 def _tls(request: Request) -> bool:
     """Served over TLS: the scope's scheme, which uvicorn takes from ``X-Forwarded-Proto`` only
     for proxies it trusts (``FORWARDED_ALLOW_IPS``, default loopback)."""
@@ -105,14 +113,12 @@ class Console:
             if not self.gateway.config.gateway.ui:
                 message = "The console is off ([gateway] ui = false)."
             return _problem(message, 404) if api else self._page("off.html", 404)
-        if self.key is None:
-            return None
+        if self.key is None:  # open: any page the browser shows could POST here, but none can add a header
+            return _page_only(request, api, "on a gateway without keys")
         cookie = request.cookies.get(COOKIE, "")
         live: bool | None = await self._session(self.sessions.valid, cookie) if cookie else False
         if live:
-            if api and request.method == "POST" and request.headers.get(HEADER) != "1":
-                return _problem(f"console API calls with the session cookie need the {HEADER}: 1 header", 403)
-            return None
+            return _page_only(request, api, "with the session cookie")
         auth = request.headers.get("authorization", "")
         if auth[:7].lower() == "bearer ":
             client = client_of(request)
