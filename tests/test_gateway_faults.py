@@ -229,7 +229,8 @@ def locked_gw(servers):
     raw = replay_config(
         servers[1].url,
         {"m": ("anthropic-messages", "claude-text-simple")},
-        gateway={"api_keys": ["${LLMBRIDGE_TEST_KEY:-sekrit}", "other"]},
+        # (these tests send ~20 wrong keys from one address: past 10 a minute they would get 429)
+        gateway={"api_keys": ["${LLMBRIDGE_TEST_KEY:-sekrit}", "other"], "auth_failures_per_minute": 1000},
     )
     with serving(create_app(config.parse(raw, env={}))) as gw:
         yield gw

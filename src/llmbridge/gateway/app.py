@@ -22,7 +22,7 @@ from .config import Config, default_config
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
 from .images import Images
-from .pipeline import REQUEST_ID, Pipeline, Refused, presented_secret
+from .pipeline import REQUEST_ID, Pipeline, Refused
 from .response import StreamResponse
 from .teams.admin import routes as admin_routes
 from .traffic import TrafficLog
@@ -81,7 +81,7 @@ class Gateway:
 
     async def _caller(self, request: Request, dialect: str) -> teams.Principal | Response:
         try:
-            return await self.pipeline.authenticate(presented_secret(request))
+            return await self.pipeline.authenticate(request)
         except Refused as exc:
             return replies.error_response(dialect, exc.error, exc.headers)
 

@@ -57,7 +57,7 @@ from ._http import HIGH_WATER, Inbox
 from .config import LOCAL, Route, Timeouts, UpstreamConfig
 from .failures import UpstreamFailed, as_hub_error
 from .metering import Meter, Outcome
-from .pipeline import Pipeline, presented_secret, unless_disconnected
+from .pipeline import Pipeline, unless_disconnected
 from .response import StreamResponse
 from .timers import Deadlines, LazyTimer
 from .upstream import OPENAI_FORMATS, Upstream
@@ -599,7 +599,7 @@ class Images:
 
     async def _steps(self, request: Request) -> Response | StreamResponse:
         p = self.pipeline
-        who = await p.authenticate(presented_secret(request))
+        who = await p.authenticate(request)
         body, size = await p.read_object(request)
         req = parse_request(body)
         model = p.model(req.model)
