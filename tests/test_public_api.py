@@ -347,6 +347,7 @@ SURFACE: dict[str, list[str]] = {
         "parse_openai",
     ],
     "llmbridge.gateway.extensions": [
+        "AskedMiddleware",
         "HEADER",
         "PlainEncoder",
         "VENDOR_DIALECTS",
@@ -357,6 +358,7 @@ SURFACE: dict[str, list[str]] = {
         "strip",
         "strip_sse",
         "wanted",
+        "wanted_here",
     ],
     "llmbridge.gateway.heap": ["MMAP", "TRIM", "keep_large_buffers_on_heap"],
     "llmbridge.gateway.http2": ["app_from_env", "serve"],
