@@ -202,9 +202,14 @@ def responses_events() -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _adapter(model: Any) -> TypeAdapter:
+    return TypeAdapter(model)
+
+
 def _pydantic(model: Any, obj: Any, what: str) -> list[str]:
     try:
-        TypeAdapter(model).validate_python(obj)
+        _adapter(model).validate_python(obj)
     except ValidationError as e:
         errors = [err for err in e.errors() if not _excused(err.get("input"), (err["loc"] or [None])[-1])]
         return [f"{what}: {err['loc']}: {err['msg']}" for err in errors][:5]
