@@ -39,6 +39,7 @@ from referencing.jsonschema import DRAFT202012
 from llmbridge import dialects, hub, sse
 from llmbridge.gateway import embeddings, extensions, images, replies
 from llmbridge.media import COMPLETED, ImageEvent
+from tests.conftest import CORPUS
 from tests.test_matrix import CASES, ELIDED_IMAGE, IDS, decode
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -243,6 +244,8 @@ def _google_error(obj: Any) -> list[str]:
 
 
 def check_chat_chunk(obj: dict) -> list[str]:
+    if "error" in obj and "choices" not in obj:  # OpenAI's own mid-stream error: the error object alone
+        return openai().problems("Error", obj["error"])
     if "error" in obj:
         # The mid-stream error chunk is OpenRouter's shape (docs/gateway.md, "Errors"): OpenAI's
         # error object beside choices ending with finish_reason "error", a word OpenAI's enum
@@ -611,3 +614,127 @@ def test_a_removed_required_field_fails_in_stream_events():
     assert check_error_body("anthropic-messages", {"type": "error", "error": {"type": "api_error", "message": "x"}})
     assert check_gemini_chunk({"candidates": [{"index": "first"}]})
     assert check_gemini_chunk({"candidates": [], "llmbridge": {}})
+
+
+# --------------------------------------------------------------------------- through the gateway, over HTTP
+
+
+def _request(dialect: str, model: str, stream: bool) -> tuple[str, dict]:
+    user = [{"role": "user", "content": "hi"}]
+    if dialect == "openai-chat":
+        body: dict[str, Any] = {"model": model, "messages": user, "stream": stream}
+        return "/v1/chat/completions", body
+    if dialect == "openai-responses":
+        return "/v1/responses", {"model": model, "input": "hi", "stream": stream}
+    if dialect == "anthropic-messages":
+        return "/v1/messages", {"model": model, "max_tokens": 64, "messages": user, "stream": stream}
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    return f"/v1beta/models/{model}:{method}", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+
+
+def _check_answer(dialect: str, response: Any, stream: bool) -> list[str]:
+    """Problems of one HTTP answer of the gateway in ``dialect``."""
+    if response.status_code != 200:
+        return check_error_body(dialect, response.json())
+    if stream:
+        return stream_problems(dialect, response.content)
+    return check_body(dialect, response.json())
+
+
+# Upstream answers of each dialect, as the replay server plays them: text, tools, thinking, an
+# error event after text, a cut stream, an HTTP error.
+_GATEWAY_CASES = {
+    "anthropic-messages": ["claude-text-simple", "claude-thinking-then-tool-use", "claude-text-simple@status=500"],
+    "openai-chat": ["hf-novita-text", "groq-gpt-oss-error-event-after-text", "azure-gpt4o-mini-tool-call"],
+    "openai-responses": ["openai-text", "openai-function-call", "openai-text@truncate=400"],
+    "gemini": ["gemini20-text", "gemini25pro-thoughts", "gemini20-text@status=429"],
+}
+
+
+@pytest.fixture(scope="module")
+def gateway_url():
+    from llmbridge import replay
+    from llmbridge.gateway import config, create_app
+    from tests.gateway_util import replay_config, serving
+
+    with serving(replay.create_app(CORPUS, seed=3)) as up:
+        models = {f"{d}.{n}": (d, n) for d, names in _GATEWAY_CASES.items() for n in names}
+        with serving(create_app(config.parse(replay_config(up.url, models)))) as gw:
+            yield gw.url
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("client", VENDOR)
+def test_gateway_answers_validate(gateway_url, client, stream):
+    """The gateway's own bytes (translated, relayed, errors before and after the start) in
+    each vendor dialect, for upstreams of every vendor dialect."""
+    import httpx
+
+    problems = []
+    with httpx.Client(timeout=30) as http:
+        for dialect, names in _GATEWAY_CASES.items():
+            for name in names:
+                # a same-dialect upstream's answer is relayed or rebuilt from the vendor's own objects
+                capture = CORPUS / dialect / f"{name.split('@')[0]}.sse"
+                _VENDOR_SENT.set(vendor_sent(capture) if dialect == client else frozenset())
+                _VENDOR_TYPES.set(vendor_event_types(capture) if dialect == client else frozenset())
+                path, body = _request(client, f"{dialect}.{name}", stream)
+                r = http.post(gateway_url + path, json=body)
+                assert r.status_code < 500 or "@status=500" in name or "@truncate" in name, r.text
+                problems += [f"{dialect}/{name}: {p}" for p in _check_answer(client, r, stream)]
+                assert b"llmbridge" not in r.content, f"{dialect}/{name}: extension data in a plain answer"
+        _VENDOR_SENT.set(frozenset())
+        for path, body in (_request(client, "no-such-model", stream), (_request(client, "x", stream)[0], [1])):
+            r = http.post(gateway_url + path, json=body)
+            assert r.status_code in (400, 404)
+            problems += [f"{path} {r.status_code}: {p}" for p in check_error_body(client, r.json())]
+            assert b"llmbridge" not in r.content
+    assert not problems, "\n".join(problems[:30])
+
+
+def test_gateway_model_lists_validate(gateway_url):
+    import httpx
+
+    with httpx.Client(timeout=30) as http:
+        listing = http.get(gateway_url + "/v1/models").json()
+        assert not openai().problems("ListModelsResponse", listing)
+        one = http.get(gateway_url + "/v1/models/" + listing["data"][0]["id"]).json()
+        assert not openai().problems("Model", one)
+        page = http.get(gateway_url + "/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
+        for model in page["data"]:
+            assert not _pydantic(anthropic_types.ModelInfo, model, "anthropic ModelInfo")
+        gemini = http.get(gateway_url + "/v1beta/models").json()
+        assert not list(jsonschema.Draft202012Validator(_GEMINI_MODELS).iter_errors(gemini))
+        missing = http.get(gateway_url + "/v1/models/no-such-model")
+        assert missing.status_code == 404 and not check_error_body("openai-chat", missing.json())
+
+
+def test_embedded_model_answers_validate():
+    """The embedded model (``local``) through the gateway, in each vendor dialect."""
+    from tests.conftest import require_local_model
+
+    require_local_model()
+    import httpx
+
+    from llmbridge.gateway import create_app
+    from tests.gateway_util import serving
+
+    problems = []
+    with serving(create_app()) as gw, httpx.Client(timeout=120) as http:
+        for client in VENDOR:
+            for stream in (True, False):
+                path, body = _request(client, "local", stream)
+                if client == "openai-chat":
+                    body["max_tokens"] = 8
+                elif client == "openai-responses":
+                    body["max_output_tokens"] = 8
+                elif client == "gemini":
+                    body["generationConfig"] = {"maxOutputTokens": 8}
+                else:
+                    body["max_tokens"] = 8
+                r = http.post(gw.url + path, json=body)
+                assert r.status_code == 200, r.text
+                problems += [f"{client} stream={stream}: {p}" for p in _check_answer(client, r, stream)]
+        r = http.post(gw.url + "/v1/embeddings", json={"model": "local-embed", "input": ["a", "b"]})
+        assert r.status_code == 200 and not openai().problems("CreateEmbeddingResponse", r.json())
+    assert not problems, "\n".join(problems[:30])
