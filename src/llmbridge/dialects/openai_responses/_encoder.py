@@ -376,7 +376,8 @@ class StreamEncoder(EncoderDispatch):
         block.fidelity, block.extensions = event.fidelity, event.extensions
         own = (event.extensions or {}).get(NAME)
         item_id = event.id if event.id and event.id.startswith("ig_") else self._id("ig")
-        item: dict[str, Any] = {"id": item_id, "type": "image_generation_call", "status": "in_progress"}
+        # result: required, null until the image is whole
+        item: dict[str, Any] = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "result": None}
         if not isinstance(own, dict):  # another dialect's image: mark what we made up, for our decoder
             item[EXTENSION_KEY] = {"image": "foreign", **({} if item_id == event.id else {"id": None})}
         out = self._new_item(block, item)
