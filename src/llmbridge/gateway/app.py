@@ -234,9 +234,9 @@ def create_app(
         return replies.error(dialect_of_path(request), message, kind, status)
 
     handlers = {404: no_route, 405: no_route}
-    app = Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=[Middleware(RequestIdMiddleware)]
-    )
+    middleware = [Middleware(RequestIdMiddleware)]
+    middleware.append(Middleware(extensions.AskedMiddleware, configured=config.gateway.extensions))  # issue 22
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
     app.state.gateway = gateway
     app.state.websocket = websocket
     return app

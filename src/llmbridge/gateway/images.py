@@ -220,8 +220,8 @@ def event_json(ev: ImageEvent, created_at: int, image: bool = True) -> dict[str,
     out["created_at"] = created_at
     for key in ("size", "quality", "background"):
         value = getattr(ev, key)
-        if value is not None:
-            out[key] = value
+        # issue 22: required in both events; "auto" (the request's default) when never said
+        out[key] = value if value is not None else "auto"
     out["output_format"] = ev.output_format
     if ev.type == PARTIAL:
         out["partial_image_index"] = ev.index
