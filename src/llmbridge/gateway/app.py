@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import replies, teams
+from . import extensions, replies, teams
 from .chat import Chat
 from .config import Config, default_config
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
