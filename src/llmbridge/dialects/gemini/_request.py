@@ -9,6 +9,7 @@ from typing import Any
 
 from ... import hub
 from ...errors import RequestError
+from ..fields import server_tool_type
 from ._common import NAME
 
 _IMAGE = "image/"
@@ -470,6 +471,8 @@ def encode_request(request: hub.Request) -> dict:
     if request.tools:
         decls = []
         for t in request.tools:
+            if server_tool_type(t, NAME) is not None:
+                continue  # another vendor's server tool (Anthropic web_search_...): left out, reported
             extra = dict((t.extensions or {}).get(NAME) or {})
             field = extra.pop("schemaField", "parametersJsonSchema")
             d: dict[str, Any] = {"name": t.name}
@@ -478,7 +481,8 @@ def encode_request(request: hub.Request) -> dict:
             d[field] = t.parameters
             d.update(extra)
             decls.append(d)
-        tools.append({"functionDeclarations": decls})
+        if decls:
+            tools.append({"functionDeclarations": decls})
     tools.extend(ext.get(f"{NAME}:tools") or ())
     if tools:
         body["tools"] = tools
@@ -557,12 +561,16 @@ def _encode_generation(request: hub.Request) -> dict:
     if th is not None:
         tc: dict[str, Any] = {}
         kind = th.get("type")
-        if kind == "disabled":
+        # Gemini takes a budget or a level, never both (400): a budget when the client gave one,
+        # else the effort word as a level (the hub's one effort table), else -1 (dynamic) for
+        # adaptive thinking.
+        effort = th.get("effort")
+        if kind == "disabled" or effort == "none":
             tc["thinkingBudget"] = 0
         elif th.get("budget_tokens") is not None:
             tc["thinkingBudget"] = th["budget_tokens"]
-        if th.get("effort") is not None:
-            tc["thinkingLevel"] = str(th["effort"]).upper()
+        elif type(effort) is str and effort:
+            tc["thinkingLevel"] = str(hub.effort_for("gemini", effort)).upper()
         elif kind == "adaptive" and (f"{NAME}:includeThoughts" not in ext or ext.get(f"{NAME}:dynamicBudget")):
             tc["thinkingBudget"] = -1
         include = ext.get(f"{NAME}:includeThoughts", kind != "disabled")

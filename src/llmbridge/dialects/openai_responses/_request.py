@@ -13,6 +13,7 @@ from typing import Any
 from ... import hub
 from ...errors import RequestError
 from ..base import EXTENSION_KEY, json_decode, json_encode
+from ..fields import server_tool_type
 from ._common import NAME
 
 PREFIX = NAME + ":"
@@ -31,6 +32,7 @@ _HANDLED = frozenset(
         "text",
         "reasoning",
         "metadata",
+        "service_tier",
         EXTENSION_KEY,
     )
 )
@@ -275,6 +277,8 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
             request.extensions[PREFIX + "reasoning"] = extras
     if body.get("metadata") is not None:
         request.metadata = dict(_expect(body["metadata"], dict, "metadata", "an object"))
+    if body.get("service_tier") is not None:
+        request.service_tier = _expect(body["service_tier"], str, "service_tier", "a string")
     carried = body.get(EXTENSION_KEY)
     if isinstance(carried, dict):
         for name in _CARRIED:
@@ -393,7 +397,9 @@ def encode_request(request: hub.Request) -> dict:
     while lead < len(messages) and messages[lead].role == "system":
         lead += 1
     if lead:
-        body["instructions"] = "\n\n".join(m.text for m in messages[:lead])
+        # one string: the system messages and their text blocks, a blank line between each
+        texts = [p.text for m in messages[:lead] for p in m.parts if isinstance(p, hub.TextPart) and p.text]
+        body["instructions"] = "\n\n".join(texts)
     items: list[dict] = []
     for message in messages[lead:]:
         _encode_message(message, items)
@@ -401,6 +407,8 @@ def encode_request(request: hub.Request) -> dict:
     ext = request.extensions
     tools: list[dict] = []
     for tool in request.tools:
+        if server_tool_type(tool, NAME) is not None:
+            continue  # another vendor's server tool (Anthropic web_search_...): left out, reported
         own = (tool.extensions or {}).get(NAME) or {}
         if own.get("type") == "custom":
             tools.append({"name": tool.name, **({"description": tool.description} if tool.description else {}), **own})
@@ -449,15 +457,11 @@ def encode_request(request: hub.Request) -> dict:
     if text:
         body["text"] = text
     reasoning: dict[str, Any] = {}
-    thinking = request.thinking
-    if thinking is not None:
-        if thinking.get("type") == "disabled":
-            reasoning["effort"] = "none"
-        elif thinking.get("effort"):
-            reasoning["effort"] = thinking["effort"]
-        elif thinking.get("budget_tokens"):  # a token budget, roughly as an effort
-            budget = thinking["budget_tokens"]
-            reasoning["effort"] = "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+    effort = hub.effort_for("openai", hub.thinking_effort(request.thinking))  # the hub's one effort table
+    if effort is not None:
+        reasoning["effort"] = effort
+    if request.service_tier is not None:
+        body["service_tier"] = request.service_tier
     reasoning.update(ext.get(PREFIX + "reasoning") or {})
     if reasoning:
         body["reasoning"] = reasoning
