@@ -169,7 +169,11 @@ def _thinking_fidelity(dialect: str, step: int) -> dict[str, Any]:
         return {"stop_fidelity": {dialect: {"signature": f"c2lnbmF0dXJl{step}"}}}
     if dialect == "openai-responses":
         item = {"id": f"rs_{step}"}
-        return {"id": f"rs_{step}", "fidelity": {dialect: item}, "stop_fidelity": {dialect: {**item, "encrypted_content": "ZW5j"}}}
+        return {
+            "id": f"rs_{step}",
+            "fidelity": {dialect: item},
+            "stop_fidelity": {dialect: {**item, "encrypted_content": "ZW5j"}},
+        }
     return {}
 
 
