@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmbridge import dialects
+from llmbridge.dialects.fields import dropped_fields
 
 DATA = Path(__file__).parent / "data" / "requests"
 CLAUDE_CODE = json.loads((DATA / "claude-code-2.1-first-request.json").read_text())
@@ -68,3 +69,58 @@ def test_claude_code_request_decodes_to_the_hub():
     assert request.metadata["user_id"].startswith("user_")
     assert request.extensions["anthropic-messages:context_management"]["edits"][0]["keep"] == "all"
     assert request.max_tokens == 32000 and request.stream
+
+
+def translated(target: str) -> tuple[dict, list[str]]:
+    request = AM.decode_request(claude_code_body())
+    return dialects.get(target).encode_request(request), dropped_fields(request, "anthropic-messages", target)
+
+
+CACHE_MARKS = {"system.cache_control", "messages.cache_control", "tools.cache_control"}
+
+
+def test_claude_code_request_translates_to_chat():
+    body, dropped = translated("openai-chat")
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "user", "system"]  # the later system message stays in its place
+    assert [p["text"] for p in body["messages"][0]["content"]][
+        1
+    ] == "You are Claude Code, Anthropic's official CLI for Claude."
+    assert body["messages"][2]["content"].startswith("gitStatus:")
+    assert [t["function"]["name"] for t in body["tools"]][:3] == ["Task", "TaskOutput", "Bash"]
+    assert len(body["tools"]) == 24 and body["reasoning_effort"] == "high"
+    assert body["max_completion_tokens"] == 32000 and body["user"].startswith("user_")
+    assert set(dropped) == {"context_management"} | CACHE_MARKS
+
+
+def test_claude_code_request_translates_to_responses():
+    body, dropped = translated("openai-responses")
+    assert body["instructions"].startswith("x-anthropic-billing-header")
+    assert "sdk-cli\n\nYou are Claude Code" in body["instructions"]  # blocks are not glued together
+    assert [(i["type"], i["role"]) for i in body["input"]] == [("message", "user"), ("message", "developer")]
+    assert len(body["tools"]) == 24 and all(t["type"] == "function" for t in body["tools"])
+    assert body["reasoning"] == {"effort": "high"} and body["max_output_tokens"] == 32000
+    assert set(dropped) == {"context_management"} | CACHE_MARKS
+
+
+def test_claude_code_request_translates_to_gemini():
+    body, dropped = translated("gemini")
+    system = [p["text"] for p in body["systemInstruction"]["parts"]]
+    assert len(system) == 4 and system[-1].startswith("gitStatus:")  # merged into the one system prompt, in order
+    assert [c["role"] for c in body["contents"]] == ["user"]
+    assert len(body["tools"][0]["functionDeclarations"]) == 24
+    assert body["generationConfig"]["thinkingConfig"] == {"thinkingLevel": "HIGH", "includeThoughts": True}
+    assert set(dropped) == {"context_management", "metadata.user_id"} | CACHE_MARKS
+
+
+def test_claude_code_second_turn_translates_everywhere():
+    request = AM.decode_request(second_turn())
+    chat = dialects.get("openai-chat").encode_request(request)
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "system", "assistant", "tool", "tool", "user"]
+    assert [c["id"] for c in chat["messages"][3]["tool_calls"]] == ["toolu_01A", "toolu_01B"]
+    responses = dialects.get("openai-responses").encode_request(request)
+    kinds = [i["type"] for i in responses["input"]]
+    assert kinds.count("function_call") == 2 and kinds.count("function_call_output") == 2
+    gemini = dialects.get("gemini").encode_request(request)
+    responses_parts = [p for c in gemini["contents"] for p in c["parts"] if "functionResponse" in p]
+    assert [p["functionResponse"]["name"] for p in responses_parts] == ["Bash", "Read"]

@@ -27,7 +27,6 @@ OURS = frozenset(("llm-stream", "mmsp"))
 # Extension keys a codec keeps for its own round trip (spelling, not content): never "dropped".
 _BOOKKEEPING = frozenset(
     (
-        "anthropic-messages:$order",
         "anthropic-messages:output_format",  # the flag "said as output_format"; the format itself is mapped
         "openai-chat:max_tokens_field",
         "openai-chat:stream_options",  # the gateway asks every upstream for usage anyway
@@ -81,12 +80,12 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
     """The fields of ``request`` (decoded from ``source``) that an upstream of ``target``
     does not get, in ``source``'s spelling, sorted; empty for a same-dialect upstream and for
     our own dialects, which carry everything."""
-    if source == target or target in OURS or source in OURS:
-        return []
+    if source == target or target not in _UNSAID or source in OURS:
+        return []  # the same dialect, or ours (and the local model), which carry everything
     out: set[str] = set()
     for key in request.extensions:
         namespace, _, name = key.partition(":")
-        if namespace != target and key not in _BOOKKEEPING and name:
+        if namespace != target and key not in _BOOKKEEPING and name and not name.startswith("$"):
             out.update(_extension_names(namespace, name, request.extensions[key]))
     for message in request.messages:
         where = "system" if message.role == "system" else "messages"

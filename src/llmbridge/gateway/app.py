@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import dialects, errors, hub
 from ..dialects.base import DialectModule, StreamEncoder, json_decode
-from . import binding, extensions, limits, metering, negotiation, replies, teams
+from . import acceptance, binding, extensions, limits, metering, negotiation, replies, teams
 from .config import Config, default_config
 from .config import Route as ModelRoute
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
@@ -258,6 +258,10 @@ class Gateway:
             return replies.error(out_dialect, f"malformed request: {type(exc).__name__}: {exc}", "invalid_request")
         if url_model and not hreq.model:
             hreq.model = url_model
+        default_max_tokens = self.config.gateway.anthropic_default_max_tokens
+        refused = acceptance.refusal(body, hreq, request_dialect, default_max_tokens, request.headers)
+        if refused is not None:  # issue 22: refuse only what the client's vendor refuses
+            return replies.error(out_dialect, str(refused), refused.type, refused.status)
         bad_image = check_images(hreq, self.config.gateway.max_image_bytes)
         if bad_image is not None:
             return replies.error(out_dialect, bad_image, "invalid_request")
@@ -287,6 +291,8 @@ class Gateway:
             return embedded
         work = self.route(hreq, model.routes, out_dialect, rid, json_array, ticket, with_extensions=ours)
         response = await _unless_disconnected(request, work)
+        first = self.upstreams[model.routes[0].upstream]  # issue 22: what its dialect left out
+        acceptance.report(response, hreq, request_dialect, getattr(first, "format", "local"))
         if ticket is not None and self.teams is not None:  # (a ticket implies teams)
             self.teams.responded(ticket, response)
         return binding.as_binary(response) if binary else response

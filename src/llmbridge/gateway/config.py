@@ -111,6 +111,9 @@ class GatewayConfig:
     ui_traffic: int = 200  # recent requests kept in memory for the console's Traffic page
     teams: _teams.TeamsSettings = field(default_factory=_teams.TeamsSettings)  # keys, ledger, metrics
     max_image_bytes: int = 20 * 1024 * 1024  # decoded size of one base64 image in a request (OpenAI's limit)
+    # /v1/messages without max_tokens: 0 refuses it as Anthropic does (400 "max_tokens: Field
+    # required"); a positive number is sent instead (docs/gateway.md).
+    anthropic_default_max_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
             "ui_key",
             "ui_traffic",
             "max_image_bytes",
+            "anthropic_default_max_tokens",
             *_teams.KEYS,
         },
     )
@@ -207,6 +211,9 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
     max_connections = _positive_int(t, "max_connections", 1000)
     max_event_bytes = _positive_int(t, "max_event_bytes", 32 * 1024 * 1024)
     max_image_bytes = _positive_int(t, "max_image_bytes", 20 * 1024 * 1024)
+    default_max_tokens = t.get("anthropic_default_max_tokens", 0)
+    if type(default_max_tokens) is not int or default_max_tokens < 0:
+        raise ConfigError("gateway.anthropic_default_max_tokens", "must be a non-negative integer (0: refuse)")
     header_timeout = _seconds(t, "header_timeout", 10.0)
     idle_timeout = _seconds(t, "idle_timeout", 30.0)
     extensions = t.get("extensions", False)
@@ -230,7 +237,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
         keepalive, max_body, keys, record_dir or None, extensions=extensions, ui=ui, ui_key=ui_key or None,
         ui_traffic=ui_traffic, teams=teams, max_json_depth=max_json_depth, max_connections=max_connections,
         max_event_bytes=max_event_bytes, max_image_bytes=max_image_bytes, header_timeout=header_timeout,
-        idle_timeout=idle_timeout,
+        idle_timeout=idle_timeout, anthropic_default_max_tokens=default_max_tokens,
     )
 
 

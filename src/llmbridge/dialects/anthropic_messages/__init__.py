@@ -16,7 +16,7 @@ from ..base import json_decode
 from ._common import ANTHROPIC_VERSION, ERROR_STATUS, NAME, error_body, error_from_body
 from ._decoder import StreamDecoder
 from ._encoder import StreamEncoder
-from ._request import DEFAULT_MAX_TOKENS, decode_request, encode_request
+from ._request import BETA, DEFAULT_MAX_TOKENS, decode_request, encode_request
 from ._response import decode_response, encode_response
 
 STREAM_CONTENT_TYPE = "text/event-stream"
@@ -25,6 +25,7 @@ __all__ = [
     "NAME",
     "STREAM_CONTENT_TYPE",
     "DEFAULT_MAX_TOKENS",
+    "BETA",
     "decode_request",
     "encode_request",
     "endpoint",
@@ -46,6 +47,9 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
         headers["x-api-key"] = api_key
     if request.stream:
         headers["accept"] = STREAM_CONTENT_TYPE
+    beta = request.extensions.get(BETA)
+    if type(beta) is str and beta:  # the client's beta flags (context management, effort ...)
+        headers["anthropic-beta"] = beta
     return url, headers
 
 

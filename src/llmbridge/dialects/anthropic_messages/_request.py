@@ -44,6 +44,8 @@ _BODY_KEYS = frozenset(
 _PREFIX = NAME + ":"
 # The body's keys in the client's order, so an Anthropic upstream gets the same bytes.
 ORDER = _PREFIX + "$order"
+# The client's anthropic-beta header (the gateway puts it here), sent on to an Anthropic upstream.
+BETA = _PREFIX + "$beta"
 _BLOCKS = "content_blocks"  # in a tool result's own extensions: its content was a list, not a string
 
 
@@ -351,8 +353,9 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     if request.service_tier is not None:
         body["service_tier"] = _TIER_OUT.get(request.service_tier, request.service_tier)
     for key, value in request.extensions.items():
-        if key.startswith(_PREFIX) and key != ORDER and key[len(_PREFIX) :] not in ("output_config", "output_format"):
-            body.setdefault(key[len(_PREFIX) :], value)
+        name = key[len(_PREFIX) :]
+        if key.startswith(_PREFIX) and not name.startswith("$") and name not in ("output_config", "output_format"):
+            body.setdefault(name, value)
     order = request.extensions.get(ORDER)
     if type(order) is list:  # the client's key order first, then what the hub added
         rank = {key: n for n, key in enumerate(order)}
@@ -414,7 +417,7 @@ def _blocks(parts: list[hub.Part], where: str, role: str) -> list[dict[str, Any]
         elif kind is hub.ToolResultPart:
             content = _blocks(part.content, f"{where}.content[{i}]", role)
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": part.tool_call_id}
-            own = dict(_own(part.extensions))
+            own = dict(_own(getattr(part, "extensions", None)))  # (mypy cannot narrow `kind is`)
             as_list = own.pop(_BLOCKS, False)
             if len(content) == 1 and set(content[0]) == {"type", "text"} and not as_list:
                 block["content"] = content[0]["text"]

@@ -87,15 +87,17 @@ def _schema_to_json_schema(schema: Any) -> Any:
 # --------------------------------------------------------------------------- decode
 
 
-def _text_of(content: Any, field: str) -> str:
+def _texts_of(content: Any, field: str) -> list[hub.Part]:
+    """The text parts of a ``Content`` (or a plain string), one hub part each, so a Gemini
+    upstream gets them back as they came (and other targets see where one ends)."""
     if isinstance(content, str):
-        return content
+        return [hub.TextPart(content)]
     if not isinstance(content, dict):
         raise RequestError("expected an object with parts", field)
     parts = content.get("parts")
     if not isinstance(parts, list):
         raise RequestError("expected a list", f"{field}.parts")
-    return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+    return [hub.TextPart(p["text"]) for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
 
 
 def _media(blob: Any, field: str, url: bool) -> hub.ImagePart | hub.FilePart:
@@ -145,7 +147,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         req.model = req.model[len("models/") :]
     system = body.get("systemInstruction")
     if system is not None:
-        req.messages.append(hub.Message("system", [hub.TextPart(_text_of(system, "systemInstruction"))]))
+        req.messages.append(hub.Message("system", _texts_of(system, "systemInstruction")))
     contents = body.get("contents")
     if not isinstance(contents, list):
         raise RequestError("expected a list", "contents")
