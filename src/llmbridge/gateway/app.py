@@ -28,6 +28,7 @@ from ..dialects.base import DialectModule, StreamEncoder, json_decode
 from . import acceptance, binding, extensions, limits, metering, negotiation, replies, teams
 from .config import Config, default_config
 from .config import Route as ModelRoute
+from .count_tokens import TokenCounter
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import EmbeddingsService
 from .images import ImagesService
@@ -86,6 +87,7 @@ class Gateway:
         self.teams = teams.create(config, self.api_keys)  # virtual keys, limits, ledger, metrics; None: all off
         self.embeddings = EmbeddingsService(self)  # /v1/embeddings, :embedContent, MMSP vectors
         self.images = ImagesService(self)  # /v1/images
+        self.counter = TokenCounter(self)  # count_tokens, input_tokens, :countTokens
 
     # -- plumbing
 
@@ -178,6 +180,8 @@ class Gateway:
         model, _, action = target.rpartition(":")
         if action in GEMINI_EMBED_ACTIONS and model:
             return await self.embeddings.gemini(request, model, action)
+        if action == "countTokens" and model:
+            return await self.counter.gemini(request, model)
         if action not in ("generateContent", "streamGenerateContent") or not model:
             return replies.error(GEMINI, f"unknown method {target!r}", "not_found")
         stream = action == "streamGenerateContent"
@@ -568,6 +572,8 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
         Route("/v1/images", gateway.images.generate, methods=["POST"]),
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),
+        Route("/v1/messages/count_tokens", gateway.counter.anthropic, methods=["POST"]),
+        Route("/v1/responses/input_tokens", gateway.counter.openai, methods=["POST"]),
     ]
     routes += Console(gateway, gateway.traffic).routes()  # the web console at /ui (docs/ui.md)
     websocket = WebSocketEndpoint(gateway)  # llm-stream-bindings §3; app.state.websocket tunes it
