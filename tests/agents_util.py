@@ -108,7 +108,10 @@ class ScriptedUpstream:
         elif step < 2:
             name, args = TOOLS[agent][step]
             args = {k: v.replace("{cwd}", self.cwd) if isinstance(v, str) else v for k, v in args.items()}
-            block("tool_call", json.dumps(args), id=f"call_{step}_{len(self.requests)}", name=name)
+            extra: dict[str, Any] = {}
+            if script == "think" and dialect == "gemini":  # Gemini 3 signs the call that follows a thought
+                extra["fidelity"] = {dialect: {"thoughtSignature": signature(dialect, step)}}
+            block("tool_call", json.dumps(args), id=f"call_{step}_{len(self.requests)}", name=name, **extra)
             finish = "tool_use"
         else:
             block("text", f"{FINAL_PREFIX} {_result_text(results[-1]).strip()}")
@@ -163,16 +166,24 @@ async def _paced(pieces: list[bytes]) -> Any:
             await asyncio.sleep(0)
 
 
+def signature(dialect: str, step: int) -> str:
+    """The opaque reasoning state the upstream attaches at ``step``: Anthropic's thinking
+    ``signature``, a Responses reasoning item's ``encrypted_content``, Gemini's ``thoughtSignature``."""
+    return {"anthropic-messages": "c2lnbmF0dXJl", "openai-responses": "ZW5jcnlwdGVk", "gemini": "dGhvdWdodA"}.get(
+        dialect, "none"
+    ) + str(step)
+
+
 def _thinking_fidelity(dialect: str, step: int) -> dict[str, Any]:
     """What the vendor attaches to a thinking block (a signature, an encrypted item)."""
     if dialect == "anthropic-messages":
-        return {"stop_fidelity": {dialect: {"signature": f"c2lnbmF0dXJl{step}"}}}
+        return {"stop_fidelity": {dialect: {"signature": signature(dialect, step)}}}
     if dialect == "openai-responses":
         item = {"id": f"rs_{step}"}
         return {
             "id": f"rs_{step}",
             "fidelity": {dialect: item},
-            "stop_fidelity": {dialect: {**item, "encrypted_content": "ZW5j"}},
+            "stop_fidelity": {dialect: {**item, "encrypted_content": signature(dialect, step)}},
         }
     return {}
 

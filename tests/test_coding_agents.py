@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from llmbridge.gateway import config, create_app
-from tests.agents_util import ERROR_MESSAGE, NOTE, NOTE_TEXT, SHELL_OUTPUT, ScriptedUpstream
+from tests.agents_util import ERROR_MESSAGE, NOTE, NOTE_TEXT, SHELL_OUTPUT, ScriptedUpstream, signature
 from tests.conftest import ROOT
 from tests.gateway_util import replay_config, serving
 
@@ -168,6 +168,8 @@ def test_agent_tool_loop(stack, tmp_path, agent, dialect, script):
     last = json.dumps(seen[-1].body)
     assert all(part in last for part in SHELL_OUTPUT)  # the shell's output went back upstream
     assert all(part in done.stdout for part in SHELL_OUTPUT), output[-4000:]  # and the answer quotes it
+    if script == "think" and OWN[agent] == dialect:  # relayed: the vendor's reasoning state comes back to it
+        assert signature(dialect, 0) in json.dumps(seen[-2].body)
 
 
 @pytest.mark.parametrize(("agent", "dialect"), CASES, ids=[_id(c) for c in CASES])
