@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -87,7 +88,7 @@ def agent_env(home: Path) -> dict[str, str]:
 
 
 def run_agent(
-    agent: str, gateway_url: str, model: str, home: Path, work: Path, prompt: str
+    agent: str, gateway_url: str, model: str, home: Path, work: Path, prompt: str, wrap: list[str] | None = None
 ) -> subprocess.CompletedProcess:
     env = agent_env(home)
     if agent == "claude":
@@ -137,7 +138,13 @@ def run_agent(
         env |= {"GEMINI_API_KEY": KEY, "GOOGLE_GEMINI_BASE_URL": gateway_url}
         argv = [str(BIN / "gemini"), "-p", prompt, "-m", model, "--yolo"]
     return subprocess.run(
-        argv, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL
+        [*(wrap or []), *argv],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -184,3 +191,25 @@ def test_agent_reports_a_mid_stream_error(stack, tmp_path, agent, dialect):
     assert done.returncode == FAILED_STATUS[agent], output[-4000:]
     assert not (work / NOTE).exists()  # no tool ran
     assert all(s.step == 0 for s in upstream.requests[first:])
+
+
+ADDRESS = re.compile(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6?, "([^"]+)"')  # strace's IPv4 and IPv6 forms
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to watch the agents' sockets")
+@pytest.mark.parametrize("agent", list(OWN))
+def test_agents_reach_only_the_gateway(stack, tmp_path, agent):
+    """Every socket an agent opens (its child processes' too) goes to 127.0.0.1: no telemetry,
+    update check, plugin sync or name lookup leaves the machine."""
+    gw, upstream = stack
+    work = tmp_path / "work"
+    work.mkdir()
+    upstream.cwd = str(work)
+    trace = tmp_path / "strace.txt"
+    wrap = ["strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-o", str(trace)]
+    done = run_agent(agent, gw.url, f"loop-{OWN[agent]}", tmp_path / "home", work, "Write the note.", wrap)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    calls = trace.read_text(errors="replace")
+    addresses = {a or b for a, b in ADDRESS.findall(calls)}
+    assert addresses and addresses <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, addresses
+    assert "htons(53)" not in calls  # no DNS query either
