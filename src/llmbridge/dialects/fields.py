@@ -96,6 +96,8 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
                     out.add(f"messages.{kind or part.namespace}")
                 continue
             _part_fields(part, where, target, out)
+            if target == "anthropic-messages" and type(part) is hub.FilePart and _is_audio(part):
+                out.add("messages.input_audio" if source == "openai-chat" else "messages.audio")
             if type(part) is hub.ToolResultPart:
                 for inner in part.content:
                     _part_fields(inner, where, target, out)
@@ -112,9 +114,23 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
         value = getattr(request, name)
         if value is not None and value != [] and not (name == "n" and value == 1):
             out.add(spelling.get(name, name))
-    if target == "gemini" and request.metadata.get("user_id") is not None:
-        out.add({"openai-chat": "user", "openai-responses": "metadata"}.get(source, "metadata.user_id"))
+    fmt = request.response_format
+    if target == "anthropic-messages" and fmt and fmt.get("type") != "json_schema":  # JSON mode: no Anthropic form
+        out.add(_FORMAT_FIELD.get(source, "response_format"))
+    # metadata: Anthropic takes only user_id, Gemini none (request_id is the gateway's own)
+    kept = {"anthropic-messages": ("user_id", "request_id"), "gemini": ("request_id",)}.get(target)
+    if kept is not None:
+        for key in request.metadata:
+            if key not in kept:
+                out.add("user" if (key, source) == ("user_id", "openai-chat") else f"metadata.{key}")
     return sorted(out)
+
+
+_FORMAT_FIELD = {"openai-responses": "text.format", "gemini": "generationConfig.responseMimeType"}
+
+
+def _is_audio(part: hub.FilePart) -> bool:
+    return (part.media_type or "").startswith("audio/") or (part.url or "").startswith("data:audio/")
 
 
 def _extension_names(namespace: str, name: str, value: Any) -> list[str]:

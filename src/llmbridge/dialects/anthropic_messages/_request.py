@@ -405,7 +405,8 @@ def _blocks(parts: list[hub.Part], where: str, role: str) -> list[dict[str, Any]
             if part.text:  # Anthropic rejects empty text blocks
                 out.append({"type": "text", "text": part.text, **_own(part.extensions)})
         elif kind is hub.ImagePart or kind is hub.FilePart:
-            out.append(_media(part, f"{where}.content[{i}]"))
+            if not _audio(part):  # Anthropic takes no audio: left out (dialects.fields reports it)
+                out.append(_media(part, f"{where}.content[{i}]"))
         elif kind is hub.ToolCallPart:
             try:
                 args = json_decode(part.arguments) if part.arguments.strip() else {}
@@ -440,6 +441,12 @@ def _blocks(parts: list[hub.Part], where: str, role: str) -> list[dict[str, Any]
     return out
 
 
+def _audio(part: hub.Part) -> bool:
+    media = getattr(part, "media_type", None) or ""
+    url = getattr(part, "url", None) or ""
+    return type(part) is hub.FilePart and (media.startswith("audio/") or url.startswith("data:audio/"))
+
+
 def _media(part: hub.ImagePart | hub.FilePart, where: str) -> dict[str, Any]:
     own = dict(_own(part.extensions))
     source = own.pop("source", None)
@@ -470,8 +477,6 @@ def _media(part: hub.ImagePart | hub.FilePart, where: str) -> dict[str, Any]:
             source = {"type": "url", "url": url}
         else:
             raise RequestError("expected data or a url", where)
-    if not image and media and media.startswith("audio/"):
-        raise RequestError("audio input is not supported by anthropic-messages", where)
     block: dict[str, Any] = {"type": "image" if image else "document", "source": source}
     if not image and part.name:
         block["title"] = part.name

@@ -192,6 +192,8 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
                     raise RequestError("expected an object", f"{pf}.functionCall.args")
                 n_calls += 1
                 call_id = fc.get("id") or f"call_{n_calls}"
+                if not fc.get("id"):  # an id of ours, for the hub: not sent back to Gemini
+                    fidelity = {NAME: {**(fidelity or {}).get(NAME, {}), "synthetic_id": True}}
                 calls.append((call_id, fc["name"]))
                 msg.parts.append(hub.ToolCallPart(call_id, fc["name"], json.dumps(args, ensure_ascii=False), fidelity))
             elif "functionResponse" in p:
@@ -204,7 +206,8 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
                     call_id = call_id or f"call_{fr['name']}"
                 answered.add(call_id)
                 content_parts, is_error = _response_content(fr.get("response"), fr, pf)
-                results.append(hub.ToolResultPart(call_id, content_parts, is_error, fr["name"]))
+                synthetic = None if fr.get("id") else {NAME: {"synthetic_id": True}}
+                results.append(hub.ToolResultPart(call_id, content_parts, is_error, fr["name"], synthetic))
             else:
                 msg.parts.append(hub.NativePart(NAME, p))
         if results:
@@ -335,8 +338,8 @@ def _decode_generation(body: dict, req: hub.Request) -> None:
         if isinstance(level, str):
             out["effort"] = level.lower()
         req.thinking = out or None
-        if "includeThoughts" in thinking:
-            req.extensions[f"{NAME}:includeThoughts"] = thinking["includeThoughts"]
+        # None: the client did not say, so a Gemini upstream is not told either
+        req.extensions[f"{NAME}:includeThoughts"] = thinking.get("includeThoughts")
         if budget == -1:
             req.extensions[f"{NAME}:dynamicBudget"] = True
     rest = {k: v for k, v in gen.items() if k not in _GEN_KEYS}
@@ -425,6 +428,8 @@ def encode_request(request: hub.Request) -> dict:
                 if not isinstance(args, dict):
                     raise RequestError("arguments must be a JSON object", f"messages[{i}].parts[{j}].arguments")
                 part = {"functionCall": {"name": p.name, "args": args, "id": p.id}}
+                if ((p.fidelity or {}).get(NAME) or {}).get("synthetic_id"):
+                    del part["functionCall"]["id"]  # the client sent none
                 sig = _sig_of(p.fidelity)
                 if sig is not None:
                     part["thoughtSignature"] = sig
@@ -438,6 +443,8 @@ def encode_request(request: hub.Request) -> dict:
                     )
                 response, media = _response_of(p)
                 fr: dict[str, Any] = {"name": name, "response": response, "id": p.tool_call_id}
+                if ((p.extensions or {}).get(NAME) or {}).get("synthetic_id"):
+                    del fr["id"]  # the client sent none
                 if media:
                     fr["parts"] = media
                 parts.append({"functionResponse": fr})

@@ -469,7 +469,7 @@ def _plain(part: hub.Part) -> bool:
 
 
 def _content(parts: list[hub.Part]) -> str | list[dict[str, Any]]:
-    if all(_plain(p) for p in parts):
+    if len(parts) <= 1 and all(_plain(p) for p in parts):  # several text parts stay parts: not glued
         return "".join(p.text for p in parts)  # type: ignore[union-attr]
     return [e for p in parts if (e := _encode_part(p)) is not None]
 

@@ -108,10 +108,18 @@ def _input_item(item: Any, where: str, messages: list[hub.Message]) -> None:
         if role not in ("user", "assistant", "system", "developer"):
             raise RequestError(f"unknown role {role!r}", f"{where}.role")
         parts = _content(item.get("content"), f"{where}.content")
+        # how the item was spelled, so a Responses upstream gets it back the same
+        form: dict[str, Any] = {"role": role, "in_input": True}
+        if "type" not in item:
+            form["untyped"] = True
+        if isinstance(item.get("content"), str):
+            form["string"] = True
         if role == "assistant":
+            fresh = not messages or messages[-1].role != "assistant"
             _assistant(messages).parts.extend(parts)
+            messages[-1].extensions = {NAME: form} if fresh else None  # (said once: one item, one spelling)
         else:
-            messages.append(hub.Message("system" if role == "developer" else role, parts))
+            messages.append(hub.Message("system" if role == "developer" else role, parts, None, {NAME: form}))
         return
     if kind == "function_call":
         fidelity = {NAME: {"id": item["id"]}} if item.get("id") else None
@@ -388,13 +396,29 @@ def _encode_message(message: hub.Message, items: list[dict]) -> None:
     flush()
 
 
+def _form(message: hub.Message) -> dict[str, Any]:
+    own = (message.extensions or {}).get(NAME)
+    return own if isinstance(own, dict) else {}
+
+
+def _respell(items: list[dict], n: int, form: dict[str, Any]) -> None:
+    """The message item ``items[n]`` as the client spelled it (role word, no ``type``, string content)."""
+    item = items[n]
+    content = item["content"]
+    if form.get("string") and len(content) == 1 and set(content[0]) == {"type", "text"}:
+        content = content[0]["text"]
+    role = form.get("role") if item["role"] in ("developer", "system") else item["role"]
+    out = {} if form.get("untyped") else {"type": "message"}
+    items[n] = {**out, "role": role or item["role"], "content": content}
+
+
 def encode_request(request: hub.Request) -> dict:
     body: dict[str, Any] = {}
     if request.model is not None:
         body["model"] = request.model
     messages = request.messages
-    lead = 0
-    while lead < len(messages) and messages[lead].role == "system":
+    lead = 0  # leading system messages are the instructions, unless the client put them in input
+    while lead < len(messages) and messages[lead].role == "system" and not _form(messages[lead]).get("in_input"):
         lead += 1
     if lead:
         # one string: the system messages and their text blocks, a blank line between each
@@ -402,7 +426,11 @@ def encode_request(request: hub.Request) -> dict:
         body["instructions"] = "\n\n".join(texts)
     items: list[dict] = []
     for message in messages[lead:]:
+        start = len(items)
         _encode_message(message, items)
+        form = _form(message)
+        if form and len(items) == start + 1 and items[start].get("type") == "message":
+            _respell(items, start, form)
     body["input"] = items
     ext = request.extensions
     tools: list[dict] = []
