@@ -337,6 +337,14 @@ SURFACE: dict[str, list[str]] = {
         "loads",
         "parse",
     ],
+    "llmbridge.gateway.count_tokens": [
+        "COUNT_HEADER",
+        "TokenCounter",
+        "estimate",
+        "read_gguf_metadata",
+        "render_chatml",
+        "smollm2_tokenizer",
+    ],
     "llmbridge.gateway.embeddings": [
         "EmbedRequest",
         "EmbedResult",

@@ -44,7 +44,7 @@ from .upstream import HTTPUpstream
 if TYPE_CHECKING:
     from .app import Gateway
 
-__all__ = ["COUNT_HEADER", "TokenCounter", "estimate", "render_chatml", "smollm2_tokenizer"]
+__all__ = ["COUNT_HEADER", "TokenCounter", "estimate", "read_gguf_metadata", "render_chatml", "smollm2_tokenizer"]
 
 log = logging.getLogger("llmbridge.gateway")
 
