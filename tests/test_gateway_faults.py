@@ -514,7 +514,7 @@ def test_unknown_route_and_method_answer_in_a_dialect(gw):
     assert_error_shape("openai-chat", r, 404, "not_found")
     r = HTTP.get(gw.url + "/v1/messages", headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 405 and dialects.get("anthropic-messages").decode_error(405, r.content).message
-    r = HTTP.post(gw.url + "/v1beta/models/gemini20-text:countTokens", json={})
+    r = HTTP.post(gw.url + "/v1beta/models/gemini20-text:generateAnswer", json={})  # (:countTokens is served)
     assert_error_shape("gemini", r, 404, "not_found")
 
 

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from . import extensions, replies, teams
 from .chat import Chat
 from .config import Config, default_config
+from .count_tokens import TokenCounter
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
 from .images import Images
@@ -76,6 +77,7 @@ class Gateway:
         self.embeddings = Embeddings(self.pipeline)  # /v1/embeddings, :embedContent, MMSP vectors
         self.images = Images(self.pipeline)  # /v1/images
         self.chat = Chat(self.pipeline, self.embeddings)  # every dialect's generation endpoint
+        self.counter = TokenCounter(self.pipeline)  # count_tokens, input_tokens, :countTokens
 
     # -- endpoints
 
@@ -128,6 +130,8 @@ class Gateway:
         model, _, action = target.rpartition(":")
         if action in GEMINI_EMBED_ACTIONS and model:
             return await self.embeddings.gemini(request, model, action)
+        if action == "countTokens" and model:
+            return await self.counter.gemini(request, model)
         if action not in ("generateContent", "streamGenerateContent") or not model:
             return replies.error(GEMINI, f"unknown method {target[:200]!r}", "not_found")
         stream = action == "streamGenerateContent"
@@ -222,6 +226,8 @@ def create_app(
         Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
         Route("/v1/images", gateway.images.generate, methods=["POST"]),
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),
+        Route("/v1/messages/count_tokens", gateway.counter.anthropic, methods=["POST"]),
+        Route("/v1/responses/input_tokens", gateway.counter.openai, methods=["POST"]),
     ]
     routes += Console(gateway.pipeline, gateway.chat).routes()  # the web console at /ui (docs/ui.md)
     websocket = WebSocketEndpoint(gateway.pipeline, gateway.chat)  # llm-stream-bindings §3; tuned via app.state

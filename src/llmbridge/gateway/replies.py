@@ -80,7 +80,7 @@ def gemini_model(name: str) -> dict[str, Any]:
         "name": f"models/{name}",
         "version": "1",
         "displayName": name,
-        "supportedGenerationMethods": ["generateContent", "streamGenerateContent"],
+        "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"],
     }
 
 
