@@ -101,10 +101,11 @@ SURFACE: dict[str, list[str]] = {
         "to_junit",
         "to_text",
     ],
-    "llmbridge.dialects": ["MORE_NAMES", "NAMES", "get", "stream_encoder"],
+    "llmbridge.dialects": ["MORE_NAMES", "NAMES", "get", "served", "stream_encoder"],
     "llmbridge.dialects.anthropic_messages": [
         "BETA",
         "DEFAULT_MAX_TOKENS",
+        "GATEWAY",
         "NAME",
         "STREAM_CONTENT_TYPE",
         "StreamDecoder",
@@ -123,7 +124,9 @@ SURFACE: dict[str, list[str]] = {
         "EXTENSION_KEY",
         "EncoderDispatch",
         "EncoderState",
+        "KEEPALIVE_COMMENT",
         "SSEStreamDecoder",
+        "Served",
         "StreamDecoder",
         "StreamEncoder",
         "decode_all",
@@ -132,6 +135,8 @@ SURFACE: dict[str, list[str]] = {
         "json_encode",
         "missing_surface",
         "not_a_hub_event",
+        "openai_model",
+        "openai_models",
         "strip_extensions",
     ],
     "llmbridge.dialects.bedrock_converse": [
@@ -182,6 +187,7 @@ SURFACE: dict[str, list[str]] = {
         "parse_headers",
     ],
     "llmbridge.dialects.gemini": [
+        "GATEWAY",
         "NAME",
         "STREAM_CONTENT_TYPE",
         "StreamDecoder",
@@ -214,6 +220,7 @@ SURFACE: dict[str, list[str]] = {
     "llmbridge.dialects.llm_stream": [
         "ACCEPT_STREAM",
         "DELTA_KEY_BY_KIND",
+        "GATEWAY",
         "KIND_BY_DELTA_KEY",
         "NAME",
         "NS",
@@ -242,6 +249,7 @@ SURFACE: dict[str, list[str]] = {
     ],
     "llmbridge.dialects.mmsp": [
         "DONE",
+        "GATEWAY",
         "NAME",
         "PATH",
         "STREAM_CONTENT_TYPE",
@@ -258,6 +266,7 @@ SURFACE: dict[str, list[str]] = {
         "event_to_dict",
     ],
     "llmbridge.dialects.openai_chat": [
+        "GATEWAY",
         "NAME",
         "STREAM_CONTENT_TYPE",
         "StreamDecoder",
@@ -272,6 +281,7 @@ SURFACE: dict[str, list[str]] = {
         "endpoint",
     ],
     "llmbridge.dialects.openai_responses": [
+        "GATEWAY",
         "NAME",
         "STREAM_CONTENT_TYPE",
         "StreamDecoder",

@@ -450,16 +450,20 @@ NAMES = ["gpt-x", "claude-y", "local"]
 
 
 def test_model_lists_validate():
-    assert not openai().problems("ListModelsResponse", replies.openai_models(NAMES))
-    for model in replies.openai_models(NAMES)["data"]:
-        assert not openai().problems("Model", model)
-    listing = replies.anthropic_models(NAMES)
+    served = {name: dialects.served(name) for name in dialects.NAMES}
+    for name in ("openai-chat", "openai-responses", "llm-stream"):  # OpenAI's shape
+        assert not openai().problems("ListModelsResponse", served[name].models(NAMES))
+        for model in served[name].models(NAMES)["data"]:
+            assert not openai().problems("Model", model)
+        assert not openai().problems("Model", served[name].model("local"))
+    listing = served["anthropic-messages"].models(NAMES)
     assert not _pydantic(anthropic_types.ModelInfo, listing["data"][0], "anthropic ModelInfo")
     for key in ("data", "first_id", "last_id", "has_more"):  # the SDK's page: SyncPage's fields
         assert key in listing
-    listing = replies.gemini_models(NAMES)
+    assert not _pydantic(anthropic_types.ModelInfo, served["anthropic-messages"].model("local"), "ModelInfo")
+    listing = served["gemini"].models(NAMES)
     assert not list(jsonschema.Draft202012Validator(_GEMINI_MODELS).iter_errors(listing))
-    assert not list(jsonschema.Draft202012Validator(_GEMINI_MODEL).iter_errors(replies.gemini_model("local")))
+    assert not list(jsonschema.Draft202012Validator(_GEMINI_MODEL).iter_errors(served["gemini"].model("local")))
 
 
 # Gemini's Model resource as its REST reference gives it (https://ai.google.dev/api/models#Model):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -16,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import dialects
 from . import extensions, replies, teams
 from .chat import Chat
 from .config import Config, default_config
@@ -42,13 +42,10 @@ __all__ = [
 ]
 
 
-# endpoint path -> the dialect it speaks
+# endpoint path -> the dialect it speaks: each served dialect's own paths (its GATEWAY traits);
+# Gemini's name the model and version in the URL and have a route of their own.
 ENDPOINTS = {
-    "/v1/chat/completions": "openai-chat",
-    "/v1/responses": "openai-responses",
-    "/v1/messages": "anthropic-messages",
-    "/v1/stream": "llm-stream",
-    "/mmsp/v1/stream": "mmsp",
+    path: name for name in dialects.NAMES for path in dialects.served(name).paths if "{" not in path
 }
 GEMINI = "gemini"
 GEMINI_VERSIONS = ("v1beta", "v1", "v1alpha")  # google-genai uses v1 or v1beta, per version and option
@@ -88,35 +85,21 @@ class Gateway:
             return replies.error_response(dialect, exc.error, exc.headers)
 
     async def models(self, request: Request) -> Response:
-        path = request.url.path
-        if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
-            dialect, shape = GEMINI, replies.gemini_models
-        elif path.startswith("/mmsp"):
-            dialect, shape = "mmsp", replies.mmsp_models
-        elif "anthropic-version" in request.headers:
-            dialect, shape = "anthropic-messages", replies.anthropic_models
-        else:
-            dialect, shape = "openai-chat", replies.openai_models
+        dialect = _listing_dialect(request)
         if isinstance(who := await self._caller(request, dialect), Response):
             return who
+        shape = dialects.served(dialect).models
         return replies.json_response(shape(who.visible(list(self.config.models))))
 
     async def model(self, request: Request) -> Response:
         """``GET /v1/models/{id}`` (OpenAI, Anthropic) and ``GET /v1beta/models/{name}`` (Gemini)."""
         name = request.path_params["target"].removeprefix("models/")
-        path = request.url.path
-        shape: Callable[[str], dict[str, Any]]
-        if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
-            dialect, shape = GEMINI, replies.gemini_model
-        elif "anthropic-version" in request.headers:
-            dialect, shape = "anthropic-messages", lambda n: replies.anthropic_models([n])["data"][0]
-        else:
-            dialect, shape = "openai-chat", lambda n: replies.openai_models([n])["data"][0]
+        dialect = _listing_dialect(request)
         if isinstance(who := await self._caller(request, dialect), Response):
             return who
         if name not in self.config.models or not who.visible([name]):
             return replies.error(dialect, f"model {name[:200]!r} not found", "not_found")
-        return replies.json_response(shape(name))
+        return replies.json_response(dialects.served(dialect).model(name))
 
     async def healthz(self, request: Request) -> Response:
         # "worker": the serving process, so an operator can see each of `serve --workers N` answer
@@ -146,6 +129,19 @@ class Gateway:
         for upstream in self.upstreams.values():
             with contextlib.suppress(Exception):
                 await upstream.aclose()
+
+
+def _listing_dialect(request: Request) -> str:
+    """Whose shape a model list (or one model) is asked in: Google's under /v1beta and with
+    its key header, MMSP's under /mmsp, Anthropic's with its version header, else OpenAI's."""
+    path = request.url.path
+    if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
+        return GEMINI
+    if path.startswith("/mmsp"):
+        return "mmsp"
+    if "anthropic-version" in request.headers:
+        return "anthropic-messages"
+    return "openai-chat"
 
 
 class RequestIdMiddleware:

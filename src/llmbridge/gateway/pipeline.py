@@ -233,7 +233,7 @@ class Pipeline:
             raise Refused(ticket.error, ticket.headers)
         if operation != "chat" and ticket.span is not None:  # chat spans are named "chat {model}"
             ticket.span.set_attribute("gen_ai.operation.name", operation)
-            ticket.span.update_name(f"{operation} {hreq.model}")
+            ticket.span.update_name(f"{operation} {ticket.model}")  # (bounded: a configured model)
         return Meter(self.teams, ticket)
 
     # -- 6. routing

@@ -35,8 +35,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol, cast
 
-from .. import hub, sse
-from ..dialects.base import StreamDecoder, StreamEncoder
+from .. import dialects, hub, sse
+from ..dialects.base import KEEPALIVE_COMMENT, StreamDecoder, StreamEncoder
 from ..sse import EventBoundaries, marked_events, next_event_end
 from .failures import as_hub_error
 from .sources import Source
@@ -48,7 +48,6 @@ __all__ = [
     "Framing",
     "JSONArrayFraming",
     "KEEPALIVE_BYTES",
-    "KEEPALIVE_COMMENT",
     "RELAY_MARKERS",
 ]
 
@@ -57,42 +56,19 @@ log = logging.getLogger("llmbridge.gateway")
 _NON_COMMITTING = (hub.ResponseStart, hub.Usage)
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024  # a few base64 images in one event; see docs/gateway.md
 
-# Keep-alive bytes per client dialect: what every client of that dialect skips.  An SSE
-# comment is the idiom (the LLM-Stream draft and the gateway spec name it), but Google's
-# google-genai SDK reads every non-empty line that does not start with "data: " as JSON and
-# dies on a comment; it skips empty lines, as does every SSE parser (an empty event is
-# never dispatched) and every JSON parser between array elements.  So Gemini gets a bare
-# line break.  docs/gateway.md, "Keep-alives", lists the clients each choice was tested with.
-KEEPALIVE_COMMENT = b": keep-alive\n\n"
-KEEPALIVE_BYTES = {
-    "openai-chat": KEEPALIVE_COMMENT,
-    "openai-responses": KEEPALIVE_COMMENT,
-    "anthropic-messages": KEEPALIVE_COMMENT,
-    "llm-stream": KEEPALIVE_COMMENT,
-    "mmsp": KEEPALIVE_COMMENT,
-    "gemini": b"\n",
+# Each served dialect's traits (dialects.base.Served, its package's GATEWAY): the keep-alive
+# bytes its clients skip (an SSE comment is the idiom; Gemini's google-genai dies on one and
+# gets a bare line break: docs/gateway.md, "Keep-alives", lists the clients each choice was
+# tested with), the terminal a relayed stream needs after a non-terminal error event (the
+# gateway spec: a chat error chunk, then [DONE]), and what a relay's watcher must decode once
+# the answer has started: a stretch of whole events holding none of RELAY_MARKERS is relayed
+# without being decoded (a superset test: text that happens to contain one costs a decode).
+KEEPALIVE_BYTES = {name: dialects.served(name).keepalive for name in dialects.NAMES}
+_RELAY_DONE = {
+    name: done for name in dialects.NAMES if (done := dialects.served(name).relay_done) is not None
 }
-
-# The wire terminal a relayed stream must end with after an upstream error event, where the
-# error event itself is not terminal (the gateway spec: a chat error chunk, then [DONE]).
-_RELAY_DONE = {"openai-chat": b"data: [DONE]\n\n", "mmsp": b"data: [DONE]\n\n"}
-
-
-# What a relay's watcher must decode once the answer has started, per dialect: a stretch of
-# whole events holding none of these bytes is relayed without being decoded.  They are a
-# superset test: text that happens to contain one only costs a decode.  Finish reasons,
-# usage, errors and the terminal event are all the watcher notes after the start; block
-# starts and stops are kept for Anthropic and Responses, whose error tails close open blocks.
-# Dialects not listed are decoded in full (Gemini sends usage in every chunk anyway).
 RELAY_MARKERS: dict[str, tuple[bytes, ...]] = {
-    "openai-chat": (
-        b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usage": {', b"error", b"[DONE]", b"event:",
-    ),
-    "anthropic-messages": (b"message_", b"content_block_start", b"content_block_stop", b"error"),
-    "openai-responses": (
-        b"response.created", b"response.in_progress", b"response.completed", b"response.incomplete",
-        b"response.failed", b"output_item.", b"content_part.", b".done", b"error",
-    ),
+    name: markers for name in dialects.NAMES if (markers := dialects.served(name).relay_markers) is not None
 }
 
 

@@ -253,3 +253,19 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
     if ours:
         out[EXTENSION_KEY] = ours
     return out
+
+
+def model_body(name: str) -> dict[str, Any]:
+    """One model in Anthropic's shape (``GET /v1/models/{id}``); the gateway knows no dates."""
+    return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z",
+            "lifecycle": "active"}  # fmt: skip
+
+
+def models_body(names: list[str]) -> dict[str, Any]:
+    """Anthropic's model list (``GET /v1/models``), one page."""
+    return {
+        "data": [model_body(n) for n in names],
+        "has_more": False,
+        "first_id": names[0] if names else None,
+        "last_id": names[-1] if names else None,
+    }

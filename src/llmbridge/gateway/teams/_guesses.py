@@ -24,11 +24,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ... import hub
+from .principal import Principal, Refusal
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
-
-    from .core import Principal, Refusal
 
 __all__ = ["Guesses", "client_of"]
 
@@ -103,8 +102,6 @@ class Guesses:
         self, client: str, authenticate: Callable[[], Awaitable[Principal | Refusal]]
     ) -> Principal | Refusal:
         """``authenticate()`` unless ``client`` must wait (then a 429); a refused key counts as a guess."""
-        from .core import Refusal  # core imports this module
-
         wait = self.wait(client)
         if wait is not None:
             return self.refusal(wait)
@@ -115,8 +112,6 @@ class Guesses:
 
     def refusal(self, wait: float) -> Refusal:
         """The 429 for an address that must wait ``wait`` seconds."""
-        from .core import Refusal  # core imports this module
-
         error = hub.Error(
             "too many failed authentication attempts from this address; try again later",
             "rate_limit", "too_many_failed_attempts", 429,

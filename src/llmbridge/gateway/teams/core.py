@@ -25,7 +25,7 @@ import math
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import hub
@@ -36,6 +36,7 @@ from .ledger import Ledger
 from .limits import Admission, LocalLimiter, RedisLimiter
 from .metrics import Metrics
 from .pricing import Price, cost
+from .principal import MASTER, OPEN, STATIC, VIRTUAL, Principal, Refusal
 from .settings import TeamsSettings
 from .store import LedgerRow, Store, connect
 
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["Answer", "Principal", "Refusal", "Teams", "Ticket", "create", "presented_key"]
 
 log = logging.getLogger("llmbridge.gateway.teams")
-MASTER, STATIC, VIRTUAL, OPEN = "master", "static", "virtual", "open"
 UNKNOWN_MODEL = "(unknown)"  # what metrics and the ledger say for a model the config does not name
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 _ERROR_TYPES = frozenset({*hub.ERROR_TYPES, "client_disconnected", "cancelled"})  # error_type values stored
@@ -86,30 +86,6 @@ class Answer(Protocol):
     def closed(self) -> bool: ...
     @property
     def first_byte_at(self) -> float | None: ...  # loop time of a stream's first client bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who sent a request; ``key`` for a virtual key."""
-
-    kind: str  # MASTER, STATIC, VIRTUAL or OPEN (no auth configured)
-    key: _keys.KeyRecord | None = None
-
-    def visible(self, models: list[str]) -> list[str]:
-        """The models this caller may use (a virtual key with a model list sees only those)."""
-        if self.key is None or self.key.models is None:
-            return models
-        allowed = self.key.models
-        return [m for m in models if m in allowed]
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A request refused before routing: the error for the client's dialect and extra headers."""
-
-    error: hub.Error
-    headers: dict[str, str] = field(default_factory=dict)
-    reason: str = "auth"
 
 
 @dataclass(slots=True)
