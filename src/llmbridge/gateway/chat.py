@@ -36,7 +36,7 @@ from .pipeline import Pipeline, Refused, request_id_of, unless_disconnected
 from .record import Recorder
 from .relay import relay_filter
 from .response import StreamResponse
-from .streaming import Exchange, JSONArrayFraming
+from .streaming import Exchange, Options
 from .teams import Principal
 from .upstream import Upstream
 
@@ -265,19 +265,18 @@ class Chat:
             encoder = partial(dialects.stream_encoder, dialects.get(out_dialect), hreq)
             if not turn.with_extensions:  # no "llmbridge" data for vendor SDKs and tools unless asked
                 encoder = partial(extensions.plain_encoder, encoder, out_dialect)
-        return Exchange(
-            source,
-            encoder,
+        options = Options(
             dialect=out_dialect,
             relay=relay,
             relay_filter=relay_filter(out_dialect, hreq) if relay else None,
             keepalive=keepalive,
-            framing=JSONArrayFraming() if turn.json_array else None,
+            json_array=turn.json_array,
             request_id=turn.request_id,
             max_event_bytes=self.config.gateway.max_event_bytes,
             observer=entry.hook,
             on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder, meter)),
         )
+        return Exchange(source, encoder, options)
 
     async def answer(self, exchange: Exchange, turn: Turn) -> Response | StreamResponse:
         """The client's response from a primed exchange: a stream, or the collected body."""

@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Protocol, cast
 
 from .. import dialects, hub, sse
@@ -47,6 +48,7 @@ __all__ = [
     "Exchange",
     "Framing",
     "JSONArrayFraming",
+    "Options",
     "KEEPALIVE_BYTES",
     "RELAY_MARKERS",
 ]
@@ -131,33 +133,47 @@ class _RelayState:
         return events + list(self.open_blocks.values())
 
 
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How one :class:`Exchange` carries its answer (the caller's decisions, fixed for its life).
+
+    ``dialect``: the client's; ``relay``: send the upstream's bytes untouched (same dialect,
+    same framing) while its decoder watches them; ``relay_filter`` may rewrite whole relayed
+    events (the chat usage chunk for a client that did not ask for ``include_usage``);
+    ``keepalive``: seconds of client silence before the dialect's keep-alive bytes (``None``:
+    never); ``json_array``: Gemini's JSON-array framing instead of SSE; ``request_id``: the
+    client's own, stamped into the stream; ``max_event_bytes``: the cap on one upstream
+    event; ``observer`` sees each wake-up's raw bytes and hub events (the console's Traffic
+    page); ``on_end`` is called once, with the exchange, when it is over.
+    """
+
+    dialect: str = ""
+    relay: bool = False
+    relay_filter: Callable[[bytes], bytes] | None = None
+    keepalive: float | None = None
+    json_array: bool = False
+    request_id: str | None = None
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    observer: Callable[[tuple[bytes | None, list[hub.Event]]], None] | None = None
+    on_end: Callable[[Exchange], None] | None = None
+
+
+_DEFAULTS = Options()
+
+
 class Exchange:
     """One upstream answer on its way to one client.
 
-    ``encoder_factory`` makes the client dialect's ``StreamEncoder``; with ``relay`` the
-    upstream bytes go out untouched (same dialect) while its decoder watches them.
-    ``relay_filter`` may rewrite whole relayed events (the chat usage chunk for a client that
-    did not ask for ``include_usage``).  ``observer`` sees each wake-up's raw bytes and hub
-    events (the console's Traffic page; a relay decodes few).  ``on_end`` is called once, with the exchange, when it is
-    over.  Attributes after the end: ``usage``, ``finish``, ``error`` (the error the client
-    got), ``events`` (hub events seen), ``started``/``first_byte_at`` (loop times).
+    ``encoder_factory`` makes the client dialect's ``StreamEncoder``; ``options`` (one frozen
+    :class:`Options`) says how the answer goes out: relayed or translated, keep-alives,
+    framing, caps, and who is told what.  Attributes after the end: ``usage``, ``finish``,
+    ``error`` (the error the client got), ``events`` (hub events seen), ``started``/``first_byte_at``
+    (loop times).
     """
 
-    def __init__(
-        self,
-        source: Source,
-        encoder_factory: Callable[[], StreamEncoder],
-        *,
-        dialect: str = "",
-        relay: bool = False,
-        relay_filter: Callable[[bytes], bytes] | None = None,
-        keepalive: float | None = None,
-        framing: Framing | None = None,
-        request_id: str | None = None,
-        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-        observer: Callable[[tuple[bytes | None, list[hub.Event]]], None] | None = None,
-        on_end: Callable[[Exchange], None] | None = None,
-    ):
+    def __init__(self, source: Source, encoder_factory: Callable[[], StreamEncoder], options: Options = _DEFAULTS):
+        dialect, relay = options.dialect, options.relay
+        self.options = options
         self.source = source
         self.inbox = source.inbox
         self._loop = asyncio.get_running_loop()
@@ -168,20 +184,21 @@ class Exchange:
         # written by a fresh encoder: _encode_end); a _NullEncoder keeps the type plain.
         self._encoder: StreamEncoder = _NullEncoder() if relay else encoder_factory()
         self.relay = relay
-        self._relay_filter = relay_filter
+        self._relay_filter = options.relay_filter
         self._relay_state = _RelayState()  # noted only while relaying
         self._relay_done = _RELAY_DONE.get(dialect) if relay else None
         self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
         self._relay_markers = RELAY_MARKERS.get(dialect) if relay else None
         self._saw_done = False
         self.dialect = dialect
-        self.keepalive = keepalive
+        self.keepalive = options.keepalive
         self._keepalive_bytes = KEEPALIVE_BYTES.get(dialect, KEEPALIVE_COMMENT)
-        self._framing = framing
-        self.request_id = request_id
-        self._on_end = on_end
-        self._observer = observer  # called once per wake-up with (raw bytes, hub events decoded)
-        self._boundaries = EventBoundaries(max_event_bytes) if source.decoder is not None else None
+        self._framing: Framing | None = JSONArrayFraming() if options.json_array else None
+        self.request_id = options.request_id
+        self._on_end = options.on_end
+        self._observer = options.observer  # called once per wake-up with (raw bytes, hub events decoded)
+        cap = options.max_event_bytes
+        self._boundaries = EventBoundaries(cap) if source.decoder is not None else None
         self._pending = bytearray()  # relay: the bytes of an event not complete yet
         self._held: list[bytes] = []  # client bytes made while priming
         self._held_events: list[hub.Event] = []  # and the hub events seen (for collect)
