@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import dialects, errors, hub
 from ..dialects.base import DialectModule, StreamEncoder, json_decode
-from . import binding, extensions, limits, metering, negotiation, replies, teams
+from . import binding, extensions, limits, metering, negotiation, replies, routing, teams
 from .config import Config, default_config
 from .config import Route as ModelRoute
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
@@ -38,7 +38,7 @@ from .relay import relay_filter
 from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
 from .teams.admin import routes as admin_routes
 from .ui import Console, TrafficLog
-from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, retryable, timeouts_of
+from .upstream import HTTPUpstream, Upstream, UpstreamFailed, build, timeouts_of
 from .websocket import WebSocketEndpoint
 
 __all__ = [
@@ -86,6 +86,7 @@ class Gateway:
         self.teams = teams.create(config, self.api_keys)  # virtual keys, limits, ledger, metrics; None: all off
         self.embeddings = EmbeddingsService(self)  # /v1/embeddings, :embedContent, MMSP vectors
         self.images = ImagesService(self)  # /v1/images
+        self.router = routing.create(config, self.upstreams, self.teams)  # deployments, retries, cooldowns
 
     # -- plumbing
 
@@ -302,40 +303,46 @@ class Gateway:
         *,
         with_extensions: bool = True,
     ) -> Response | StreamResponse:
-        """Try the model's upstreams in order; fall back only while the client has seen nothing.
+        """Try the model's deployments as its router says (gateway/routing.py: which one, after
+        what backoff); retry only while the client has seen nothing.
         ``with_extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
         codec = dialects.get(out_dialect)
-        last: hub.Error | None = None
-        headers: dict[str, str] = {}
-        for n, route in enumerate(routes):
-            upstream = self.upstreams[route.upstream]
-            upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
+        # -- routing (issue 24): ask the plan for each attempt, report how it went
+        clock = self.router.clock
+        plan = self.router.plan(hreq.model, routes, deadline=routing.deadline(self, routes), body_bytes=_size(hreq))
+        while (attempt := await self.router.next(plan)) is not None:
+            upstream = self.upstreams[attempt.upstream]
+            upstream_request = dataclasses.replace(hreq, model=attempt.model, stream=True)
             try:
                 exchange = await self.open(
                     upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, ticket,
-                    with_extensions,
-                )
+                    with_extensions, on_end=attempt.on_end,
+                )  # fmt: skip
             except UpstreamFailed as exc:
-                last, headers = exc.error, exc.headers
-            else:
-                headers = {}
-                try:
-                    last = await exchange.prime()
-                    if last is None:
-                        return await self.answer(
-                            exchange, codec, out_dialect, hreq.stream, json_array, request_id, with_extensions
-                        )
-                except BaseException:  # cancelled or broken: never leave the upstream request open
-                    await exchange.aclose()
-                    raise
+                attempt.failed(clock(), exc.error, exc.headers)
+                continue
+            except BaseException:
+                attempt.finished(clock())
+                raise
+            try:
+                last = await exchange.prime()
+                if last is None:
+                    attempt.answered(clock())
+                    answer = await self.answer(
+                        exchange, codec, out_dialect, hreq.stream, json_array, request_id, with_extensions
+                    )
+                    return routing.named(answer, attempt)
+            except BaseException:  # cancelled or broken: never leave the upstream request open
                 await exchange.aclose()
-            if not retryable(last) or n == len(routes) - 1:
-                break
-            log.info("upstream %s failed (%s), trying %s", route.upstream, last.message, routes[n + 1].upstream)
-        assert last is not None
+                raise
+            attempt.failed(clock(), last)
+            await exchange.aclose()
+            log.info("deployment %s failed (%s)", attempt.name, last.message)
+        last = plan.error or hub.Error("no deployment to route to", "api_error", status=502)
         if last.status is None:
             last.status = hub.ERROR_STATUS.get(last.type, 502)
-        return replies.error_response(out_dialect, last, headers)
+        return routing.named(replies.error_response(out_dialect, last, plan.headers), plan.last)
+        # -- end of routing
 
     async def open(
         self,
@@ -348,8 +355,10 @@ class Gateway:
         json_array: bool,
         ticket: teams.Ticket | None = None,
         with_extensions: bool = True,
+        on_end: Callable[[Exchange], None] | None = None,
     ) -> Exchange:
-        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
+        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client.
+        ``on_end`` is called with the exchange when it is over (the router's bookkeeping)."""
         started = asyncio.get_running_loop().time()
         timeouts = timeouts_of(upstream)
         recorder = None
@@ -390,7 +399,7 @@ class Gateway:
             max_event_bytes=self.config.gateway.max_event_bytes,
             observer=entry.hook,
             on_end=entry.then(
-                partial(_finished, upstream.name, hreq.model, out_dialect, recorder, (self.teams, ticket))
+                partial(_finished, upstream.name, hreq.model, out_dialect, recorder, (self.teams, ticket), on_end)
             ),
         )
 
@@ -420,6 +429,8 @@ class Gateway:
         return replies.json_response(extensions.plain_body(codec.encode_response(plain)))
 
     async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.router.aclose()
         if self.teams is not None:
             await self.teams.stop()
         for service in (self.embeddings, self.images):
@@ -430,6 +441,11 @@ class Gateway:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
+
+
+def _size(hreq: hub.Request) -> int:
+    """About the bytes of a request's text (the routers' up-front tpm estimate)."""
+    return sum(len(m.text) for m in hreq.messages)
 
 
 async def _unless_disconnected(
@@ -462,9 +478,12 @@ def _finished(
     dialect: str,
     recorder: Recorder | None,
     account: tuple[teams.Teams | None, teams.Ticket | None],
+    then: Callable[[Exchange], None] | None,
     exchange: Exchange,
 ) -> None:
     """An exchange is over: record it, account for it, log what the upstream reported (usage, finish, error)."""
+    if then is not None:
+        then(exchange)
     if recorder is not None:
         recorder.finish(exchange)
     accounts, ticket = account
@@ -544,6 +563,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if gateway.teams is not None:
             await gateway.teams.start()
+        await gateway.router.start()
         yield
         await gateway.aclose()
 
@@ -559,6 +579,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
         *admin_routes(gateway.teams),
+        routing.admin_route(gateway),  # GET /admin/deployments
         Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
         Route("/v1/images", gateway.images.generate, methods=["POST"]),
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),
