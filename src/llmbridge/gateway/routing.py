@@ -185,7 +185,8 @@ class DeploymentState:
         if now < self.limited_until:
             return False
         # suspect (failed, not cooling yet): no more requests waiting on it than failures left before it cools
-        return not (cooldown.failures and self.failures > 0 and self.failures + self.pending >= cooldown.failures)
+        most = cooldown.failures
+        return not (self.state == OK and most and self.failures and self.failures + self.pending >= most)
 
     def room(self, now: float, deployment: Deployment) -> float:
         """0 when the local rpm/tpm windows admit one more request, else seconds until they may."""
@@ -304,6 +305,7 @@ class Attempt:
             return
         s = self.slot.state
         self.answered_at = now
+        self.plan.error, self.plan.headers = None, {}  # served
         s.pending -= 1
         s.served += 1
         was = s.state
