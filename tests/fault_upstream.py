@@ -115,7 +115,7 @@ class FaultUpstream:
             if mode == "stall":
                 await reader.read()  # until the gateway gives up and closes
                 return
-            if mode in ("429", "500", "400"):
+            if mode.isdigit():  # an error status
                 error = json.dumps({"error": {"message": f"injected {mode}", "type": "server_error", "code": mode}})
                 extra = b"retry-after: 1\r\n" if mode == "429" else b""
                 writer.write(

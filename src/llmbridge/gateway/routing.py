@@ -897,15 +897,15 @@ def create(config: Config, upstreams: Mapping[str, Upstream], teams: Teams | Non
 
 
 def deadline(gateway: Gateway, routes: Sequence[Route]) -> float | None:
-    """A request's deadline on the router's clock: now + the first deployment's ``first_byte``
-    timeout (how long the gateway lets an answer take to start); no retry is made past it."""
+    """A request's deadline on the router's clock: now + the first deployment's ``total``
+    timeout (the most a request may take); no retry is scheduled past it."""
     from .upstream import timeouts_of
 
     if not routes:
         return None
     upstream = gateway.upstreams.get(routes[0].upstream)
-    first_byte = timeouts_of(upstream).first_byte if upstream is not None else None
-    return None if first_byte is None else gateway.router.clock() + first_byte
+    total = timeouts_of(upstream).total if upstream is not None else None
+    return None if total is None else gateway.router.clock() + total
 
 
 def named(response: Response | StreamResponse, attempt: Attempt | None) -> Response | StreamResponse:
