@@ -73,7 +73,12 @@ __all__ = [
     "Plan",
     "Router",
     "SharedState",
+    "admin_route",
     "backoff",
+    "collector",
+    "create",
+    "deadline",
+    "named",
     "retry_after",
     "should_retry",
 ]
