@@ -196,3 +196,22 @@ def test_replicas_sharing_redis_share_a_cooldown(tmp_path):
             for _ in range(5):  # the other replica never saw b fail, yet sends it nothing
                 assert served(ask(two.url)) == "a/x"
             assert ups["b"].count == 2
+
+
+def test_the_admin_cli_shows_the_deployments(capsys):
+    from llmbridge import cli
+
+    with upstreams(a="ok", b="500") as ups:
+        deps = [{"upstream": "b", "model": "x"}, {"upstream": "a", "model": "x"}]
+        conf = raw(ups, deps, cooldown={"failures": 1, "seconds": 30}, gateway={"api_keys": ["gw-key"]})
+        with gateway(conf) as gw:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            HTTP.post(gw.url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer gw-key"})
+            assert HTTP.get(gw.url + "/admin/deployments").status_code == 401  # a key when the gateway has keys
+            assert cli.main(["deployments", "--url", gw.url, "--key", "gw-key"]) == 0
+            lines = capsys.readouterr().out.splitlines()
+            assert lines[0].split()[:3] == ["model_name", "deployment", "state"]
+            rows = {line.split()[1]: line.split() for line in lines[1:]}
+            assert rows["b/x"][2] == "cooling" and rows["a/x"][2] == "ok"
+            assert cli.main(["deployments", "--url", gw.url, "--key", "wrong"]) == 3
+            assert "HTTP 401" in capsys.readouterr().err
