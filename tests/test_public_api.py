@@ -420,6 +420,7 @@ SURFACE: dict[str, list[str]] = {
     "llmbridge.gateway.record": ["Recorder", "confined", "safe_name"],
     "llmbridge.gateway.relay": ["chat_usage_chunk_filter", "relay_filter"],
     "llmbridge.gateway.routing": [
+        "ATTEMPTS_HEADER",
         "Attempt",
         "COOLING",
         "DeploymentState",

@@ -153,6 +153,7 @@ def test_errors_that_must_not_retry_are_not_retried(status):
             response = ask(gw.url)
             assert response.status_code == status
             assert response.headers["x-llmbridge-deployment"] == "b/x"
+            assert response.headers["x-llmbridge-attempts"] == "1"
             assert ups["b"].count == 1 and ups["a"].count == 0
 
 
@@ -171,7 +172,8 @@ def test_the_legacy_upstreams_form_still_falls_back_in_order():
         conf = raw(ups, [])
         conf["models"] = [{"name": "m", "upstreams": ["a", "b"], "upstream_model": "x"}]
         with gateway(conf) as gw:
-            assert served(ask(gw.url)) == "b/x"
+            response = ask(gw.url, stream=False)
+            assert served(response) == "b/x" and response.headers["x-llmbridge-attempts"] == "2"
             assert ups["a"].count == 1
 
 

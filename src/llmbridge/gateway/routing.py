@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .upstream import Upstream
 
 __all__ = [
+    "ATTEMPTS_HEADER",
     "COOLING",
     "EWMA_ALPHA",
     "EXPLORE",
@@ -86,6 +87,7 @@ __all__ = [
 log = logging.getLogger("llmbridge.gateway.routing")
 
 HEADER = "x-llmbridge-deployment"  # names the deployment that served (or last failed) an answer
+ATTEMPTS_HEADER = "x-llmbridge-attempts"  # how many upstream requests the answer took (1: no retry)
 OK, COOLING, PROBING = "ok", "cooling", "probing"
 EWMA_ALPHA = 0.3  # weight of the newest time-to-start sample
 EXPLORE = 0.05  # share of "latency" picks made at random among the other ready deployments
@@ -914,15 +916,19 @@ def deadline(gateway: Gateway, routes: Sequence[Route]) -> float | None:
 
 
 def named(response: Response | StreamResponse, attempt: Attempt | None) -> Response | StreamResponse:
-    """``response`` with :data:`HEADER` naming the deployment that served it (or failed last)."""
+    """``response`` with :data:`HEADER` naming the deployment that served it (or failed last)
+    and :data:`ATTEMPTS_HEADER` counting the upstream requests it took."""
     if attempt is None:
         return response
     from .streaming import StreamResponse
 
+    name = attempt.name.encode("latin-1", "replace")
+    tries = str(attempt.plan.attempts).encode()
     if isinstance(response, StreamResponse):
-        response.headers.append((HEADER.encode(), attempt.name.encode("latin-1", "replace")))
+        response.headers += [(HEADER.encode(), name), (ATTEMPTS_HEADER.encode(), tries)]
     else:
-        response.headers[HEADER] = attempt.name.encode("latin-1", "replace").decode("latin-1")
+        response.headers[HEADER] = name.decode("latin-1")
+        response.headers[ATTEMPTS_HEADER] = tries.decode()
     return response
 
 

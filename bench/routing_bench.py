@@ -1,0 +1,199 @@
+"""Issue 24: routing across deployments under injected faults.
+
+Three fault-injecting OpenAI-chat upstreams on real sockets (``tests/fault_upstream.py``, one
+thread each in this process): **A** healthy, **B** failing 30% of its requests (every
+request n with n % 10 in {1, 4, 7}; the faults in turn: 429 with ``retry-after: 1``, 500,
+connection refused (its listener closes for 30 ms), a stall before the first byte), **C**
+slow (its answer after 200 ms).  One ``llmbridge serve`` process in front of them, model
+``m`` with the three as deployments (equal weights), ``retries = {attempts = 3,
+backoff_ms = 100, max_backoff_ms = 4000}``, ``cooldown = {failures = 3, seconds = 5}``,
+``first_byte = 0.5`` s per upstream.  The load generator (httpx, this process): 2,000
+streams at 20 concurrent, one run per strategy.
+
+Per run: the share of streams completed without an error reaching the client (a non-200, an
+error event, or no ``[DONE]``); who served them (``x-llmbridge-deployment``); how many
+upstream requests each took (``x-llmbridge-attempts``); p50 latency of the streams served at
+the first attempt and of those that needed one retry after a fast failure (429, 500,
+refused) or after the stall (which waits ``first_byte`` first), and the difference against
+the backoff's own p50 (full jitter over 100 ms: 50 ms); B's requests within its retry-after.
+
+``python -m bench routing``; env ROUTING_BENCH_STREAMS (2000), ROUTING_BENCH_CONC (20),
+ROUTING_BENCH_STRATEGIES (latency,least-busy,weighted,ordered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from .common import table
+
+STREAMS = int(os.environ.get("ROUTING_BENCH_STREAMS", "2000"))
+CONC = int(os.environ.get("ROUTING_BENCH_CONC", "20"))
+STRATEGIES = os.environ.get("ROUTING_BENCH_STRATEGIES", "latency,least-busy,weighted,ordered").split(",")
+FIRST_BYTE = 0.5
+BACKOFF_MS = 100
+FAULTS = ("429", "500", "refuse", "stall")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def b_mode(n: int) -> str:
+    """30% of B's requests fail, the faults in turn."""
+    slot = n % 10
+    if slot not in (1, 4, 7):
+        return "ok"
+    k = (n // 10) * 3 + (1, 4, 7).index(slot)
+    return FAULTS[k % 4]
+
+
+def _config(tmp: Path, routing: str, urls: dict[str, str]) -> Path:
+    lines = ["[gateway]", "metrics = true", ""]
+    for name, url in urls.items():
+        lines += [f"[upstreams.{name}]", 'format = "openai-chat"', f'base_url = "{url}"',
+                  f"timeouts = {{ connect = 2, first_byte = {FIRST_BYTE} }}", ""]  # fmt: skip
+    deployments = ", ".join(f'{{ upstream = "{n}", model = "x" }}' for n in urls)
+    lines += [
+        "[[models]]", 'name = "m"', f'routing = "{routing}"', f"deployments = [{deployments}]",
+        f"retries = {{ attempts = 3, backoff_ms = {BACKOFF_MS}, max_backoff_ms = 4000 }}",
+        "cooldown = { failures = 3, seconds = 5 }", "",
+    ]  # fmt: skip
+    path = tmp / f"routing-{routing}.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(config: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    import urllib.request
+
+    port = _free_port()
+    log = (tmp / f"{config.stem}.log").open("wb")
+    cmd = [sys.executable, "-m", "llmbridge.cli", "serve", "--config", str(config), "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=1).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the gateway did not start: " + (tmp / f"{config.stem}.log").read_text()[-2000:])
+
+
+async def _load(url: str) -> list[tuple[bool, str, int, float]]:
+    """(ok, deployment, attempts, seconds) per stream."""
+    import httpx
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    results: list[tuple[bool, str, int, float]] = []
+    started = 0
+    limits = httpx.Limits(max_connections=CONC, max_keepalive_connections=CONC)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+
+        async def worker() -> None:
+            nonlocal started
+            while started < STREAMS:
+                started += 1
+                t0 = time.perf_counter()
+                try:
+                    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                        text = (await r.aread()).decode()
+                    ok = r.status_code == 200 and "data: [DONE]" in text and '"error"' not in text
+                    who = r.headers.get("x-llmbridge-deployment", "?")
+                    tries = int(r.headers.get("x-llmbridge-attempts", "0"))
+                except httpx.HTTPError:
+                    ok, who, tries = False, "?", 0
+                results.append((ok, who, tries, time.perf_counter() - t0))
+
+        await asyncio.gather(*(worker() for _ in range(CONC)))
+    return results
+
+
+def _one(routing: str, tmp: Path) -> dict[str, object]:
+    sys.path.insert(0, str(ROOT))
+    from tests.fault_upstream import FaultUpstream
+
+    ups = {"a": FaultUpstream("a", "ok"), "b": FaultUpstream("b", b_mode), "c": FaultUpstream("c", "slow")}
+    for up in ups.values():
+        up.start()
+    proc, url = _serve(_config(tmp, routing, {n: u.url for n, u in ups.items()}), tmp)
+    try:
+        t0 = time.perf_counter()
+        results = asyncio.run(_load(url))
+        wall = time.perf_counter() - t0
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for up in ups.values():
+            up.stop()
+    ok = sum(r[0] for r in results)
+    by = Counter(r[1] for r in results if r[0])
+    first = [r[3] for r in results if r[0] and r[2] == 1]
+    fast_retry = [r[3] for r in results if r[0] and r[2] == 2 and r[3] < FIRST_BYTE]
+    stall_retry = [r[3] for r in results if r[0] and r[2] == 2 and r[3] >= FIRST_BYTE]
+    b = ups["b"]
+    times = [t for t, _ in b.arrivals]
+    early = 0  # B requests that arrived within 1 s of a 429 it answered (and were sent after it)
+    for t in b.arrivals_of("429"):
+        early += sum(1 for u in times if t + 0.05 < u < t + 1.0)
+    p50 = statistics.median
+    return {
+        "routing": routing,
+        "streams": len(results),
+        "ok": ok,
+        "wall": wall,
+        "by": by,
+        "retries": Counter(r[2] for r in results),
+        "p50_first": p50(first) if first else None,
+        "p50_fast_retry": p50(fast_retry) if fast_retry else None,
+        "p50_stall_retry": p50(stall_retry) if stall_retry else None,
+        "n_fast_retry": len(fast_retry),
+        "b_faults": Counter(m for _, m in b.arrivals),
+        "b_early": early,
+    }
+
+
+def _ms(x: object) -> str:
+    return "-" if x is None else f"{float(x) * 1000:.0f}"  # type: ignore[arg-type]
+
+
+def run() -> str:
+    rows = []
+    notes = []
+    with tempfile.TemporaryDirectory() as d:
+        for routing in STRATEGIES:
+            r = _one(routing, Path(d))
+            n = int(r["streams"])  # type: ignore[call-overload]
+            by: Counter[str] = r["by"]  # type: ignore[assignment]
+            added = None
+            if r["p50_fast_retry"] is not None and r["p50_first"] is not None:
+                added = float(r["p50_fast_retry"]) - float(r["p50_first"])  # type: ignore[arg-type]
+            rows.append([
+                routing, n, f"{100 * int(r['ok']) / n:.2f}%",  # type: ignore[call-overload]
+                *(f"{100 * by[f'{x}/x'] / n:.1f}%" for x in "abc"),
+                _ms(r["p50_first"]), _ms(r["p50_fast_retry"]), _ms(added), _ms(r["p50_stall_retry"]),
+                r["b_early"], f"{float(r['wall']):.1f}",  # type: ignore[arg-type]
+            ])  # fmt: skip
+            notes.append(f"{routing}: attempts per stream {dict(sorted(r['retries'].items()))}, "  # type: ignore[attr-defined]
+                         f"B answered {dict(r['b_faults'])}, one-retry-after-a-fast-failure streams: {r['n_fast_retry']}")  # fmt: skip
+    head = ["routing", "streams", "no client error", "by A", "by B", "by C", "p50 ms, 1st try",
+            "p50 ms, 1 retry (fast fault)", "added ms (backoff p50: 50)", "p50 ms, 1 retry (stall)",
+            "B requests within a retry-after", "wall s"]  # fmt: skip
+    return table(head, rows) + "\n\n" + "\n".join(notes)
