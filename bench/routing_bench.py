@@ -3,7 +3,7 @@
 Three fault-injecting OpenAI-chat upstreams on real sockets (``tests/fault_upstream.py``, one
 thread each in this process): **A** healthy, **B** failing 30% of its requests (every
 request n with n % 10 in {1, 4, 7}; the faults in turn: 429 with ``retry-after: 1``, 500,
-connection refused (its listener closes for 30 ms), a stall before the first byte), **C**
+connection refused (its listener closes for 5 ms), a stall before the first byte), **C**
 slow (its answer after 200 ms).  One ``llmbridge serve`` process in front of them, model
 ``m`` with the three as deployments (equal weights), ``retries = {attempts = 3,
 backoff_ms = 100, max_backoff_ms = 4000}``, ``cooldown = {failures = 3, seconds = 5}``,
@@ -54,7 +54,7 @@ def b_mode(n: int) -> str:
 
 
 def _config(tmp: Path, routing: str, urls: dict[str, str]) -> Path:
-    lines = ["[gateway]", "metrics = true", ""]
+    lines = ["[gateway]", "metrics = true", "ui_traffic = 100000", ""]  # every attempt in the Traffic ring
     for name, url in urls.items():
         lines += [f"[upstreams.{name}]", 'format = "openai-chat"', f'base_url = "{url}"',
                   f"timeouts = {{ connect = 2, first_byte = {FIRST_BYTE} }}", ""]  # fmt: skip
@@ -97,6 +97,14 @@ def _serve(config: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the gateway did not start: " + (tmp / f"{config.stem}.log").read_text()[-2000:])
 
 
+def _get(url: str) -> dict:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())  # type: ignore[no-any-return]
+
+
 async def _load(url: str) -> list[tuple[bool, str, int, float]]:
     """(ok, deployment, attempts, seconds) per stream."""
     import httpx
@@ -130,7 +138,7 @@ def _one(routing: str, tmp: Path) -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
     from tests.fault_upstream import FaultUpstream
 
-    ups = {"a": FaultUpstream("a", "ok"), "b": FaultUpstream("b", b_mode), "c": FaultUpstream("c", "slow")}
+    ups = {"a": FaultUpstream("a", "ok"), "b": FaultUpstream("b", b_mode, refuse_ms=5), "c": FaultUpstream("c", "slow")}
     for up in ups.values():
         up.start()
     proc, url = _serve(_config(tmp, routing, {n: u.url for n, u in ups.items()}), tmp)
@@ -138,6 +146,8 @@ def _one(routing: str, tmp: Path) -> dict[str, object]:
         t0 = time.perf_counter()
         results = asyncio.run(_load(url))
         wall = time.perf_counter() - t0
+        traffic = _get(url + "/ui/api/traffic")["entries"]
+        deployments = {r["deployment"]: r for r in _get(url + "/admin/deployments")["data"]}
     finally:
         proc.terminate()
         proc.wait(10)
@@ -145,8 +155,11 @@ def _one(routing: str, tmp: Path) -> dict[str, object]:
             up.stop()
     ok = sum(r[0] for r in results)
     by = Counter(r[1] for r in results if r[0])
-    first = [r[3] for r in results if r[0] and r[2] == 1]
-    fast_retry = [r[3] for r in results if r[0] and r[2] == 2 and r[3] < FIRST_BYTE]
+    # like with like: streams A served, at the first try or after one retry
+    first = [r[3] for r in results if r[0] and r[2] == 1 and r[1] == "a/x"]
+    fast_retry = [r[3] for r in results if r[0] and r[2] == 2 and r[3] < FIRST_BYTE and r[1] == "a/x"]
+    failed = [e["duration_ms"] / 1000 for e in traffic if e["upstream"] == "b" and e["status"] == "error"
+              and e["duration_ms"] is not None and e["duration_ms"] < FIRST_BYTE * 1000]  # fmt: skip
     stall_retry = [r[3] for r in results if r[0] and r[2] == 2 and r[3] >= FIRST_BYTE]
     b = ups["b"]
     times = [t for t, _ in b.arrivals]
@@ -165,6 +178,8 @@ def _one(routing: str, tmp: Path) -> dict[str, object]:
         "p50_fast_retry": p50(fast_retry) if fast_retry else None,
         "p50_stall_retry": p50(stall_retry) if stall_retry else None,
         "n_fast_retry": len(fast_retry),
+        "p50_failed": p50(failed) if failed else None,
+        "b_gateway": {k: deployments["b/x"][k] for k in ("requests", "errors", "cooldowns")},
         "b_faults": Counter(m for _, m in b.arrivals),
         "b_early": early,
     }
@@ -182,18 +197,20 @@ def run() -> str:
             r = _one(routing, Path(d))
             n = int(r["streams"])  # type: ignore[call-overload]
             by: Counter[str] = r["by"]  # type: ignore[assignment]
-            added = None
+            added = expected = None
             if r["p50_fast_retry"] is not None and r["p50_first"] is not None:
                 added = float(r["p50_fast_retry"]) - float(r["p50_first"])  # type: ignore[arg-type]
+            if r["p50_failed"] is not None:
+                expected = float(r["p50_failed"]) + BACKOFF_MS / 2000  # type: ignore[arg-type]
             rows.append([
                 routing, n, f"{100 * int(r['ok']) / n:.2f}%",  # type: ignore[call-overload]
                 *(f"{100 * by[f'{x}/x'] / n:.1f}%" for x in "abc"),
-                _ms(r["p50_first"]), _ms(r["p50_fast_retry"]), _ms(added), _ms(r["p50_stall_retry"]),
-                r["b_early"], f"{float(r['wall']):.1f}",  # type: ignore[arg-type]
+                _ms(r["p50_first"]), _ms(r["p50_fast_retry"]), r["n_fast_retry"], _ms(added), _ms(r["p50_failed"]),
+                _ms(expected), _ms(r["p50_stall_retry"]), r["b_early"], f"{float(r['wall']):.1f}",  # type: ignore[arg-type]
             ])  # fmt: skip
             notes.append(f"{routing}: attempts per stream {dict(sorted(r['retries'].items()))}, "  # type: ignore[attr-defined]
-                         f"B answered {dict(r['b_faults'])}, one-retry-after-a-fast-failure streams: {r['n_fast_retry']}")  # fmt: skip
-    head = ["routing", "streams", "no client error", "by A", "by B", "by C", "p50 ms, 1st try",
-            "p50 ms, 1 retry (fast fault)", "added ms (backoff p50: 50)", "p50 ms, 1 retry (stall)",
-            "B requests within a retry-after", "wall s"]  # fmt: skip
+                         f"B answered {dict(r['b_faults'])}, B at the gateway {r['b_gateway']}")  # fmt: skip
+    head = ["routing", "streams", "no client error", "by A", "by B", "by C", "A p50 ms, 1st try",
+            "A p50 ms, 1 retry", "(n)", "added ms", "failed try p50 ms", "failed + backoff p50 ms",
+            "p50 ms, retry after a stall", "B requests within a retry-after", "wall s"]  # fmt: skip
     return table(head, rows) + "\n\n" + "\n".join(notes)

@@ -177,6 +177,7 @@ class DeploymentState:
         self.requests = 0  # attempts sent
         self.errors = 0  # attempts that failed (retryable or not)
         self.served = 0  # answers that started
+        self.cooldowns = 0  # times it was taken out
         self._rpm: deque[float] = deque()  # send times in the last 60 s (local limits only)
         self._tpm = [0, 0]  # [minute, tokens] (local limits only)
 
@@ -244,6 +245,7 @@ class DeploymentState:
             "requests": self.requests,
             "errors": self.errors,
             "served": self.served,
+            "cooldowns": self.cooldowns,
         }
 
 
@@ -350,6 +352,7 @@ class Attempt:
         if self.probe or (cooldown.failures and s.failures >= cooldown.failures and s.state == OK):
             s.state = COOLING
             s.cooling_until = now + cooldown.seconds
+            s.cooldowns += 1
             log.warning("deployment %s cools down for %g s after %d failures in a row (last: %s)",
                         s.name, cooldown.seconds, s.failures, error.message[:200])  # fmt: skip
             plan.router._cooled(s, cooldown.seconds)
