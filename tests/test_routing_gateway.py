@@ -16,7 +16,7 @@ import pytest
 from llmbridge.gateway import config, create_app
 from tests.fault_upstream import FaultUpstream
 from tests.gateway_util import serving, wait_for
-from tests.teams_util import redis_server
+from tests.teams_util import free_port, redis_server
 
 FIRST_BYTE = 0.5  # seconds: B's stall costs this much
 HTTP = httpx.Client(timeout=20)
@@ -217,3 +217,12 @@ def test_the_admin_cli_shows_the_deployments(capsys):
             assert rows["b/x"][2] == "cooling" and rows["a/x"][2] == "ok"
             assert cli.main(["deployments", "--url", gw.url, "--key", "wrong"]) == 3
             assert "HTTP 401" in capsys.readouterr().err
+
+
+def test_redis_down_routing_goes_on_with_its_own_state(caplog):
+    with upstreams(a="ok", b="ok") as ups:
+        deps = [{"upstream": "a", "model": "x", "rpm": 2}, {"upstream": "b", "model": "x"}]
+        conf = raw(ups, deps, gateway={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+        with gateway(conf) as gw:
+            assert [served(ask(gw.url)) for _ in range(4)] == ["a/x", "a/x", "b/x", "b/x"]  # rpm held locally
+    assert any("routing state in Redis unavailable" in r.getMessage() for r in caplog.records)

@@ -427,7 +427,7 @@ class Plan:
                 if s.limited_until > now:
                     limited = min(limited or math.inf, s.limited_until - now)
                 continue
-            if self.router.shared is None:
+            if self.router.local_limits:
                 room = s.room(now, slot.deployment)
                 if room > 0:
                     limited = min(limited or math.inf, room)
@@ -724,18 +724,19 @@ class Router:
                     plan.refused(attempt, now + 0.001)  # it cooled, or another request took the probe, meanwhile
                     continue
             shared = self.shared
-            if shared is None or self.clock() < self._shared_down_until:
-                if shared is None and attempt.slot.state.room(self.clock(), attempt.slot.deployment) > 0:
+            if shared is None or self.local_limits:
+                if attempt.slot.state.room(self.clock(), attempt.slot.deployment) > 0:
                     plan.refused(attempt, self.clock() + 0.001)  # filled while we slept
                     continue
-                attempt.begin(self.clock(), count_locally=shared is None)
+                attempt.begin(self.clock())
                 return attempt
             try:
                 admitted, wait = await shared.claim(attempt, self._probe_ttl(attempt.upstream))
-            except Exception as exc:  # Redis down: this process's own state (the limits are not counted)
+            except Exception as exc:  # Redis down: this process's own state, its own limits
                 self._shared_down(exc)
-                attempt.begin(self.clock(), count_locally=False)
+                attempt.begin(self.clock())
                 return attempt
+            self._shared_down_until = 0.0
             if admitted:
                 attempt.begin(self.clock(), count_locally=False)
                 return attempt
@@ -744,6 +745,11 @@ class Router:
             if wait > 0 and (attempt.probe or s.state == OK):  # cooling elsewhere, or at its limit
                 s.limited_until = max(s.limited_until, now + wait)
             plan.refused(attempt, now + (wait or 1.0))
+
+    @property
+    def local_limits(self) -> bool:
+        """rpm/tpm are counted in this process: no Redis, or Redis failed less than a second ago."""
+        return self.shared is None or self.clock() < self._shared_down_until
 
     def _shared_down(self, exc: Exception) -> None:
         if not self._shared_down_until:
