@@ -303,10 +303,9 @@ class Attempt:
         s.requests += 1
         if self.probe:
             s.state = PROBING
-        if count_locally:
+        if count_locally:  # (else Redis counted it, and its claim set tpm_minute)
             s.take(now, self.slot.deployment, self.plan.estimate)
-        self.tpm_minute = int(time.time() // 60)
-        self.plan.router._changed(s)
+            self.tpm_minute = int(time.time() // 60)
 
     def answered(self, now: float) -> None:
         """The answer started (its first event that is content): a success."""
@@ -342,8 +341,9 @@ class Attempt:
         if wait is not None and wait > 0:
             s.retry_after_until = max(s.retry_after_until, now + wait)
         if not should_retry(error):
-            if s.state == PROBING:  # not the deployment's fault: let the next request probe
+            if self.probe:  # not the deployment's fault: let the next request probe
                 s.state = COOLING
+                plan.router._probe_released(s)
             return
         elapsed = now - self.started if self.started is not None else 0.0
         s.sample(max(elapsed, FAILURE_SAMPLE))
@@ -367,8 +367,9 @@ class Attempt:
         s = self.slot.state
         if self.answered_at is None:  # ended before it started (the client went away)
             s.pending -= 1
-            if s.state == PROBING:
+            if self.probe and s.state == PROBING:
                 s.state = COOLING
+                self.plan.router._probe_released(s)
         s.in_flight -= 1
         if tokens is not None and self.slot.deployment.tpm is not None:
             delta = tokens - self.plan.estimate
@@ -546,6 +547,9 @@ class SharedState:
     def recovered(self, state: DeploymentState) -> asyncio.Future[Any]:
         p = self.prefix(state)
         return self._pipe.call(self._recover, [f"{p}:fail", f"{p}:cool", f"{p}:probe"], [])
+
+    async def release_probe(self, state: DeploymentState) -> None:
+        await self.redis.delete(f"{self.prefix(state)}:probe")
 
     def tokens(self, state: DeploymentState, minute: int, delta: int) -> asyncio.Future[Any]:
         p = self.prefix(state)
@@ -759,9 +763,6 @@ class Router:
 
     # -- hooks from attempts (shared state writes)
 
-    def _changed(self, state: DeploymentState) -> None:
-        pass
-
     def _failed(self, state: DeploymentState) -> None:
         self._share_failure(state, False)
 
@@ -789,6 +790,12 @@ class Router:
         if self.shared is not None:
             with contextlib.suppress(RuntimeError):
                 self.shared.spawn(self.shared.recovered(state))
+
+    def _probe_released(self, state: DeploymentState) -> None:
+        """A probe ended without a verdict (the client left, or a 4xx): another may probe."""
+        if self.shared is not None:
+            with contextlib.suppress(RuntimeError):
+                self.shared.spawn(self.shared.release_probe(state))
 
     def _tokens(self, attempt: Attempt, delta: int) -> None:
         if self.shared is not None and delta:
