@@ -226,3 +226,19 @@ def test_redis_down_routing_goes_on_with_its_own_state(caplog):
         with gateway(conf) as gw:
             assert [served(ask(gw.url)) for _ in range(4)] == ["a/x", "a/x", "b/x", "b/x"]  # rpm held locally
     assert any("routing state in Redis unavailable" in r.getMessage() for r in caplog.records)
+
+
+def test_replicas_sharing_redis_send_one_probe_between_them(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with redis_server(tmp_path) as url, upstreams(a="ok", b="500") as ups:
+        deps = [{"upstream": "b", "model": "x"}, {"upstream": "a", "model": "x"}]  # ordered: b first
+        conf = raw(ups, deps, gateway={"redis_url": url}, cooldown={"failures": 1, "seconds": 1})
+        with gateway(conf) as one, gateway(conf) as two:
+            assert served(ask(one.url)) == "a/x" and ups["b"].count == 1  # b failed once: cooling
+            ups["b"].mode = "stall"  # the probe will hang until first_byte, then fail
+            time.sleep(1.1)  # the cooldown is over: the next request, on either replica, probes
+            with ThreadPoolExecutor(8) as pool:
+                names = list(pool.map(lambda n: served(ask((one, two)[n % 2].url)), range(8)))
+            assert names == ["a/x"] * 8
+            assert ups["b"].count == 2  # exactly one probe between the two replicas

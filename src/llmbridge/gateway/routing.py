@@ -524,29 +524,28 @@ class SharedState:
     def prefix(state: DeploymentState) -> str:
         return f"llmb:dep:{{{state.name}}}"  # one hash tag per deployment: its keys share a slot
 
-    async def claim(self, attempt: Attempt, probe_ttl: float) -> tuple[bool, float]:
-        """(admitted, seconds until it may be: 0 unknown).  Counts the request when admitted."""
+    async def claim(self, attempt: Attempt, probe_ttl: float) -> tuple[int, float]:
+        """(code, seconds until it may be: 0 unknown); codes as :data:`_CLAIM` returns them.
+        Counts the request when admitted (1, or 6: admitted as the deployment's probe)."""
         d, s = attempt.slot.deployment, attempt.slot.state
         p = self.prefix(s)
-        keys = [f"{p}:rpm", f"{p}:tpm:", f"{p}:cool", f"{p}:probe"]
-        args: list[int | str] = [
-            d.rpm or 0, d.tpm or 0, attempt.plan.estimate, f"{time.time_ns()}-{id(attempt)}",
-            1 if attempt.probe else 0, int(probe_ttl * 1000),
-        ]  # fmt: skip
+        keys = [f"{p}:rpm", f"{p}:tpm:", f"{p}:cool", f"{p}:probe", f"{p}:down"]
+        member = f"{time.time_ns()}-{id(attempt)}"
+        args: list[int | str] = [d.rpm or 0, d.tpm or 0, attempt.plan.estimate, member, int(probe_ttl * 1000)]
         code, wait_ms, minute = await self._pipe.call(self._claim, keys, args)
         attempt.tpm_minute = int(minute)
-        return int(code) == 1, int(wait_ms) / 1000
+        return int(code), int(wait_ms) / 1000
 
     def failed(self, state: DeploymentState, cooldown: Cooldown, cool: bool) -> asyncio.Future[Any]:
         """Count a failure in a row; cool the deployment (``cool``: this replica did, or the
         count reached ``cooldown.failures``).  The reply: [failures in a row, cooling (1/0)]."""
         p = self.prefix(state)
         args: list[int | str] = [cooldown.failures, int(cooldown.seconds * 1000), 1 if cool else 0]
-        return self._pipe.call(self._fail, [f"{p}:fail", f"{p}:cool", f"{p}:probe"], args)
+        return self._pipe.call(self._fail, [f"{p}:fail", f"{p}:cool", f"{p}:probe", f"{p}:down"], args)
 
     def recovered(self, state: DeploymentState) -> asyncio.Future[Any]:
         p = self.prefix(state)
-        return self._pipe.call(self._recover, [f"{p}:fail", f"{p}:cool", f"{p}:probe"], [])
+        return self._pipe.call(self._recover, [f"{p}:fail", f"{p}:cool", f"{p}:probe", f"{p}:down"], [])
 
     async def release_probe(self, state: DeploymentState) -> None:
         await self.redis.delete(f"{self.prefix(state)}:probe")
@@ -595,24 +594,27 @@ class SharedState:
         await self.redis.aclose()
 
 
-# KEYS: rpm zset, tpm key prefix, cool key, probe key.
-# ARGV: rpm, tpm, estimate, member, probe (1/0), probe ttl ms.
-# Returns {code, wait_ms, minute}: 1 admitted, 0 at rpm, 3 at tpm, 4 cooling, 5 another replica probes.
+# KEYS: rpm zset, tpm key prefix, cool key, probe key, down key.
+# ARGV: rpm, tpm, estimate, member, probe ttl ms.
+# Returns {code, wait_ms, minute}: 1 admitted, 6 admitted as the probe (it was down, its cooldown
+# is over), 0 at rpm, 3 at tpm, 4 cooling, 5 another request (any replica) is probing it.
 _CLAIM = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local minute = math.floor(now / 60000)
 local cool = redis.call('PTTL', KEYS[3])
 if cool > 0 then return {4, cool, minute} end
-if ARGV[5] == '1' then
-  if not redis.call('SET', KEYS[4], '1', 'NX', 'PX', tonumber(ARGV[6])) then return {5, 0, minute} end
+local probe = 0
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  if not redis.call('SET', KEYS[4], '1', 'NX', 'PX', tonumber(ARGV[5])) then return {5, 0, minute} end
+  probe = 1
 end
 local rpm = tonumber(ARGV[1])
 if rpm > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 60000)
   if redis.call('ZCARD', KEYS[1]) >= rpm then
     local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    if ARGV[5] == '1' then redis.call('DEL', KEYS[4]) end
+    if probe == 1 then redis.call('DEL', KEYS[4]) end
     return {0, tonumber(oldest[2]) + 60000 - now, minute}
   end
 end
@@ -621,7 +623,7 @@ if tpm > 0 then
   local tkey = KEYS[2] .. minute
   local used = tonumber(redis.call('GET', tkey) or '0')
   if used >= tpm then
-    if ARGV[5] == '1' then redis.call('DEL', KEYS[4]) end
+    if probe == 1 then redis.call('DEL', KEYS[4]) end
     return {3, (minute + 1) * 60000 - now, minute}
   end
   redis.call('INCRBY', tkey, ARGV[3])
@@ -631,17 +633,21 @@ if rpm > 0 then
   redis.call('ZADD', KEYS[1], now, ARGV[4])
   redis.call('PEXPIRE', KEYS[1], 61000)
 end
+if probe == 1 then return {6, 0, minute} end
 return {1, 0, minute}
 """
 
-# KEYS: failures counter, cool key, probe key. ARGV: failures to cool (0: off), cool ms, cool now (1/0).
-# Returns the failures in a row (across replicas) and whether it now cools.
+# KEYS: failures counter, cool key, probe key, down key.
+# ARGV: failures to cool (0: off), cool ms, cool now (1/0).
+# Returns the failures in a row (across replicas) and whether it now cools.  Cooling sets
+# "down" (until a probe succeeds) and a cool key that expires after the cooldown.
 _FAIL = """
 local n = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], 3600000)
 local limit = tonumber(ARGV[1])
 if ARGV[3] == '1' or (limit > 0 and n >= limit) then
   redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[2]))
+  redis.call('SET', KEYS[4], '1', 'PX', 86400000)
   redis.call('DEL', KEYS[3])
   return {n, 1}
 end
@@ -649,7 +655,7 @@ return {n, 0}
 """
 
 _RECOVER = """
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return 1
 """
 
@@ -735,18 +741,23 @@ class Router:
                 attempt.begin(self.clock())
                 return attempt
             try:
-                admitted, wait = await shared.claim(attempt, self._probe_ttl(attempt.upstream))
+                code, wait = await shared.claim(attempt, self._probe_ttl(attempt.upstream))
             except Exception as exc:  # Redis down: this process's own state, its own limits
                 self._shared_down(exc)
                 attempt.begin(self.clock())
                 return attempt
             self._shared_down_until = 0.0
-            if admitted:
-                attempt.begin(self.clock(), count_locally=False)
+            s, now = attempt.slot.state, self.clock()
+            if code in (1, 6):
+                if code == 6:  # down, its cooldown over: this request is its one probe (for every replica)
+                    attempt.probe = True
+                elif attempt.probe and s.state == PROBING:  # another request here took the probe meanwhile
+                    attempt.probe = False
+                attempt.begin(now, count_locally=False)
                 return attempt
-            now = self.clock()
-            s = attempt.slot.state
-            if wait > 0 and (attempt.probe or s.state == OK):  # cooling elsewhere, or at its limit
+            if code == 5:  # another request probes it: not before that one is decided (or a moment)
+                wait = 0.25
+            if wait > 0 and (attempt.probe or s.state == OK):  # cooling elsewhere, at its limit, probed
                 s.limited_until = max(s.limited_until, now + wait)
             plan.refused(attempt, now + (wait or 1.0))
 
