@@ -332,3 +332,6 @@ def test_config_forms():
     assert new.deployments[0] == cfg.Deployment("a", "x", 3.0, 600, 200000, False)
     assert new.deployments[1].fallback and new.cooldown == cfg.Cooldown(3, 30.0)
     assert new.retries == cfg.Retries(3, 100.0, 4000.0)
+    partial = cfg.parse({"upstreams": ups, "models": [
+        {"name": "m", "upstreams": ["a", "b"], "retries": {"backoff_ms": 50}}]}).models["m"]  # fmt: skip
+    assert partial.retries == cfg.Retries(2, 50.0, 4000.0)  # attempts: one per deployment

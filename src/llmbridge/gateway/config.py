@@ -133,9 +133,11 @@ class ModelConfig:
         if not self.deployments:  # built in code from routes alone: plain deployments
             plain = tuple(Deployment(r.upstream, r.upstream_model) for r in self.routes)
             object.__setattr__(self, "deployments", plain)
+        regular = max(1, sum(not d.fallback for d in self.deployments))
         if self.retries is None:
-            regular = sum(not d.fallback for d in self.deployments)
-            object.__setattr__(self, "retries", Retries(attempts=max(1, regular)))
+            object.__setattr__(self, "retries", Retries(attempts=regular))
+        elif self.retries.attempts == 0:  # a retries table without attempts: one per deployment
+            object.__setattr__(self, "retries", Retries(regular, self.retries.backoff_ms, self.retries.max_backoff_ms))
 
 
 @dataclass(frozen=True)
@@ -416,8 +418,10 @@ def _deployments(value: Any, key: str, name: str, upstreams: dict[str, UpstreamC
 def _retries(value: Any, key: str) -> Retries:
     t = _as_table(value, key)
     _known(t, key, {"attempts", "backoff_ms", "max_backoff_ms"})
-    attempts = t.get("attempts", 3)
-    if type(attempts) is not int or not 1 <= attempts <= 20:
+    attempts = t.get("attempts")
+    if attempts is None:
+        attempts = 0  # one per (non-fallback) deployment: ModelConfig fills it in
+    elif type(attempts) is not int or not 1 <= attempts <= 20:
         raise ConfigError(f"{key}.attempts", f"must be an integer from 1 to 20 (1: no retry), not {attempts!r}")
     backoff = _milliseconds(t, "backoff_ms", key, 100.0)
     most = _milliseconds(t, "max_backoff_ms", key, max(4000.0, backoff))
