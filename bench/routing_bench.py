@@ -185,6 +185,83 @@ def _one(routing: str, tmp: Path) -> dict[str, object]:
     }
 
 
+DOWN_SECONDS = 2.0  # the down/up phase's cooldown
+
+
+async def _down_up(url: str, b: object) -> dict[str, float]:
+    """Load at CONC concurrent; B goes down (500 to everything), then comes back.  Returns the
+    requests that reached B after it went down, how long until it cooled, and how long after
+    it came back until it was probed back to ok; plus the client errors."""
+    import httpx
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    stop = False
+    errors = 0
+    done = 0
+
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+
+        async def worker() -> None:
+            nonlocal errors, done
+            while not stop:
+                async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                    text = (await r.aread()).decode()
+                ok = r.status_code == 200 and "data: [DONE]" in text and '"error"' not in text
+                errors += not ok
+                done += 1
+
+        async def state() -> str:
+            rows = (await client.get("/admin/deployments")).json()["data"]
+            return str(next(r["state"] for r in rows if r["deployment"] == "b/x"))
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(CONC)]
+        await asyncio.sleep(2.0)
+        assert await state() == "ok"
+        b.mode = "500"  # type: ignore[attr-defined]
+        down = time.monotonic()
+        while await state() != "cooling":
+            await asyncio.sleep(0.005)
+        cooled = time.monotonic()
+        reached = len([t for t in b.arrivals_of("500") if t >= down])  # type: ignore[attr-defined]
+        await asyncio.sleep(0.5)
+        b.mode = "ok"  # type: ignore[attr-defined]
+        up = time.monotonic()
+        while await state() != "ok":
+            await asyncio.sleep(0.01)
+        back = time.monotonic()
+        await asyncio.sleep(1.0)
+        stop = True
+        await asyncio.gather(*workers)
+    return {"reached": reached, "to_cool": cooled - down, "to_back": back - up, "errors": errors, "streams": done}
+
+
+def down_up(tmp: Path) -> str:
+    sys.path.insert(0, str(ROOT))
+    from tests.fault_upstream import FaultUpstream
+
+    ups = {"a": FaultUpstream("a", "ok"), "b": FaultUpstream("b", "ok"), "c": FaultUpstream("c", "slow")}
+    for up in ups.values():
+        up.start()
+    config = _config(tmp, "least-busy", {n: u.url for n, u in ups.items()})
+    text = config.read_text().replace("cooldown = { failures = 3, seconds = 5 }",
+                                      f"cooldown = {{ failures = 3, seconds = {DOWN_SECONDS} }}")  # fmt: skip
+    config.write_text(text)
+    proc, url = _serve(config, tmp)
+    try:
+        r = asyncio.run(_down_up(url, ups["b"]))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for up in ups.values():
+            up.stop()
+    return (
+        f"B down (500 to everything) under {CONC} concurrent streams, least-busy, cooldown = {{ failures = 3, "
+        f"seconds = {DOWN_SECONDS:g} }}: {r['reached']} requests reached B after it went down, cooled after "
+        f"{r['to_cool'] * 1000:.0f} ms; B back up: probed and ok after {r['to_back']:.2f} s "
+        f"(bound: seconds + 1 = {DOWN_SECONDS + 1:g} s); client errors {r['errors']} of {r['streams']} streams"
+    )
+
+
 def _ms(x: object) -> str:
     return "-" if x is None else f"{float(x) * 1000:.0f}"  # type: ignore[arg-type]
 
@@ -213,4 +290,6 @@ def run() -> str:
     head = ["routing", "streams", "no client error", "by A", "by B", "by C", "A p50 ms, 1st try",
             "A p50 ms, 1 retry", "(n)", "added ms", "failed try p50 ms", "failed + backoff p50 ms",
             "p50 ms, retry after a stall", "B requests within a retry-after", "wall s"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as d:
+        notes.append(down_up(Path(d)))
     return table(head, rows) + "\n\n" + "\n".join(notes)
