@@ -42,6 +42,7 @@ FIRST_BYTE = 0.5
 BACKOFF_MS = 100
 FAULTS = ("429", "500", "refuse", "stall")
 ROOT = Path(__file__).resolve().parent.parent
+FAILURES: Counter[str] = Counter()  # what the client saw when a stream failed, over the whole run
 
 
 def b_mode(n: int) -> str:
@@ -126,8 +127,11 @@ async def _load(url: str) -> list[tuple[bool, str, int, float]]:
                     ok = r.status_code == 200 and "data: [DONE]" in text and '"error"' not in text
                     who = r.headers.get("x-llmbridge-deployment", "?")
                     tries = int(r.headers.get("x-llmbridge-attempts", "0"))
-                except httpx.HTTPError:
+                    if not ok:
+                        FAILURES[f"HTTP {r.status_code}: {text[:200]}"] += 1
+                except httpx.HTTPError as exc:
                     ok, who, tries = False, "?", 0
+                    FAILURES[f"{type(exc).__name__}: {exc}"[:200]] += 1
                 results.append((ok, who, tries, time.perf_counter() - t0))
 
         await asyncio.gather(*(worker() for _ in range(CONC)))
@@ -153,6 +157,9 @@ def _one(routing: str, tmp: Path) -> dict[str, object]:
         proc.wait(10)
         for up in ups.values():
             up.stop()
+    log = (tmp / f"routing-{routing}.log").read_text(errors="replace")
+    if "Traceback" in log or " ERROR " in log or "ERROR:" in log:
+        FAILURES[f"gateway log of {routing}: " + log[log.find("Traceback") - 300 :][:1500]] += 1
     ok = sum(r[0] for r in results)
     by = Counter(r[1] for r in results if r[0])
     # like with like: streams A served, at the first try or after one retry
@@ -290,6 +297,8 @@ def run() -> str:
     head = ["routing", "streams", "no client error", "by A", "by B", "by C", "A p50 ms, 1st try",
             "A p50 ms, 1 retry", "(n)", "added ms", "failed try p50 ms", "failed + backoff p50 ms",
             "p50 ms, retry after a stall", "B requests within a retry-after", "wall s"]  # fmt: skip
+    if FAILURES:
+        notes.append(f"client-visible failures: {dict(FAILURES)}")
     with tempfile.TemporaryDirectory() as d:
         notes.append(down_up(Path(d)))
     return table(head, rows) + "\n\n" + "\n".join(notes)

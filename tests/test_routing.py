@@ -244,12 +244,27 @@ def test_a_suspect_deployment_gets_no_more_waiting_requests_than_failures_left()
     assert pending.count("b") == 2  # 1 failure + 2 waiting = 3 = failures before it cools
 
 
-def test_all_cooling_is_a_503_with_retry_after():
+def test_when_every_deployment_is_cooling_they_are_tried_anyway():
+    """Panic, as Envoy's: refusing everyone would turn an overload into an outage."""
+    router, clock = make(ABC[:2], retries={"attempts": 1}, cooldown={"failures": 1, "seconds": 7})
+    serve(router, clock, lambda up: E500 if up == "a" else None)
+    clock.now += 1
+    serve(router, clock, lambda up: E500)  # b fails too: both cooling, a back sooner
+    assert {s.state for s in router.states.values()} == {routing.COOLING}
+    attempt = router.plan("m").next(clock.now)
+    assert attempt.upstream == "a" and attempt.panic and not attempt.probe
+    attempt.begin(clock.now)
+    attempt.answered(clock.now + 0.01)
+    assert router.states["a/x"].state == routing.OK  # it answered: back
+    assert router.plan("m").next(clock.now).upstream == "a"
+
+
+def test_a_single_deployment_is_never_refused_for_its_health():
     router, clock = make(ABC[:1], retries={"attempts": 1}, cooldown={"failures": 1, "seconds": 7})
     serve(router, clock, lambda up: E500)
-    plan = router.plan("m")
-    assert plan.next(clock.now) is None
-    assert plan.error.status == 503 and plan.headers == {"retry-after": "7"}
+    assert router.states["a/x"].state == routing.COOLING
+    tried, plan = serve(router, clock)
+    assert tried == ["a"] and plan.error is None
 
 
 # --------------------------------------------------------------------------- fallbacks and limits

@@ -20,7 +20,8 @@ The rules, in one place:
   to a deployment not yet tried for this request when one is ready.
 - **Cooldown**: ``failures`` retryable failures in a row take a deployment out for
   ``seconds``; then exactly one request probes it; an answer that starts brings it back, a
-  failure cools it again.  While a deployment has failures but is not cooling yet, no more
+  failure cools it again.  When none of a model's deployments is healthy, health is ignored
+  (panic, as Envoy's): the one soonest out of its cooldown is tried rather than refusing all.  While a deployment has failures but is not cooling yet, no more
   than ``failures`` requests wait on it at once (so a deployment that went down entirely gets
   at most ``failures`` requests before it cools).
 - **Fallbacks** (``fallback = true``) serve only when no other deployment can: all cooling,
@@ -188,9 +189,12 @@ class DeploymentState:
 
     def usable(self, now: float, cooldown: Cooldown) -> bool:
         """May get an attempt now (apart from retry-after, which the plan waits out)."""
+        return now >= self.limited_until and self.healthy(now, cooldown)
+
+    def healthy(self, now: float, cooldown: Cooldown) -> bool:
+        """Neither cooling, nor probed by another request, nor holding as many waiting requests as
+        failures left before it cools."""
         if self.state == PROBING or (self.state == COOLING and now < self.cooling_until):
-            return False
-        if now < self.limited_until:
             return False
         # suspect (failed, not cooling yet): no more requests waiting on it than failures left before it cools
         most = cooldown.failures
@@ -272,6 +276,7 @@ class Attempt:
         self.over = False
         self.answered_at: float | None = None
         self.tpm_minute = 0
+        self.panic = False  # sent although the deployment is not healthy: none of the model's is
 
     @property
     def upstream(self) -> str:
@@ -419,14 +424,14 @@ class Plan:
         cooldown = self.model.cooldown
         regular: list[_Slot] = []
         fallback: list[_Slot] = []
+        unhealthy: list[_Slot] = []  # left out only for their health (cooling, probed, suspect)
         limited = 0.0  # the soonest a deployment skipped for its rpm/tpm frees up
         for slot in self.slots:
             s = slot.state
             if self._refused.get(slot.index, 0.0) > now:
                 continue
-            if not s.usable(now, cooldown):
-                if s.limited_until > now:
-                    limited = min(limited or math.inf, s.limited_until - now)
+            if s.limited_until > now:
+                limited = min(limited or math.inf, s.limited_until - now)
                 continue
             if self.router.local_limits:
                 room = s.room(now, slot.deployment)
@@ -434,10 +439,25 @@ class Plan:
                     limited = min(limited or math.inf, room)
                     continue
             if slot.deployment.fallback:
-                if not self.tried.get(slot.index):
-                    fallback.append(slot)
-            elif self.regular_attempts < retries.attempts:
-                regular.append(slot)
+                pool = fallback if not self.tried.get(slot.index) else None
+            else:
+                pool = regular if self.regular_attempts < retries.attempts else None
+            if pool is None:
+                continue
+            if s.healthy(now, cooldown):
+                pool.append(slot)
+            else:
+                unhealthy.append(slot)
+        if not regular and not fallback and unhealthy:
+            # Panic (as Envoy's): no deployment is healthy, so health is ignored rather than
+            # refusing everyone -- the one soonest out of its cooldown first.
+            slot = min(unhealthy, key=lambda x: (x.state.cooling_until, x.state.pending))
+            wait = max(0.0, slot.state.retry_after_until - now)
+            if self.deadline is None or now + max(delay, wait) <= self.deadline:
+                attempt = self._attempt(slot, max(delay, wait), now)
+                if attempt is not None:
+                    attempt.panic = True
+                return attempt
         for pool in (regular, fallback):
             ready = [x for x in pool if x.state.retry_after_until <= now + delay]
             if ready:
@@ -531,7 +551,9 @@ class SharedState:
         p = self.prefix(s)
         keys = [f"{p}:rpm", f"{p}:tpm:", f"{p}:cool", f"{p}:probe", f"{p}:down"]
         member = f"{time.time_ns()}-{id(attempt)}"
-        args: list[int | str] = [d.rpm or 0, d.tpm or 0, attempt.plan.estimate, member, int(probe_ttl * 1000)]
+        args: list[int | str] = [
+            d.rpm or 0, d.tpm or 0, attempt.plan.estimate, member, int(probe_ttl * 1000), int(attempt.panic),
+        ]  # fmt: skip
         code, wait_ms, minute = await self._pipe.call(self._claim, keys, args)
         attempt.tpm_minute = int(minute)
         return int(code), int(wait_ms) / 1000
@@ -595,7 +617,7 @@ class SharedState:
 
 
 # KEYS: rpm zset, tpm key prefix, cool key, probe key, down key.
-# ARGV: rpm, tpm, estimate, member, probe ttl ms.
+# ARGV: rpm, tpm, estimate, member, probe ttl ms, panic (1: no healthy deployment, health ignored).
 # Returns {code, wait_ms, minute}: 1 admitted, 6 admitted as the probe (it was down, its cooldown
 # is over), 0 at rpm, 3 at tpm, 4 cooling, 5 another request (any replica) is probing it.
 _CLAIM = """
@@ -603,9 +625,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local minute = math.floor(now / 60000)
 local cool = redis.call('PTTL', KEYS[3])
-if cool > 0 then return {4, cool, minute} end
+if cool > 0 and ARGV[6] ~= '1' then return {4, cool, minute} end
 local probe = 0
-if redis.call('EXISTS', KEYS[5]) == 1 then
+if ARGV[6] ~= '1' and redis.call('EXISTS', KEYS[5]) == 1 then
   if not redis.call('SET', KEYS[4], '1', 'NX', 'PX', tonumber(ARGV[5])) then return {5, 0, minute} end
   probe = 1
 end
@@ -730,7 +752,7 @@ class Router:
                 s, now = attempt.slot.state, self.clock()
                 if s.probe_due(now):
                     attempt.probe = True  # its cooldown ended while we waited: this is the probe
-                elif attempt.probe or not s.usable(now, plan.model.cooldown):
+                elif not attempt.panic and (attempt.probe or not s.usable(now, plan.model.cooldown)):
                     plan.refused(attempt, now + 0.001)  # it cooled, or another request took the probe, meanwhile
                     continue
             shared = self.shared
@@ -755,9 +777,11 @@ class Router:
                     attempt.probe = False
                 attempt.begin(now, count_locally=False)
                 return attempt
-            if code == 5:  # another request probes it: not before that one is decided (or a moment)
-                wait = 0.25
-            if wait > 0 and (attempt.probe or s.state == OK):  # cooling elsewhere, at its limit, probed
+            if code in (4, 5):  # cooling (another replica cooled it), or another request probes it
+                wait = wait if code == 4 else 0.25  # (a probe: look again in a moment)
+                if s.state == OK or (s.state == COOLING and s.cooling_until < now + wait):
+                    s.state, s.cooling_until = COOLING, now + wait
+            elif wait > 0:  # at its rpm/tpm limit
                 s.limited_until = max(s.limited_until, now + wait)
             plan.refused(attempt, now + (wait or 1.0))
 
