@@ -20,10 +20,11 @@ The rules, in one place:
   to a deployment not yet tried for this request when one is ready.
 - **Cooldown**: ``failures`` retryable failures in a row take a deployment out for
   ``seconds``; then exactly one request probes it; an answer that starts brings it back, a
-  failure cools it again.  When none of a model's deployments is healthy, health is ignored
-  (panic, as Envoy's): the one soonest out of its cooldown is tried rather than refusing all.  While a deployment has failures but is not cooling yet, no more
+  failure cools it again.  While a deployment has failures but is not cooling yet, no more
   than ``failures`` requests wait on it at once (so a deployment that went down entirely gets
-  at most ``failures`` requests before it cools).
+  at most ``failures`` requests before it cools).  When none of a model's deployments is
+  healthy, health is ignored (panic, as Envoy's): the one soonest out of its cooldown is
+  tried rather than refusing everyone.
 - **Fallbacks** (``fallback = true``) serve only when no other deployment can: all cooling,
   at their rpm/tpm limits, waiting on a ``retry-after``, or out of attempts.
 - **Strategies** among the deployments ready now: ``ordered`` (config order), ``weighted``
