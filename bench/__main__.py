@@ -18,6 +18,7 @@ BENCHES = {
     "embed": "bench.embed_bench",
     "images": "bench.image_bench",
     "bindings": "bench.bindings_bench",
+    "routing": "bench.routing_bench",
 }
 
 

@@ -123,7 +123,19 @@ class Gateway:
             request, GEMINI, url_model=model.removeprefix("models/"), stream=stream, json_array=json_array
         )
 
+    async def deployments(self, request: Request) -> Response:
+        """``GET /admin/deployments``: every deployment's state, requests in flight, latency.
+        With team keys on it needs the master key; otherwise a gateway key when ``api_keys``
+        is set, else nothing (as ``/metrics``)."""
+        if isinstance(who := await self._caller(request, "openai-chat"), Response):
+            return who
+        if self.teams is not None and self.teams.accounts and who.kind != teams.MASTER:
+            return replies.error("openai-chat", "the admin API needs the master key", "permission", 403, "not_admin")
+        return replies.json_response({"object": "list", "data": self.pipeline.router.snapshot()})
+
     async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.pipeline.router.aclose()
         if self.teams is not None:
             await self.teams.stop()
         for upstream in self.upstreams.values():
@@ -204,6 +216,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if gateway.teams is not None:
             await gateway.teams.start()
+        await gateway.pipeline.router.start()
         yield
         await gateway.aclose()
 
@@ -219,6 +232,7 @@ def create_app(
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
         *admin_routes(gateway.teams),
+        Route("/admin/deployments", gateway.deployments, methods=["GET"]),
         Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
         Route("/v1/images", gateway.images.generate, methods=["POST"]),
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),

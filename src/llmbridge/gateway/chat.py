@@ -25,9 +25,8 @@ from starlette.responses import Response
 from .. import dialects, hub
 from ..dialects.base import DialectModule, StreamEncoder
 from ..errors import RequestError
-from . import acceptance, binding, extensions, limits, negotiation, replies
+from . import acceptance, binding, extensions, limits, negotiation, replies, routing
 from .config import ModelConfig
-from .config import Route as ModelRoute
 from .embeddings import Embeddings
 from .failures import UpstreamFailed
 from .media import check_images
@@ -36,6 +35,7 @@ from .pipeline import Pipeline, Refused, request_id_of, unless_disconnected
 from .record import Recorder
 from .relay import relay_filter
 from .response import StreamResponse
+from .routing import Attempt
 from .streaming import Exchange, Options
 from .teams import Principal
 from .upstream import Upstream
@@ -181,6 +181,7 @@ class Chat:
                 response = await (unless_disconnected(request, work) if request is not None else work)
         except UpstreamFailed as exc:
             response = self.error_response(turn, exc.error, exc.headers)
+            routing.named(response, exc.deployment)  # which deployment failed last
         except BaseException:  # cancelled before the answer began: the ledger still gets its row
             meter.cancelled()
             raise
@@ -202,16 +203,13 @@ class Chat:
     # -- routing and the exchange
 
     async def routes(self, turn: Turn, model: ModelConfig, meter: Meter) -> Response | StreamResponse:
-        """Try the model's upstreams (the pipeline's fallback); the answer of the first that
-        starts. Raises :class:`UpstreamFailed` when none does."""
+        """The model's deployments as the pipeline routes them; the answer of the first that
+        starts, naming its deployment. Raises :class:`UpstreamFailed` when none does."""
         hreq = turn.request
 
-        served: list[Upstream] = []
-
-        async def attempt(route: ModelRoute) -> Exchange:
-            upstream = self.pipeline.upstreams[route.upstream]
-            served[:] = [upstream]
-            upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
+        async def attempt(deployment: Attempt) -> Exchange:
+            upstream = self.pipeline.upstreams[deployment.upstream]
+            upstream_request = dataclasses.replace(hreq, model=deployment.model, stream=True)
             exchange = await self.open(upstream, upstream_request, turn, meter)
             try:
                 error = await exchange.prime()
@@ -223,18 +221,20 @@ class Chat:
                 raise UpstreamFailed(error)
             return exchange
 
-        def failed(route: ModelRoute, error: hub.Error) -> None:
-            turn.failures.append((route.upstream, error))
+        def failed(deployment: Attempt, error: hub.Error) -> None:
+            turn.failures.append((deployment.upstream, error))
 
-        exchange = await self.pipeline.fallback(model.routes, attempt, what=f"model {model.name}", failed=failed)
+        exchange, deployment = await self.pipeline.route(model, attempt, body_bytes=turn.size, failed=failed)
+        meter.also(deployment.on_end)  # the router hears how the answer ended
         try:
             response = await self.answer(exchange, turn)
         except BaseException:
             await exchange.aclose()
             raise
         if turn.encoder is None:  # what the upstream's dialect had no place for: a header
-            acceptance.report(response, hreq, turn.request_dialect, served[0].format)
-        return response
+            served = self.pipeline.upstreams[deployment.upstream]
+            acceptance.report(response, hreq, turn.request_dialect, served.format)
+        return routing.named(response, deployment)
 
     async def open(self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter) -> Exchange:
         """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
