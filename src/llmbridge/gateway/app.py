@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import dialects, errors, hub
 from ..dialects.base import DialectModule, StreamEncoder, json_decode
 from . import binding, extensions, limits, metering, negotiation, replies, teams
+from . import turns as _turns
 from .config import Config, default_config
 from .config import Route as ModelRoute
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
@@ -35,6 +36,7 @@ from .jsonbody import read_object
 from .media import check_images
 from .record import Recorder
 from .relay import relay_filter
+from .responses_store import routes as responses_routes
 from .streaming import EventSource, Exchange, HTTPSource, JSONArrayFraming, StreamResponse
 from .teams.admin import routes as admin_routes
 from .ui import Console, TrafficLog
@@ -86,6 +88,7 @@ class Gateway:
         self.teams = teams.create(config, self.api_keys)  # virtual keys, limits, ledger, metrics; None: all off
         self.embeddings = EmbeddingsService(self)  # /v1/embeddings, :embedContent, MMSP vectors
         self.images = ImagesService(self)  # /v1/images
+        self.turns = _turns.Turns(self)  # stored responses and response caches (issue 25)
 
     # -- plumbing
 
@@ -285,8 +288,16 @@ class Gateway:
             embedded = await self.embeddings.stream_endpoint(hreq, model, out_dialect, rid, meter)
             meter.responded(embedded)
             return embedded
-        work = self.route(hreq, model.routes, out_dialect, rid, json_array, ticket, with_extensions=ours)
+        # -- issue 25 (gateway/turns.py): previous_response_id rebuilt, the response cache asked
+        turn = await self.turns.begin(request, who, body, hreq, model, request_dialect, ticket)
+        if turn is not None and not isinstance(turn, _turns.Turn):  # refused (an unknown previous_response_id)
+            if ticket is not None and self.teams is not None:
+                self.teams.responded(ticket, turn)
+            return turn
+        # -- end issue 25
+        work = self.route(hreq, model.routes, out_dialect, rid, json_array, ticket, with_extensions=ours, turn=turn)
         response = await _unless_disconnected(request, work)
+        self.turns.mark(turn, response)  # x-llmbridge-cache: hit | miss (issue 25)
         if ticket is not None and self.teams is not None:  # (a ticket implies teams)
             self.teams.responded(ticket, response)
         return binding.as_binary(response) if binary else response
@@ -301,19 +312,22 @@ class Gateway:
         ticket: teams.Ticket | None = None,
         *,
         with_extensions: bool = True,
+        turn: _turns.Turn | None = None,
     ) -> Response | StreamResponse:
         """Try the model's upstreams in order; fall back only while the client has seen nothing.
-        ``with_extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py)."""
+        ``with_extensions``: whether the answer may carry our ``"llmbridge"`` data (gateway/extensions.py).
+        ``turn``: the request's stored-response and cache business (a cache hit answers instead of the upstream)."""
         codec = dialects.get(out_dialect)
         last: hub.Error | None = None
         headers: dict[str, str] = {}
-        for n, route in enumerate(routes):
-            upstream = self.upstreams[route.upstream]
+        hit = turn.hit if turn is not None else None  # issue 25: the cache's stored events, replayed
+        for n, route in enumerate(routes[:1] if hit is not None else routes):
+            upstream: Upstream = hit if hit is not None else self.upstreams[route.upstream]
             upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
             try:
                 exchange = await self.open(
                     upstream, upstream_request, codec, out_dialect, request_id, hreq.stream, json_array, ticket,
-                    with_extensions,
+                    with_extensions, turn,
                 )
             except UpstreamFailed as exc:
                 last, headers = exc.error, exc.headers
@@ -348,9 +362,11 @@ class Gateway:
         json_array: bool,
         ticket: teams.Ticket | None = None,
         with_extensions: bool = True,
+        turn: _turns.Turn | None = None,
     ) -> Exchange:
         """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
         started = asyncio.get_running_loop().time()
+        tap = turn.tap(upstream) if turn is not None else None  # issue 25: sees the hub events, files the answer
         timeouts = timeouts_of(upstream)
         recorder = None
         relay = False
@@ -368,11 +384,16 @@ class Gateway:
                 self._recorded += 1
                 recorder = Recorder.start(self.record_dir, self._recorded, upstream.config, hreq)
             record = recorder.write if recorder else None
-            source = HTTPSource(response, upstream.dialect.StreamDecoder(), upstream.name, timeouts, started, record)
+            decoder = upstream.dialect.StreamDecoder()
+            if tap is not None:
+                decoder = tap.decoder(decoder)
+            source = HTTPSource(response, decoder, upstream.name, timeouts, started, record)
             # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
             relay = stream and not json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
+            relay = relay and tap is None  # a tap needs every event decoded
         else:
-            source = EventSource(upstream.stream(hreq), upstream.name, timeouts, started)
+            events = upstream.stream(hreq)
+            source = EventSource(tap.stream(events) if tap is not None else events, upstream.name, timeouts, started)
         keepalive = self.config.gateway.keepalive_seconds if stream else None
         # (dialects.stream_encoder takes the plain module: the optional stream_encoder(request))
         encoder: Callable[[], StreamEncoder] = partial(dialects.stream_encoder, dialects.get(out_dialect), hreq)
@@ -420,6 +441,7 @@ class Gateway:
         return replies.json_response(extensions.plain_body(codec.encode_response(plain)))
 
     async def aclose(self) -> None:
+        await self.turns.stop()  # (before teams: it may share the ledger's database)
         if self.teams is not None:
             await self.teams.stop()
         for service in (self.embeddings, self.images):
@@ -544,6 +566,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if gateway.teams is not None:
             await gateway.teams.start()
+        await gateway.turns.start()
         yield
         await gateway.aclose()
 
@@ -559,6 +582,7 @@ def create_app(config: Config | str | None = None, upstreams: dict[str, Upstream
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
         *admin_routes(gateway.teams),
+        *responses_routes(gateway),  # GET/DELETE /v1/responses/{id}, .../input_items (issue 25)
         Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
         Route("/v1/images", gateway.images.generate, methods=["POST"]),
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),

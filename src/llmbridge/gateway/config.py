@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import dialects
+from . import cache as _cache
+from . import responses_store as _store
 from .teams import pricing as _pricing
 from .teams import settings as _teams
 
@@ -85,6 +87,7 @@ class ModelConfig:
     routes: tuple[Route, ...]  # tried in order (fallback)
     price: _pricing.Price | None = None  # USD per million tokens, for the ledger's cost
     kind: str = "chat"  # "chat" | "embedding": an embedding model answers MMSP's stream with vectors
+    cache: _cache.CachePolicy | None = None  # the model's response cache (gateway/cache.py); None: off
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class GatewayConfig:
     ui_traffic: int = 200  # recent requests kept in memory for the console's Traffic page
     teams: _teams.TeamsSettings = field(default_factory=_teams.TeamsSettings)  # keys, ledger, metrics
     max_image_bytes: int = 20 * 1024 * 1024  # decoded size of one base64 image in a request (OpenAI's limit)
+    store: _store.StoreSettings = field(default_factory=_store.StoreSettings)  # stored responses, cache backend
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,13 @@ def parse(raw: dict[str, Any], env: Mapping[str, str] | None = None) -> Config:
         if model.name in models:
             raise ConfigError(f"models[{i}].name", f"model {model.name!r} is defined twice")
         models[model.name] = model
+    for i, model in enumerate(models.values()):
+        embed = model.cache.embed_model if model.cache is not None else None
+        if embed is not None and (embed not in models or models[embed].kind != "embedding"):
+            known = ", ".join(n for n, m in models.items() if m.kind == "embedding") or "none defined"
+            raise ConfigError(
+                f"models[{i}].cache.embed_model", f'{embed!r} is not a model of kind "embedding" (known: {known})'
+            )
     return Config(gateway, upstreams, models)
 
 
@@ -190,6 +201,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
             "ui_traffic",
             "max_image_bytes",
             *_teams.KEYS,
+            *_store.KEYS,
         },
     )
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
@@ -224,13 +236,14 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
         raise ConfigError("gateway.ui_traffic", "must be an integer from 0 to 100000")
     try:
         teams = _teams.parse(t, lambda value, key: _expand(value, key, env))
+        store = _store.parse(t)
     except ValueError as exc:
         raise ConfigError(*exc.args) from None
     return GatewayConfig(
         keepalive, max_body, keys, record_dir or None, extensions=extensions, ui=ui, ui_key=ui_key or None,
         ui_traffic=ui_traffic, teams=teams, max_json_depth=max_json_depth, max_connections=max_connections,
         max_event_bytes=max_event_bytes, max_image_bytes=max_image_bytes, header_timeout=header_timeout,
-        idle_timeout=idle_timeout,
+        idle_timeout=idle_timeout, store=store,
     )
 
 
@@ -269,7 +282,7 @@ def _upstream(name: str, t: dict[str, Any], env: Mapping[str, str]) -> UpstreamC
 
 
 def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
-    _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "price", "kind"})
+    _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "price", "kind", "cache", "cache_scope"})
     kind = t.get("kind", "chat")
     if kind not in MODEL_KINDS:
         raise ConfigError(f"{where}.kind", f"must be one of {', '.join(MODEL_KINDS)}")
@@ -302,9 +315,14 @@ def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) 
         routes.append(Route(up, target))
     try:
         price = _pricing.parse_price(t["price"], f"{where}.price") if "price" in t else None
+        if "cache_scope" in t and "cache" not in t:
+            raise ValueError(f"{where}.cache_scope", "applies to a model with a cache: set cache = { ... } too")
+        cache = _cache.parse_policy(t["cache"], t.get("cache_scope"), where) if "cache" in t else None
     except ValueError as exc:
         raise ConfigError(*exc.args) from None
-    return ModelConfig(name, tuple(routes), price, kind)
+    if cache is not None and kind != "chat":
+        raise ConfigError(f"{where}.cache", "a response cache applies to chat models only")
+    return ModelConfig(name, tuple(routes), price, kind, cache)
 
 
 # --------------------------------------------------------------------------- helpers

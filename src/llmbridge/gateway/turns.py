@@ -1,0 +1,425 @@
+"""Stored responses and response caches on the request path: what ``app.py`` calls.
+
+Two hooks, kept small so the request pipeline can change around them:
+
+1. :meth:`Turns.begin`, once a request is decoded and admitted and before it is routed:
+   rebuilds the conversation of a ``previous_response_id`` (gateway/responses_store.py), and
+   looks the request up in its model's cache (gateway/cache.py). It returns a :class:`Turn`
+   (``turn.hit`` is set when the cache answers), an error response, or None (nothing to do).
+2. :meth:`Turn.tap`, when an exchange is opened: a tap on the upstream's hub events (its
+   decoder, or its event iterator) that stamps the response id the gateway stores under, keeps
+   the events, and at ``ResponseEnd`` (never after an ``Error``) writes the stored response and
+   the cache entry, in a background task (the stream never waits for a database).
+
+:meth:`Turns.mark` adds ``x-llmbridge-cache: hit|miss`` to the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from .. import dialects, hub
+from ..dialects.base import StreamDecoder
+from . import cache as _cache
+from . import extensions, teams
+from .responses_store import (
+    DatabaseResponses,
+    MemoryResponses,
+    Responses,
+    Stored,
+    assistant_message,
+    input_items,
+    owner_of,
+    previous_not_found,
+)
+from .streaming import StreamResponse
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from .config import ModelConfig
+
+__all__ = ["CACHE_HEADER", "Tap", "Turn", "Turns"]
+
+log = logging.getLogger("llmbridge.gateway")
+RESPONSES = "openai-responses"
+PREFIX = RESPONSES + ":"
+CACHE_HEADER = "x-llmbridge-cache"
+SWEEP_SECONDS = 300.0  # how often expired stored responses and cache entries are deleted
+_COPIED = (
+    "instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "reasoning", "temperature", "text",
+    "tool_choice", "tools", "top_p", "truncation", "user",
+)  # fmt: skip
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+class Turns:
+    """The gateway's stored responses and caches (``gateway.turns``)."""
+
+    def __init__(self, gateway: Any):
+        self.gateway = gateway
+        config = gateway.config
+        self.settings = config.gateway.store
+        self.any_cache = any(m.cache is not None for m in config.models.values())
+        self.responses: Responses | None = None
+        self.cache: _cache.Backend | None = None
+        self._own_store: Any = None
+        self._started = False
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # -- life cycle
+
+    async def start(self) -> None:
+        async with self._lock:
+            if self._started:
+                return
+            s = self.settings
+            db = None
+            if s.database and (s.response_store or (self.any_cache and s.cache_backend == "database")):
+                t = self.gateway.teams
+                if t is not None and t.store is not None:  # the ledger's own connection
+                    await t.start()
+                    db = t.store
+                else:
+                    from .teams.store import connect
+
+                    db = self._own_store = connect(self.gateway.config.gateway.teams.database_url)
+                    await db.open()
+            if s.response_store:
+                backend = DatabaseResponses(db) if db is not None else MemoryResponses(s.response_store_max)
+                self.responses = Responses(backend, s.response_store_days)
+            if self.any_cache:
+                if s.cache_backend == "redis":
+                    self.cache = _cache.RedisCache(self.gateway.config.gateway.teams.redis_url)
+                elif db is not None:
+                    self.cache = _cache.DatabaseCache(db)
+                else:
+                    self.cache = _cache.MemoryCache(s.cache_max_entries)
+            if self.responses is not None or self.cache is not None:
+                self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="llmbridge-sweep")
+            self._started = True
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.cache is not None:
+            with contextlib.suppress(Exception):
+                await self.cache.aclose()
+        if self._own_store is not None:
+            with contextlib.suppress(Exception):
+                await self._own_store.close()
+            self._own_store = None
+        self._started = False
+
+    async def responses_store(self) -> Responses | None:
+        if not self._started:
+            await self.start()
+        return self.responses
+
+    async def _sweep(self) -> None:
+        while True:
+            now = time.time()
+            for what, purge in (("stored responses", self.responses), ("cache entries", self.cache)):
+                if purge is None:
+                    continue
+                try:
+                    gone = await (purge.backend.purge(now) if isinstance(purge, Responses) else purge.purge(now))
+                    if gone:
+                        log.info("deleted %d expired %s", gone, what)
+                except Exception as exc:
+                    log.warning("cannot delete expired %s (%s: %s)", what, type(exc).__name__, exc)
+            await asyncio.sleep(SWEEP_SECONDS)
+
+    def spawn(self, work: Coroutine[Any, Any, Any], what: str) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except Exception as exc:  # the database is down: the answer was served, only the copy is lost
+                log.warning("cannot write %s (%s: %s)", what, type(exc).__name__, exc)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- hook 1: before routing
+
+    async def begin(
+        self,
+        request: Request,
+        who: teams.Principal,
+        body: dict[str, Any],
+        hreq: hub.Request,
+        model: ModelConfig,
+        request_dialect: str,
+        ticket: teams.Ticket | None,
+    ) -> Turn | Response | None:
+        """What this request needs from the store and the cache (see the module docstring)."""
+        if request_dialect == RESPONSES and not self.settings.response_store:
+            if body.get("store") is not False:
+                hreq.extensions[PREFIX + "store"] = False  # the operator turned storing off: upstreams too
+            previous = body.get("previous_response_id")
+            if previous and not any(self._format(r.upstream) == RESPONSES for r in model.routes):
+                return previous_not_found(str(previous))  # nobody keeps conversations here
+        if not (self.settings.response_store and request_dialect == RESPONSES) and model.cache is None:
+            return None
+        if not self._started:
+            await self.start()
+        turn = Turn(self, owner_of(who), body)
+        key = who.key
+        if request_dialect == RESPONSES and self.responses is not None:
+            wanted = body.get("store") is not False
+            turn.store = wanted and (key is None or key.response_store)
+            if wanted and not turn.store:
+                hreq.extensions[PREFIX + "store"] = False  # forced off: an OpenAI upstream must not keep it either
+            previous = body.get("previous_response_id")
+            if isinstance(previous, str) and previous:
+                refused = await self._continue(turn, who, previous, hreq, model)
+                if refused is not None:
+                    return refused
+        policy = model.cache
+        usable = policy is not None and self.cache is not None and (key is None or key.cache) and not turn.forward
+        if policy is not None and usable and _cache.cacheable(hreq, policy):
+            await self._lookup(turn, request, hreq, policy)
+            if ticket is not None:
+                ticket.cache = turn.cache_result
+        return turn
+
+    async def _continue(
+        self, turn: Turn, who: teams.Principal, previous: str, hreq: hub.Request, model: ModelConfig
+    ) -> Response | None:
+        assert self.responses is not None
+        owner = None if who.kind == teams.MASTER else turn.owner
+        forwardable = any(self._format(r.upstream) == RESPONSES for r in model.routes)
+        # (an OpenAI upstream's ids are never here: no waiting for them)
+        find = self.responses.get if forwardable else self.responses.find
+        stored = await find(previous, owner)
+        if stored is None:
+            if forwardable:  # an id an OpenAI upstream made: it keeps the conversation
+                turn.forward = True
+                return None
+            return previous_not_found(previous)
+        history: list[hub.Message] = []
+        decode = dialects.get(RESPONSES).decode_request
+        for s in await self.responses.chain(stored, owner):
+            history += decode({"input": s.input}).messages
+            events = [e for e in map(hub.event_from_json, s.response.get("events") or ()) if e is not None]
+            history.append(assistant_message(events))
+        lead = 0
+        while lead < len(hreq.messages) and hreq.messages[lead].role == "system":
+            lead += 1
+        hreq.messages = hreq.messages[:lead] + history + hreq.messages[lead:]
+        hreq.extensions.pop(PREFIX + "previous_response_id", None)  # every upstream now gets it all
+        turn.previous = previous
+        return None
+
+    def _format(self, upstream: str) -> str | None:
+        u = self.gateway.config.upstreams.get(upstream)
+        return u.format if u is not None else None
+
+    async def _lookup(self, turn: Turn, request: Request, hreq: hub.Request, policy: _cache.CachePolicy) -> None:
+        assert self.cache is not None
+        scope = "gateway" if policy.scope == "gateway" else turn.owner
+        turn.cache_key, turn.cache_part = _cache.request_keys(hreq, scope, policy)
+        turn.policy = policy
+        control = request.headers.get("cache-control", "").lower()
+        refresh = "no-cache" in control or "no-store" in control
+        text = None
+        try:
+            if not refresh:
+                text = await self.cache.get(turn.cache_key, time.time())
+            if text is None and policy.mode == "semantic":
+                turn.vector = await self._embed(policy, hreq)
+                if turn.vector is not None and not refresh:
+                    best = policy.threshold
+                    for events, packed in await self.cache.candidates(turn.cache_part, time.time()):
+                        other = _cache.unpack_vector(packed)
+                        if other is not None and (score := _cache.cosine(turn.vector, other)) >= best:
+                            best, text = score, events
+        except Exception as exc:  # the cache's backend is down: answer from the upstream
+            log.warning("response cache unavailable (%s: %s)", type(exc).__name__, exc)
+            turn.cache_key = None
+            return
+        replay = _cache.decode_events(text) if text is not None else None
+        if replay is not None:
+            turn.hit = _cache.ReplayUpstream(replay)
+            turn.cache_result = "hit"
+        else:
+            turn.cache_result = "miss"
+            if policy.mode == "semantic" and turn.vector is None:
+                turn.cache_key = None  # nothing to file it under
+
+    async def _embed(self, policy: _cache.CachePolicy, hreq: hub.Request) -> list[float] | None:
+        from .embeddings import EmbedRequest
+
+        text = _cache.last_user_text(hreq)
+        if not text or policy.embed_model is None:
+            return None
+        result = await self.gateway.embeddings.embed(EmbedRequest(policy.embed_model, [text]))
+        if isinstance(result, hub.Error) or not result.vectors:
+            return None
+        return [float(x) for x in result.vectors[0]]
+
+    # -- the answer's header
+
+    def mark(self, turn: Turn | None, response: Response | StreamResponse) -> None:
+        """``x-llmbridge-cache: hit`` / ``miss`` on a response whose model has a cache."""
+        if turn is None or turn.cache_result is None:
+            return
+        header = (CACHE_HEADER.encode(), turn.cache_result.encode())
+        if isinstance(response, StreamResponse):
+            response.headers.append(header)
+        else:
+            response.raw_headers.append(header)
+
+
+class Turn:
+    """One request's business with the store and the cache."""
+
+    def __init__(self, turns: Turns, owner: str, body: dict[str, Any]):
+        self.turns = turns
+        self.owner = owner
+        self.body = body
+        self.store = False  # keep this /v1/responses answer (unless an OpenAI upstream keeps it)
+        self.forward = False  # previous_response_id is an OpenAI upstream's: forwarded untouched
+        self.previous: str | None = None
+        self.response_id: str | None = None
+        self.hit: _cache.ReplayUpstream | None = None
+        self.cache_result: str | None = None  # "hit" | "miss"
+        self.cache_key: str | None = None
+        self.cache_part = ""
+        self.vector: list[float] | None = None
+        self.policy: _cache.CachePolicy | None = None
+
+    # -- hook 2: the exchange
+
+    def tap(self, upstream: Any) -> Tap | None:
+        """The tap for one exchange with ``upstream`` (None: nothing to keep from it)."""
+        forwarding = getattr(upstream, "format", None) == RESPONSES and not isinstance(upstream, _cache.ReplayUpstream)
+        store = self.store and not forwarding
+        fill = self.cache_key is not None and self.hit is None
+        if not (store or fill):
+            return None
+        if store and self.response_id is None:
+            self.response_id = _new_id("resp")
+        return Tap(self, getattr(upstream, "name", None), store, fill)
+
+    def commit(self, tap: Tap) -> None:
+        """A whole answer arrived: file it (background writes; a follow-up turn finds it at once)."""
+        turns = self.turns
+        events = tap.events
+        now = time.time()
+        if tap.fill and self.cache_key is not None and self.policy is not None and turns.cache is not None:
+            text = _cache.encode_events(events)
+            vector = _cache.pack_vector(self.vector) if self.vector is not None else None
+            put = turns.cache.put(self.cache_key, self.cache_part, vector, text, now, self.policy.ttl_seconds)
+            turns.spawn(put, "a cache entry")
+        if tap.store and self.response_id is not None and turns.responses is not None:
+            stored = self._stored(events, tap.upstream, now, turns.responses.seconds)
+            turns.responses.pending[stored.id] = stored
+            turns.spawn(turns.responses.put(stored), "a stored response")
+
+    def _stored(self, events: list[hub.Event], upstream: str | None, now: float, keep: float) -> Stored:
+        assert self.response_id is not None
+        body = self.body
+        codec = dialects.get(RESPONSES)
+        plain = extensions.plain_response(hub.assemble(events), RESPONSES)
+        obj: dict[str, Any] = extensions.plain_body(codec.encode_response(plain))
+        for name in _COPIED:
+            if name in body:
+                obj[name] = body[name]
+        obj["id"] = self.response_id
+        obj["previous_response_id"] = body.get("previous_response_id")
+        obj["store"] = True
+        kept = []
+        for event in events:
+            data = hub.event_to_json(event)
+            if type(event) in (hub.ResponseStart, hub.ResponseEnd):
+                data.pop("request_id", None)
+            kept.append(data)
+        return Stored(
+            self.response_id, self.owner, now, now + keep, self.previous, upstream,
+            input_items(body, _new_id), {"object": obj, "events": kept},
+        )  # fmt: skip
+
+
+class Tap:
+    """Sees one exchange's hub events before they are encoded (see the module docstring)."""
+
+    def __init__(self, turn: Turn, upstream: str | None, store: bool, fill: bool):
+        self.turn = turn
+        self.upstream = upstream
+        self.store = store
+        self.fill = fill
+        self.events: list[hub.Event] = []
+        self.failed = False
+        self.done = False
+
+    needs_events = True  # a relay decodes only a few events: the exchange must translate
+
+    def see(self, events: list[hub.Event]) -> None:
+        if self.done:
+            return
+        for event in events:
+            kind = type(event)
+            if kind is hub.ResponseStart and self.store:
+                event.id = self.turn.response_id  # type: ignore[union-attr]  # (kind checked)
+            self.events.append(event)
+            if kind is hub.Error or (kind is hub.Finish and event.reason == "error"):  # type: ignore[union-attr]
+                self.failed = True
+            elif kind is hub.ResponseEnd:
+                self.done = True
+                if not self.failed:
+                    self.turn.commit(self)
+                self.events = []
+                return
+
+    def decoder(self, inner: StreamDecoder) -> StreamDecoder:
+        return _TapDecoder(inner, self)
+
+    async def stream(self, source: AsyncIterator[hub.Event]) -> AsyncIterator[hub.Event]:
+        try:
+            async for event in source:
+                self.see([event])
+                yield event
+        finally:
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+class _TapDecoder:
+    """A decoder whose events the tap sees first (the same events, in the same lists)."""
+
+    def __init__(self, inner: StreamDecoder, tap: Tap):
+        self._inner = inner
+        self._tap = tap
+        self.violations = inner.violations  # the same list: the inner decoder appends to it
+
+    def feed(self, data: bytes) -> list[hub.Event]:
+        events = self._inner.feed(data)
+        if events:
+            self._tap.see(events)
+        return events
+
+    def close(self) -> list[hub.Event]:
+        events = self._inner.close()
+        if events:
+            self._tap.see(events)
+        return events
