@@ -17,54 +17,13 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
-from llmbridge import dialects, hub
 from llmbridge.gateway import config, create_app
 from tests.gateway_util import serving
+from tests.store_util import FakeUpstreams
 
 MASTER = "master-0123456789abcdef"
 ADMIN = {"authorization": f"Bearer {MASTER}"}
-
-
-def answer_bytes(dialect: str, text: str, *, tool: bool = False) -> bytes:
-    """A whole streamed answer in ``dialect``, made by our own encoder (what its SDK accepts)."""
-    events: list[hub.Event] = [hub.ResponseStart("up_1", "up-model", 1)]
-    events += [hub.BlockStart(0, "text"), hub.Delta(0, text), hub.BlockStop(0)]
-    if tool:
-        events += [hub.BlockStart(1, "tool_call", "call_1", "lookup"), hub.Delta(1, '{"q": 1}'), hub.BlockStop(1)]
-    events += [hub.Usage(input_tokens=10, output_tokens=3), hub.Finish("tool_use" if tool else "end_turn")]
-    events.append(hub.ResponseEnd())
-    encoder = dialects.get(dialect).StreamEncoder()
-    return b"".join(encoder.encode(e) for e in events)
-
-
-class FakeUpstreams:
-    """Chat Completions, Messages and Gemini on one server; each request's body is kept."""
-
-    def __init__(self) -> None:
-        self.received: dict[str, list[dict]] = {"openai-chat": [], "anthropic-messages": [], "gemini": []}
-
-    def app(self) -> Starlette:
-        def endpoint(dialect: str):
-            async def handle(request: Request) -> Response:
-                seen = self.received[dialect]
-                seen.append(json.loads(await request.body()))
-                text = f"reply {len(seen)} from {dialect}"
-                return Response(answer_bytes(dialect, text), media_type="text/event-stream")
-
-            return handle
-
-        return Starlette(
-            routes=[
-                Route("/v1/chat/completions", endpoint("openai-chat"), methods=["POST"]),
-                Route("/v1/messages", endpoint("anthropic-messages"), methods=["POST"]),
-                Route("/v1beta/models/{target:path}", endpoint("gemini"), methods=["POST"]),
-            ]
-        )
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,7 @@ _NEUTRAL = frozenset(
     {
         "store", "previous_response_id", "stream_options", "user", "metadata", "service_tier",
         "prompt_cache_key", "safety_identifier", "background", "truncation", "prompt_cache_retention",
+        "max_tokens_field",
     }
 )  # fmt: skip
 
