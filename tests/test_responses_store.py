@@ -239,3 +239,46 @@ def test_two_replicas_on_one_postgres_continue_each_others_turns(upstreams, tmp_
             assert "asked on replica one" in text_of(upstreams.fake.received["gemini"][-1])
             assert "and on two" in text_of(upstreams.fake.received["gemini"][-1])
             assert b.responses.retrieve(third.id).id == third.id
+
+
+class _Recording:
+    """An in-process upstream that keeps each hub request it is sent (the local model, wrapped)."""
+
+    format = "local"
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.requests = []
+
+    def stream(self, request):
+        self.requests.append(request)
+        return self.inner.stream(request)
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+
+def test_three_turns_over_the_local_model():
+    from tests.conftest import require_local_model
+
+    require_local_model()
+    from llmbridge.gateway.config import default_config
+    from llmbridge.gateway.upstream import build
+
+    cfg = default_config()
+    local = _Recording(build(cfg.upstreams["local"]))
+    with serving(create_app(cfg, upstreams={"local": local})) as gw:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        first = client.responses.create(model="local", input="Name a fruit.", max_output_tokens=4)
+        second = client.responses.create(
+            model="local", input="Name a color.", previous_response_id=first.id, max_output_tokens=4
+        )
+        third = client.responses.create(
+            model="local", input="Name a city.", previous_response_id=second.id, max_output_tokens=4
+        )
+        assert third.output_text and client.responses.retrieve(third.id).id == third.id
+    messages = local.requests[-1].messages
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert [messages[n].text for n in (0, 2, 4)] == ["Name a fruit.", "Name a color.", "Name a city."]
+    assert messages[1].text == first.output_text and messages[3].text == second.output_text
