@@ -18,6 +18,7 @@ BENCHES = {
     "embed": "bench.embed_bench",
     "images": "bench.image_bench",
     "bindings": "bench.bindings_bench",
+    "cache": "bench.cache_bench",
 }
 
 
