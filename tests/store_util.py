@@ -12,9 +12,11 @@ from starlette.routing import Route
 from llmbridge import dialects, hub
 
 
-def answer_bytes(dialect: str, text: str, *, tool: bool = False, thinking: bool = False) -> bytes:
+def answer_bytes(
+    dialect: str, text: str, *, tool: bool = False, thinking: bool = False, response_id: str = "up_1"
+) -> bytes:
     """A whole streamed answer in ``dialect``, made by our own encoder (what its SDK accepts)."""
-    events: list[hub.Event] = [hub.ResponseStart("up_1", "up-model", 1)]
+    events: list[hub.Event] = [hub.ResponseStart(response_id, "up-model", 1)]
     if thinking:
         fidelity = {"anthropic-messages": {"signature": "sig-1"}}
         events += [hub.BlockStart(5, "thinking"), hub.Delta(5, "pondering"), hub.BlockStop(5, fidelity)]
@@ -31,7 +33,9 @@ class FakeUpstreams:
     """Chat Completions, Messages and Gemini on one server; each request's body is kept."""
 
     def __init__(self) -> None:
-        self.received: dict[str, list[dict]] = {"openai-chat": [], "anthropic-messages": [], "gemini": []}
+        self.received: dict[str, list[dict]] = {
+            "openai-chat": [], "anthropic-messages": [], "gemini": [], "openai-responses": []
+        }  # fmt: skip
 
     def app(self) -> Starlette:
         def endpoint(dialect: str):
@@ -41,7 +45,10 @@ class FakeUpstreams:
                 seen.append(body)
                 text = f"reply {len(seen)} from {dialect}"
                 asked = json.dumps(body)
-                data = answer_bytes(dialect, text, tool="use the tool" in asked, thinking="think first" in asked)
+                data = answer_bytes(
+                    dialect, text, tool="use the tool" in asked, thinking="think first" in asked,
+                    response_id=f"resp_upstream{len(seen)}",
+                )  # fmt: skip
                 if "cut me short" in asked:  # an answer that breaks off: never to be cached
                     data = data[: len(data) // 2]
                 return Response(data, media_type="text/event-stream")
@@ -51,6 +58,7 @@ class FakeUpstreams:
         return Starlette(
             routes=[
                 Route("/v1/chat/completions", endpoint("openai-chat"), methods=["POST"]),
+                Route("/v1/responses", endpoint("openai-responses"), methods=["POST"]),
                 Route("/v1/messages", endpoint("anthropic-messages"), methods=["POST"]),
                 Route("/v1beta/models/{target:path}", endpoint("gemini"), methods=["POST"]),
             ]

@@ -41,11 +41,13 @@ def gateway_config(up_url: str, db: Path | None = None, **gateway: object) -> co
             "chat": {"format": "openai-chat", "base_url": up_url + "/v1"},
             "claude": {"format": "anthropic-messages", "base_url": up_url},
             "gem": {"format": "gemini", "base_url": up_url},
+            "resp": {"format": "openai-responses", "base_url": up_url + "/v1"},
         },
         "models": [
             {"name": "m-chat", "upstream": "chat"},
             {"name": "m-claude", "upstream": "claude"},
             {"name": "m-gemini", "upstream": "gem"},
+            {"name": "m-resp", "upstream": "resp"},
         ],
     }
     if db is not None:
@@ -128,6 +130,28 @@ def test_three_turns_over_a_stateless_upstream(upstreams, tmp_path, dialect):
         assert fourth.output_text
         assert "first question" not in text_of(fake.received[dialect][-1])
         assert "second question" in text_of(fake.received[dialect][-1])
+
+
+def test_an_openai_upstream_keeps_its_own_conversations_but_only_their_owner_continues_them(upstreams, tmp_path):
+    seen = upstreams.fake.received["openai-responses"]
+    with serving(create_app(gateway_config(upstreams.url, tmp_path / "gw.db"))) as gw:
+        alice = openai.OpenAI(base_url=gw.url + "/v1", api_key=new_key(gw.url), max_retries=0)
+        first = alice.responses.create(model="m-resp", input="kept upstream")
+        assert first.id == f"resp_upstream{len(seen)}"  # the upstream's own id, relayed
+        alice.responses.create(model="m-resp", input="go on", previous_response_id=first.id)
+        assert seen[-1]["previous_response_id"] == first.id  # forwarded untouched
+        assert "kept upstream" not in text_of(seen[-1])  # the upstream has the conversation
+        bob = openai.OpenAI(base_url=gw.url + "/v1", api_key=new_key(gw.url), max_retries=0)
+        calls = len(seen)
+        with pytest.raises(openai.BadRequestError) as refused:
+            bob.responses.create(model="m-resp", input="let me in", previous_response_id=first.id)
+        assert refused.value.code == "previous_response_not_found" and len(seen) == calls
+        bob.responses.create(model="m-resp", input="hi", previous_response_id="resp_made_elsewhere")
+        assert seen[-1]["previous_response_id"] == "resp_made_elsewhere"  # unknown here: the upstream decides
+        # a key that may not store: store=false reaches the OpenAI upstream too
+        quiet = openai.OpenAI(base_url=gw.url + "/v1", api_key=new_key(gw.url, response_store=False), max_retries=0)
+        quiet.responses.create(model="m-resp", input="forget me")
+        assert seen[-1]["store"] is False
 
 
 def test_input_items_pagination_and_order(upstreams):

@@ -390,7 +390,7 @@ class Gateway:
             source = HTTPSource(response, decoder, upstream.name, timeouts, started, record)
             # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
             relay = stream and not json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
-            relay = relay and tap is None  # a tap needs every event decoded
+            relay = relay and (tap is None or not tap.needs_events)  # keeping the answer needs every event
         else:
             events = upstream.stream(hreq)
             source = EventSource(tap.stream(events) if tap is not None else events, upstream.name, timeouts, started)

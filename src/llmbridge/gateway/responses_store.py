@@ -112,7 +112,12 @@ class Stored:
     previous_id: str | None
     upstream: str | None
     input: list[dict[str, Any]] = field(default_factory=list)
-    response: dict[str, Any] = field(default_factory=dict)  # {"object": {...}, "events": [...]}
+    # {"object": {...}, "events": [...]}; or {"upstream": name}: an OpenAI upstream keeps it, only its owner is here
+    response: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kept_upstream(self) -> bool:
+        return "upstream" in self.response
 
 
 class Backend(Protocol):
@@ -216,7 +221,9 @@ class Responses:
         seen = {last.id}
         while out[-1].previous_id and len(out) < MAX_CHAIN:
             prev = await self.get(out[-1].previous_id, owner)
-            if prev is None or prev.id in seen:  # deleted or expired: the conversation starts after it
+            if (
+                prev is None or prev.id in seen or prev.kept_upstream
+            ):  # deleted or expired: the conversation starts after it
                 break
             seen.add(prev.id)
             out.append(prev)
@@ -316,7 +323,7 @@ def routes(gateway: Any) -> list[Route]:
         store, owner = found
         response_id = request.path_params["response_id"]
         stored = await store.find(response_id, owner)
-        if stored is None:
+        if stored is None or stored.kept_upstream:  # (an OpenAI upstream's: not proxied, see docs)
             return not_found(response_id)
         return replies.json_response(stored.response["object"])
 
@@ -337,7 +344,7 @@ def routes(gateway: Any) -> list[Route]:
         store, owner = found
         response_id = request.path_params["response_id"]
         stored = await store.find(response_id, owner)
-        if stored is None:
+        if stored is None or stored.kept_upstream:
             return not_found(response_id)
         q = request.query_params
         order = q.get("order", "desc")

@@ -207,11 +207,12 @@ class Turns:
         assert self.responses is not None
         owner = None if who.kind == teams.MASTER else turn.owner
         forwardable = any(self._format(r.upstream) == RESPONSES for r in model.routes)
-        # (an OpenAI upstream's ids are never here: no waiting for them)
-        find = self.responses.get if forwardable else self.responses.find
-        stored = await find(previous, owner)
-        if stored is None:
-            if forwardable:  # an id an OpenAI upstream made: it keeps the conversation
+        # (an id an OpenAI upstream made, and made elsewhere, is never here: no waiting for it)
+        stored = await (self.responses.get if forwardable else self.responses.find)(previous, None)
+        if stored is not None and owner is not None and stored.owner != owner:
+            return previous_not_found(previous)  # another key's: as if it did not exist
+        if stored is None or stored.kept_upstream:
+            if forwardable:  # an OpenAI upstream keeps the conversation: the id goes to it untouched
                 turn.forward = True
                 return None
             return previous_not_found(previous)
@@ -313,12 +314,24 @@ class Turn:
         """The tap for one exchange with ``upstream`` (None: nothing to keep from it)."""
         forwarding = getattr(upstream, "format", None) == RESPONSES and not isinstance(upstream, _cache.ReplayUpstream)
         store = self.store and not forwarding
+        owner_only = self.store and forwarding  # the upstream keeps it; we note whose it is
         fill = self.cache_key is not None and self.hit is None
-        if not (store or fill):
+        if not (store or fill or owner_only):
             return None
         if store and self.response_id is None:
             self.response_id = _new_id("resp")
-        return Tap(self, getattr(upstream, "name", None), store, fill)
+        return Tap(self, getattr(upstream, "name", None), store, fill, owner_only)
+
+    def note_owner(self, response_id: str, upstream: str | None) -> None:
+        """An OpenAI upstream made and keeps ``response_id``: remember only whose it is, so that
+        no other key continues it through the gateway."""
+        responses = self.turns.responses
+        if responses is None:
+            return
+        now = time.time()
+        stub = Stored(response_id, self.owner, now, now + responses.seconds, None, upstream, [], {"upstream": upstream})
+        responses.pending[response_id] = stub
+        self.turns.spawn(responses.put(stub), "a stored response's owner")
 
     def commit(self, tap: Tap) -> None:
         """A whole answer arrived: file it (background writes; a follow-up turn finds it at once)."""
@@ -362,24 +375,36 @@ class Turn:
 class Tap:
     """Sees one exchange's hub events before they are encoded (see the module docstring)."""
 
-    def __init__(self, turn: Turn, upstream: str | None, store: bool, fill: bool):
+    def __init__(self, turn: Turn, upstream: str | None, store: bool, fill: bool, owner_only: bool = False):
         self.turn = turn
         self.upstream = upstream
         self.store = store
         self.fill = fill
+        self.owner_only = owner_only
+        # A relay decodes only a few events (its ResponseStart among them): keeping the answer
+        # needs every event, so the exchange must translate; noting the owner does not.
+        self.needs_events = store or fill
         self.events: list[hub.Event] = []
         self.failed = False
         self.done = False
 
-    needs_events = True  # a relay decodes only a few events: the exchange must translate
-
     def see(self, events: list[hub.Event]) -> None:
         if self.done:
             return
+        if not self.needs_events:
+            for event in events:
+                if type(event) is hub.ResponseStart:
+                    self.done = True
+                    if event.id:
+                        self.turn.note_owner(event.id, self.upstream)
+            return
         for event in events:
             kind = type(event)
-            if kind is hub.ResponseStart and self.store:
-                event.id = self.turn.response_id  # type: ignore[union-attr]  # (kind checked)
+            if kind is hub.ResponseStart:
+                if self.store:
+                    event.id = self.turn.response_id  # type: ignore[union-attr]  # (kind checked)
+                elif self.owner_only and event.id:  # type: ignore[union-attr]
+                    self.turn.note_owner(event.id, self.upstream)  # type: ignore[union-attr]
             self.events.append(event)
             if kind is hub.Error or (kind is hub.Finish and event.reason == "error"):  # type: ignore[union-attr]
                 self.failed = True
