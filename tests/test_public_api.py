@@ -349,6 +349,7 @@ SURFACE: dict[str, list[str]] = {
         "owner_of",
         "parse",
         "routes",
+        "store_unavailable",
     ],
     "llmbridge.gateway.turns": ["CACHE_HEADER", "Tap", "Turn", "Turns"],
     "llmbridge.gateway.config": [

@@ -154,6 +154,29 @@ def test_an_openai_upstream_keeps_its_own_conversations_but_only_their_owner_con
         assert seen[-1]["store"] is False
 
 
+def test_a_store_that_is_down_is_a_clear_503_not_a_traceback(upstreams, caplog):
+    class Down:
+        async def get(self, *args):
+            raise OSError("database is down")
+
+        put = delete = purge = get
+
+    app = create_app(gateway_config(upstreams.url))
+    with serving(app) as gw:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        made = client.responses.create(model="m-chat", input="hi")
+        app.state.gateway.turns.responses.backend = Down()
+        for call in (
+            lambda: client.responses.retrieve(made.id),
+            lambda: client.responses.delete(made.id),
+            lambda: client.responses.create(model="m-chat", input="more", previous_response_id=made.id),
+        ):
+            with pytest.raises(openai.InternalServerError) as failed:
+                call()
+            assert failed.value.status_code == 503 and failed.value.code == "store_unavailable"
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 def test_input_items_pagination_and_order(upstreams):
     with serving(create_app(gateway_config(upstreams.url))) as gw:  # no database: the in-memory store
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)

@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,6 +49,7 @@ __all__ = [
     "owner_of",
     "parse",
     "routes",
+    "store_unavailable",
 ]
 
 log = logging.getLogger("llmbridge.gateway")
@@ -304,6 +305,13 @@ def previous_not_found(response_id: str) -> Response:
     return _openai_error(message, 400, "previous_response_id", "previous_response_not_found")
 
 
+def store_unavailable() -> Response:
+    """The database behind the store is down (503, OpenAI's shape; the SDKs retry it)."""
+    body = {"message": "The response store is unavailable; try again shortly.", "type": "server_error",
+            "param": None, "code": "store_unavailable"}  # fmt: skip
+    return replies.json_response({"error": body}, 503)
+
+
 def routes(gateway: Any) -> list[Route]:
     """``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``."""
 
@@ -372,9 +380,19 @@ def routes(gateway: Any) -> list[Route]:
             }
         )
 
+    def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:  # the database is down: a clear 503, no traceback
+                log.warning("response store unavailable (%s: %s)", type(exc).__name__, exc)
+                return store_unavailable()
+
+        return endpoint
+
     path = "/v1/responses/{response_id}"
     return [
-        Route(path, retrieve, methods=["GET"]),
-        Route(path, delete, methods=["DELETE"]),
-        Route(path + "/input_items", items, methods=["GET"]),
+        Route(path, guarded(retrieve), methods=["GET"]),
+        Route(path, guarded(delete), methods=["DELETE"]),
+        Route(path + "/input_items", guarded(items), methods=["GET"]),
     ]

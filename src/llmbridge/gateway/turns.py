@@ -37,6 +37,7 @@ from .responses_store import (
     input_items,
     owner_of,
     previous_not_found,
+    store_unavailable,
 )
 from .streaming import StreamResponse
 
@@ -190,7 +191,11 @@ class Turns:
                 hreq.extensions[PREFIX + "store"] = False  # forced off: an OpenAI upstream must not keep it either
             previous = body.get("previous_response_id")
             if isinstance(previous, str) and previous:
-                refused = await self._continue(turn, who, previous, hreq, model)
+                try:
+                    refused = await self._continue(turn, who, previous, hreq, model)
+                except Exception as exc:  # the database is down: a clear 503, no traceback
+                    log.warning("response store unavailable (%s: %s)", type(exc).__name__, exc)
+                    return store_unavailable()
                 if refused is not None:
                     return refused
         policy = model.cache
