@@ -326,6 +326,7 @@ SURFACE: dict[str, list[str]] = {
         "MemoryCache",
         "RedisCache",
         "ReplayUpstream",
+        "best_match",
         "cacheable",
         "canonical",
         "cosine",

@@ -271,3 +271,10 @@ def test_semantic_cache_hits_a_paraphrase_and_misses_a_lexical_trap(upstreams):
         mark, _ = ask_chat(gw.url, question="What is the capital gain tax in France?")
         assert mark == "miss"  # shares the words, not the meaning
         assert calls(upstreams) == before + 2
+
+
+def test_best_match_takes_the_most_similar_entry_above_the_threshold():
+    entries = [("a", cache.pack_vector([1.0, 0.0])), ("b", cache.pack_vector([0.6, 0.8])), ("c", None)]
+    assert cache.best_match([0.8, 0.6], entries, 0.9) == "b"  # cosine 0.96 beats 0.8
+    assert cache.best_match([0.8, 0.6], entries, 0.99) is None
+    assert cache.best_match([0.0, 1.0, 0.0], entries, -1.0) is None  # another dimension never matches

@@ -45,6 +45,7 @@ __all__ = [
     "RedisCache",
     "ReplayUpstream",
     "cacheable",
+    "best_match",
     "canonical",
     "cosine",
     "decode_events",
@@ -246,6 +247,37 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     na = math.sqrt(sum(x * x for x in a))
     nb = math.sqrt(sum(y * y for y in b))
     return dot / (na * nb) if na and nb else -1.0
+
+
+def best_match(query: Sequence[float], candidates: Sequence[tuple[str, str | None]], threshold: float) -> str | None:
+    """The events of the candidate most similar to ``query`` (cosine), if it reaches ``threshold``.
+
+    numpy when it is installed (the local extra): one matrix product over the partition;
+    otherwise plain Python (the same result, slower for big partitions)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy comes with the local extra
+        best, found = threshold, None
+        for events, packed in candidates:
+            other = unpack_vector(packed)
+            if other is not None and (score := cosine(query, other)) >= best:
+                best, found = score, events
+        return found
+    q = np.asarray(query, dtype=np.float32)
+    rows, kept = [], []
+    for events, packed in candidates:
+        if packed:
+            vector = np.frombuffer(base64.b64decode(packed), dtype="<f4")
+            if vector.shape == q.shape:
+                rows.append(vector)
+                kept.append(events)
+    if not rows:
+        return None
+    matrix = np.stack(rows)
+    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(q))
+    scores = (matrix @ q) / np.where(norms == 0, 1.0, norms)
+    n = int(np.argmax(scores))
+    return kept[n] if float(scores[n]) >= threshold else None
 
 
 def pack_vector(vector: Sequence[float]) -> str:

@@ -253,11 +253,8 @@ class Turns:
             if text is None and policy.mode == "semantic":
                 turn.vector = await self._embed(policy, hreq)
                 if turn.vector is not None and not refresh:
-                    best = policy.threshold
-                    for events, packed in await self.cache.candidates(turn.cache_part, time.time()):
-                        other = _cache.unpack_vector(packed)
-                        if other is not None and (score := _cache.cosine(turn.vector, other)) >= best:
-                            best, text = score, events
+                    found = await self.cache.candidates(turn.cache_part, time.time())
+                    text = _cache.best_match(turn.vector, found, policy.threshold)
         except Exception as exc:  # the cache's backend is down: answer from the upstream
             log.warning("response cache unavailable (%s: %s)", type(exc).__name__, exc)
             turn.cache_key = None
