@@ -10,6 +10,7 @@ one Postgres.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +49,7 @@ def gateway_config(up_url: str, db: Path | None = None, **gateway: object) -> co
             {"name": "m-claude", "upstream": "claude"},
             {"name": "m-gemini", "upstream": "gem"},
             {"name": "m-resp", "upstream": "resp"},
+            {"name": "m-cached", "upstream": "chat", "cache": {"mode": "exact", "ttl_seconds": 600}},
         ],
     }
     if db is not None:
@@ -286,6 +288,20 @@ def test_two_replicas_on_one_postgres_continue_each_others_turns(upstreams, tmp_
             assert "asked on replica one" in text_of(upstreams.fake.received["gemini"][-1])
             assert "and on two" in text_of(upstreams.fake.received["gemini"][-1])
             assert b.responses.retrieve(third.id).id == third.id
+            # the response cache on the same database: filled by one replica, read by the other
+            question = [{"role": "user", "content": "cached across replicas"}]
+            one_chat = openai.OpenAI(base_url=one.url + "/v1", api_key=key, max_retries=0).chat.completions
+            two_chat = openai.OpenAI(base_url=two.url + "/v1", api_key=key, max_retries=0).chat.completions
+            filled = one_chat.with_raw_response.create(model="m-cached", messages=question, temperature=0)
+            assert filled.headers["x-llmbridge-cache"] == "miss"
+            for _ in range(40):  # the entry is written in the background: until one reads it back
+                again = one_chat.with_raw_response.create(model="m-cached", messages=question, temperature=0)
+                if again.headers["x-llmbridge-cache"] == "hit":
+                    break
+                time.sleep(0.05)
+            hit = two_chat.with_raw_response.create(model="m-cached", messages=question, temperature=0)
+            assert hit.headers["x-llmbridge-cache"] == "hit"  # the other replica: from the database
+            assert hit.parse().choices[0].message.content == filled.parse().choices[0].message.content
 
 
 class _Recording:
