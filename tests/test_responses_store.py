@@ -91,6 +91,9 @@ def test_three_turns_over_a_stateless_upstream(upstreams, tmp_path, dialect):
         first, second, third = three_turns(alice, MODELS[dialect])
         assert [r.id.startswith("resp_") for r in (first, second, third)] == [True] * 3
         assert len({first.id, second.id, third.id}) == 3
+        # the objects say what happened, as OpenAI's do (created, not only fetched)
+        assert (second.previous_response_id, third.previous_response_id) == (first.id, second.id)
+        assert first.store is True and first.instructions == "be brief" and second.instructions is None
         assert first.output_text == f"reply {before + 1} from {dialect}"
         assert third.output_text == f"reply {before + 3} from {dialect}"
         sent = fake.received[dialect][before:]

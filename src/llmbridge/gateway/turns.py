@@ -22,7 +22,9 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import msgspec
 
 from .. import dialects, hub
 from ..dialects.base import StreamDecoder
@@ -58,6 +60,16 @@ _COPIED = (
     "instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "reasoning", "temperature", "text",
     "tool_choice", "tools", "top_p", "truncation", "user",
 )  # fmt: skip
+
+
+# The Responses object's fields around its output (as openai-responses' encoder writes them by default).
+_BASE_FIELDS: dict[str, Any] = {
+    "object": "response", "status": "in_progress", "error": None, "incomplete_details": None, "output": [],
+    "usage": None, "instructions": None, "max_output_tokens": None, "parallel_tool_calls": True,
+    "previous_response_id": None, "reasoning": None, "store": True, "temperature": None,
+    "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_p": None, "truncation": "disabled",
+    "metadata": {},
+}  # fmt: skip
 
 
 def _new_id(prefix: str) -> str:
@@ -324,6 +336,12 @@ class Turn:
             self.response_id = _new_id("resp")
         return Tap(self, getattr(upstream, "name", None), store, fill, owner_only)
 
+    def own_fields(self, extensions: dict[str, Any] | None) -> dict[str, Any]:
+        """ResponseStart extensions whose ``openai-responses`` part is the response object's fields."""
+        fields = {**_BASE_FIELDS, **{k: self.body[k] for k in _COPIED if k in self.body}}
+        fields["previous_response_id"] = self.body.get("previous_response_id")
+        return {**(extensions or {}), RESPONSES: fields}
+
     def note_owner(self, response_id: str, upstream: str | None) -> None:
         """An OpenAI upstream made and keeps ``response_id``: remember only whose it is, so that
         no other key continues it through the gateway."""
@@ -400,13 +418,17 @@ class Tap:
                     if event.id:
                         self.turn.note_owner(event.id, self.upstream)
             return
-        for event in events:
+        for n, event in enumerate(events):
             kind = type(event)
             if kind is hub.ResponseStart:
+                start = cast(hub.ResponseStart, event)
                 if self.store:
-                    event.id = self.turn.response_id  # type: ignore[union-attr]  # (kind checked)
-                elif self.owner_only and event.id:  # type: ignore[union-attr]
-                    self.turn.note_owner(event.id, self.upstream)  # type: ignore[union-attr]
+                    # Kept under our id; the client's object says so (store, previous_response_id
+                    # and the request's fields, as OpenAI's), the kept copy stays as the upstream sent it.
+                    event = msgspec.structs.replace(start, id=self.turn.response_id)
+                    events[n] = msgspec.structs.replace(event, extensions=self.turn.own_fields(start.extensions))
+                elif self.owner_only and start.id:
+                    self.turn.note_owner(start.id, self.upstream)
             self.events.append(event)
             if kind is hub.Error or (kind is hub.Finish and event.reason == "error"):  # type: ignore[union-attr]
                 self.failed = True
@@ -423,8 +445,9 @@ class Tap:
     async def stream(self, source: AsyncIterator[hub.Event]) -> AsyncIterator[hub.Event]:
         try:
             async for event in source:
-                self.see([event])
-                yield event
+                seen = [event]
+                self.see(seen)
+                yield seen[0]
         finally:
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
