@@ -3,8 +3,9 @@
 One process, no sockets: the gateway's ASGI app is called in process (as uvicorn would call it)
 with a Chat Completions request whose answer, 200 text tokens, is in the cache (SQLite, the
 default backend). Time to first token is from the call to the first body bytes holding content.
-The baseline is a direct in-process read of the same entry: the backend's ``get`` plus turning
-its JSON back into hub events. The difference is what the gateway adds on a hit: auth, request
+The baseline is a direct in-process read of the same entry: the cache's ``get`` (served by the
+process's hot entries in front of the database, as a hit is) plus turning its JSON back into
+hub events; the database read alone is shown too. The difference is what the gateway adds on a hit: auth, request
 decoding, the canonical key, the replay through the client's encoder (all 200 tokens go out in
 the first write), headers. For scale: the same request with the model's cache off, answered by
 an in-process upstream that yields the same 200 events at once.
@@ -119,25 +120,35 @@ async def _run() -> str:
             hits.append(seconds)
         hreq = dialects.get("openai-chat").decode_request(dict(BODY))
         key, _ = cache.request_keys(hreq, "open", config.parse(raw).models["m"].cache)  # type: ignore[arg-type]
-        backend = gateway.turns.cache
+        backend = gateway.turns.cache.shared  # the database itself, not this process's hot entries
         reads = []
         for _ in range(RUNS):
             start = time.perf_counter()
-            events = cache.decode_events(await backend.get(key, time.time()))
+            found = await backend.get(key, time.time())
+            assert found is not None
+            events = cache.decode_events(found[0])
             reads.append(time.perf_counter() - start)
             assert events is not None and len(events) == TOKENS + 6
+        front = []
+        for _ in range(RUNS):
+            start = time.perf_counter()
+            found = await gateway.turns.cache.get(key, time.time())  # this process's hot entries
+            assert found is not None
+            events = cache.decode_events(found[0])
+            front.append(time.perf_counter() - start)
         plain = json_encode({**BODY, "model": "plain"})
         uncached = [(await first_token(app, plain))[0] for _ in range(RUNS)]
     finally:
         await gateway.aclose()
-    added = statistics.median(hits) - statistics.median(reads)
+    added = statistics.median(hits) - statistics.median(front)
     return "\n".join(
         [
             f"exact hit, {TOKENS}-token answer, SQLite backend, {RUNS} runs each (time to first token, in process):",
-            f"  direct read of the entry (backend get + events decoded): {_stats(reads)}",
-            f"  gateway, cache hit (/v1/chat/completions, streamed):      {_stats(hits)}",
-            f"  gateway, no cache, in-process upstream (for scale):      {_stats(uncached)}",
-            f"  added by the gateway over the direct read (medians):     {added * 1e3:.3f} ms",
+            f"  direct read, the process's hot entries (get + decode):  {_stats(front)}",
+            f"  direct read, the database (get + events decoded):       {_stats(reads)}",
+            f"  gateway, cache hit (/v1/chat/completions, streamed):     {_stats(hits)}",
+            f"  gateway, no cache, in-process upstream (for scale):     {_stats(uncached)}",
+            f"  added by the gateway over the direct in-process read:   {added * 1e3:.3f} ms (medians)",
         ]
     )
 

@@ -323,6 +323,7 @@ SURFACE: dict[str, list[str]] = {
         "CACHE_BACKENDS",
         "CachePolicy",
         "DatabaseCache",
+        "Layered",
         "MemoryCache",
         "RedisCache",
         "ReplayUpstream",

@@ -15,7 +15,7 @@ import pytest
 
 from llmbridge import hub
 from llmbridge.gateway import cache, config, create_app
-from tests.gateway_util import serving
+from tests.gateway_util import serving, wait_for
 from tests.store_util import FakeUpstreams
 
 MASTER = "master-0123456789abcdef"
@@ -208,6 +208,11 @@ def test_two_gateways_share_a_redis_cache(upstreams, tmp_path):
         raw = raw_config(upstreams.url, redis_url=url, cache_backend="redis")
         with serving(create_app(config.parse(raw))) as one, serving(create_app(config.parse(raw))) as two:
             assert ask_chat(one.url, question="shared via redis")[0] == "miss"
+            import redis
+
+            shared = redis.Redis.from_url(url)
+            assert wait_for(lambda: len(shared.keys("llmb:cache:*")) == 1)  # written in the background
+            shared.close()
             mark, answer = ask_anthropic(two.url, question="shared via redis")
             assert mark == "hit" and answer.content[0].text
 

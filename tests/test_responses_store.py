@@ -9,8 +9,8 @@ one Postgres.
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from llmbridge.gateway import config, create_app
-from tests.gateway_util import serving
+from tests.gateway_util import serving, wait_for
 from tests.store_util import FakeUpstreams
 
 MASTER = "master-0123456789abcdef"
@@ -269,6 +269,17 @@ def test_expired_responses_are_deleted(upstreams, tmp_path):
     assert gone == 1 and old is None and new is not None
 
 
+async def _cache_rows(url: str) -> int:
+    from llmbridge.gateway.teams.store import connect
+
+    store = connect(url)
+    await store.open()
+    try:
+        return int((await store.fetch("SELECT COUNT(*) FROM llmb_cache"))[0][0])
+    finally:
+        await store.close()
+
+
 @contextmanager
 def _postgres(tmp: Path) -> Iterator[str]:
     from tests.teams_util import postgres_server
@@ -297,11 +308,7 @@ def test_two_replicas_on_one_postgres_continue_each_others_turns(upstreams, tmp_
             two_chat = openai.OpenAI(base_url=two.url + "/v1", api_key=key, max_retries=0).chat.completions
             filled = one_chat.with_raw_response.create(model="m-cached", messages=question, temperature=0)
             assert filled.headers["x-llmbridge-cache"] == "miss"
-            for _ in range(40):  # the entry is written in the background: until one reads it back
-                again = one_chat.with_raw_response.create(model="m-cached", messages=question, temperature=0)
-                if again.headers["x-llmbridge-cache"] == "hit":
-                    break
-                time.sleep(0.05)
+            assert wait_for(lambda: asyncio.run(_cache_rows(url)) == 1)  # written in the background
             hit = two_chat.with_raw_response.create(model="m-cached", messages=question, temperature=0)
             assert hit.headers["x-llmbridge-cache"] == "hit"  # the other replica: from the database
             assert hit.parse().choices[0].message.content == filled.parse().choices[0].message.content

@@ -41,6 +41,7 @@ __all__ = [
     "CACHE_BACKENDS",
     "CachePolicy",
     "DatabaseCache",
+    "Layered",
     "MemoryCache",
     "RedisCache",
     "ReplayUpstream",
@@ -337,7 +338,8 @@ class ReplayUpstream:
 
 
 class Backend(Protocol):
-    async def get(self, key: str, now: float) -> str | None: ...
+    async def get(self, key: str, now: float) -> tuple[str, float] | None:
+        """(events, expires_at) of a live entry."""
 
     async def put(self, key: str, part: str, vector: str | None, events: str, now: float, ttl: float) -> None: ...
 
@@ -356,12 +358,12 @@ class MemoryCache:
         self.max_entries = max_entries
         self._entries: OrderedDict[str, tuple[str, str | None, str, float]] = OrderedDict()  # part, vector, events, exp
 
-    async def get(self, key: str, now: float) -> str | None:
+    async def get(self, key: str, now: float) -> tuple[str, float] | None:
         found = self._entries.get(key)
         if found is None or found[3] <= now:
             return None
         self._entries.move_to_end(key)
-        return found[2]
+        return found[2], found[3]
 
     async def put(self, key: str, part: str, vector: str | None, events: str, now: float, ttl: float) -> None:
         self._entries[key] = (part, vector, events, now + ttl)
@@ -389,9 +391,10 @@ class DatabaseCache:
     def __init__(self, store: Any):
         self.store = store
 
-    async def get(self, key: str, now: float) -> str | None:
-        rows = await self.store.fetch("SELECT events FROM llmb_cache WHERE key = ? AND expires_at > ?", key, now)
-        return str(rows[0][0]) if rows else None
+    async def get(self, key: str, now: float) -> tuple[str, float] | None:
+        sql = "SELECT events, expires_at FROM llmb_cache WHERE key = ? AND expires_at > ?"
+        rows = await self.store.fetch(sql, key, now)
+        return (str(rows[0][0]), float(rows[0][1])) if rows else None
 
     async def put(self, key: str, part: str, vector: str | None, events: str, now: float, ttl: float) -> None:
         await self.store.execute(
@@ -425,12 +428,15 @@ class RedisCache:
 
         self._redis: Any = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
-    async def get(self, key: str, now: float) -> str | None:
+    async def get(self, key: str, now: float) -> tuple[str, float] | None:
         raw = await self._redis.get(self.PREFIX + key)
-        return None if raw is None else json_decode(raw)["events"]
+        if raw is None:
+            return None
+        entry = json_decode(raw)
+        return entry["events"], float(entry.get("expires", now + 1.0))
 
     async def put(self, key: str, part: str, vector: str | None, events: str, now: float, ttl: float) -> None:
-        value = json_encode({"events": events, "vector": vector})
+        value = json_encode({"events": events, "vector": vector, "expires": now + ttl})
         pipe = self._redis.pipeline(transaction=False)
         pipe.set(self.PREFIX + key, value, px=max(1, int(ttl * 1000)))
         if part != key:  # a semantic partition: its members, scored by expiry
@@ -459,3 +465,43 @@ class RedisCache:
 
     async def aclose(self) -> None:
         await self._redis.aclose()
+
+
+class Layered:
+    """A shared backend (the database, Redis) with this process's hot entries in front of it.
+
+    A hit found in front costs no round trip (no database thread, no network): what keeps an
+    exact hit's added time to first token small on a busy machine. A copy lives at most
+    ``local_seconds`` (and never past the entry's own expiry), so a refresh made on another
+    replica is seen here within that time; one made here replaces the copy at once.
+    """
+
+    def __init__(self, shared: Backend, max_entries: int = 1000, local_seconds: float = 60.0):
+        self.shared = shared
+        self.front = MemoryCache(max_entries)
+        self.local_seconds = local_seconds
+
+    async def get(self, key: str, now: float) -> tuple[str, float] | None:
+        found = await self.front.get(key, now)
+        if found is not None:
+            return found
+        found = await self.shared.get(key, now)
+        if found is not None:
+            events, expires = found
+            await self.front.put(key, key, None, events, now, min(expires, now + self.local_seconds) - now)
+        return found
+
+    async def put(self, key: str, part: str, vector: str | None, events: str, now: float, ttl: float) -> None:
+        await self.front.put(key, key, None, events, now, min(ttl, self.local_seconds))
+        await self.shared.put(key, part, vector, events, now, ttl)
+
+    async def candidates(self, part: str, now: float) -> list[tuple[str, str | None]]:
+        return await self.shared.candidates(part, now)  # semantic: the shared view
+
+    async def purge(self, now: float) -> int:
+        await self.front.purge(now)
+        return await self.shared.purge(now)
+
+    async def aclose(self) -> None:
+        await self.front.aclose()
+        await self.shared.aclose()

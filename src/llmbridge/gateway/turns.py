@@ -115,9 +115,9 @@ class Turns:
                 self.responses = Responses(backend, s.response_store_days)
             if self.any_cache:
                 if s.cache_backend == "redis":
-                    self.cache = _cache.RedisCache(self.gateway.config.gateway.teams.redis_url)
+                    self.cache = _cache.Layered(_cache.RedisCache(self.gateway.config.gateway.teams.redis_url))
                 elif db is not None:
-                    self.cache = _cache.DatabaseCache(db)
+                    self.cache = _cache.Layered(_cache.DatabaseCache(db))
                 else:
                     self.cache = _cache.MemoryCache(s.cache_max_entries)
             if self.responses is not None or self.cache is not None:
@@ -261,12 +261,13 @@ class Turns:
         text = None
         try:
             if not refresh:
-                text = await self.cache.get(turn.cache_key, time.time())
+                found = await self.cache.get(turn.cache_key, time.time())
+                text = found[0] if found is not None else None
             if text is None and policy.mode == "semantic":
                 turn.vector = await self._embed(policy, hreq)
                 if turn.vector is not None and not refresh:
-                    found = await self.cache.candidates(turn.cache_part, time.time())
-                    text = _cache.best_match(turn.vector, found, policy.threshold)
+                    entries = await self.cache.candidates(turn.cache_part, time.time())
+                    text = _cache.best_match(turn.vector, entries, policy.threshold)
         except Exception as exc:  # the cache's backend is down: answer from the upstream
             log.warning("response cache unavailable (%s: %s)", type(exc).__name__, exc)
             turn.cache_key = None
