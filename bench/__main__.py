@@ -19,6 +19,7 @@ BENCHES = {
     "images": "bench.image_bench",
     "bindings": "bench.bindings_bench",
     "routing": "bench.routing_bench",
+    "cache": "bench.cache_bench",
 }
 
 

@@ -23,6 +23,7 @@ from .count_tokens import TokenCounter
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
 from .images import Images
+from .memory import Memory
 from .pipeline import REQUEST_ID, Pipeline, Refused
 from .response import StreamResponse
 from .teams.admin import routes as admin_routes
@@ -73,7 +74,8 @@ class Gateway:
         self.pipeline = Pipeline(config, self.upstreams, self.teams, self.traffic)
         self.embeddings = Embeddings(self.pipeline)  # /v1/embeddings, :embedContent, MMSP vectors
         self.images = Images(self.pipeline)  # /v1/images
-        self.chat = Chat(self.pipeline, self.embeddings)  # every dialect's generation endpoint
+        self.memory = Memory(self.pipeline, self.embeddings)  # stored responses, response caches
+        self.chat = Chat(self.pipeline, self.embeddings, self.memory)  # every dialect's generation endpoint
         self.counter = TokenCounter(self.pipeline)  # count_tokens, input_tokens, :countTokens
 
     # -- endpoints
@@ -134,6 +136,7 @@ class Gateway:
         return replies.json_response({"object": "list", "data": self.pipeline.router.snapshot()})
 
     async def aclose(self) -> None:
+        await self.memory.stop()  # (before teams: it may share the ledger's database)
         with contextlib.suppress(Exception):
             await self.pipeline.router.aclose()
         if self.teams is not None:
@@ -217,6 +220,7 @@ def create_app(
         if gateway.teams is not None:
             await gateway.teams.start()
         await gateway.pipeline.router.start()
+        await gateway.memory.start()
         yield
         await gateway.aclose()
 
@@ -233,6 +237,7 @@ def create_app(
         Route("/healthz", gateway.healthz, methods=["GET"]),
         *admin_routes(gateway.teams),
         Route("/admin/deployments", gateway.deployments, methods=["GET"]),
+        *gateway.memory.routes(),  # GET/DELETE /v1/responses/{id}, .../input_items
         Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
         Route("/v1/images", gateway.images.generate, methods=["POST"]),
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),

@@ -30,6 +30,7 @@ from .config import ModelConfig
 from .embeddings import Embeddings
 from .failures import UpstreamFailed
 from .media import check_images
+from .memory import Memo, Memory
 from .metering import Meter
 from .pipeline import Pipeline, Refused, request_id_of, unless_disconnected
 from .record import Recorder
@@ -38,7 +39,7 @@ from .response import StreamResponse
 from .routing import Attempt
 from .streaming import Exchange, Options
 from .teams import Principal
-from .upstream import Upstream
+from .upstream import Upstream, adopt
 
 __all__ = ["Chat", "Turn"]
 
@@ -63,15 +64,19 @@ class Turn:
     media_type: str | None = None
     # (upstream, error) of each try that failed before the client saw anything
     failures: list[tuple[str, hub.Error]] = dataclasses.field(default_factory=list)
+    # the body as the client sent it and its headers: what stored responses and caches read
+    body: dict[str, Any] | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 class Chat:
     """The chat endpoints of one gateway; ``embeddings`` serves embedding models named at them."""
 
-    def __init__(self, pipeline: Pipeline, embeddings: Embeddings) -> None:
+    def __init__(self, pipeline: Pipeline, embeddings: Embeddings, memory: Memory) -> None:
         self.pipeline = pipeline
         self.config = pipeline.config
         self.embeddings = embeddings
+        self.memory = memory  # stored responses (previous_response_id) and response caches
         gw = pipeline.config.gateway
         self.record_dir = Path(gw.record_dir) if gw.record_dir else None
         self._recorded = 0
@@ -130,6 +135,8 @@ class Chat:
             binary=out_dialect == negotiation.STANDARD and binding.wants_binary(accept),
             with_extensions=extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions),
             request_id=request_id_of(hreq),
+            body=body,
+            headers=request.headers,
         )
         ledger_id = turn.request_id or request.scope.get("state", {}).get("request_id", "")
         return await self.serve(turn, who, ledger_id, request)
@@ -171,13 +178,22 @@ class Chat:
         hreq = turn.request
         model = p.model(hreq.model)
         meter = await p.admit(who, hreq, turn.size, turn.request_dialect, turn.out_dialect, ledger_id)
+        memo: Memo | None = None
         try:
             if model.kind == "embedding":  # vectors over MMSP's stream, metered like chat
                 response: Response | StreamResponse = await self.embeddings.stream_endpoint(
                     hreq, model, turn.out_dialect, turn.request_id, meter
                 )
             else:
-                work = self.routes(turn, model, meter)
+                # a previous_response_id's conversation rebuilt, the model's cache asked (memory.py)
+                found = await self.memory.begin(
+                    turn.headers, who, turn.body or {}, hreq, model, turn.request_dialect, meter.ticket
+                )
+                if isinstance(found, Response):  # refused: an unknown previous_response_id, the store down
+                    meter.responded(found)
+                    return found
+                memo = found
+                work = self.routes(turn, model, meter, memo)
                 response = await (unless_disconnected(request, work) if request is not None else work)
         except UpstreamFailed as exc:
             response = self.error_response(turn, exc.error, exc.headers)
@@ -185,6 +201,7 @@ class Chat:
         except BaseException:  # cancelled before the answer began: the ledger still gets its row
             meter.cancelled()
             raise
+        self.memory.mark(memo, response)  # x-llmbridge-cache: hit | miss
         meter.responded(response)
         return binding.as_binary(response) if turn.binary else response
 
@@ -202,15 +219,20 @@ class Chat:
 
     # -- routing and the exchange
 
-    async def routes(self, turn: Turn, model: ModelConfig, meter: Meter) -> Response | StreamResponse:
+    async def routes(
+        self, turn: Turn, model: ModelConfig, meter: Meter, memo: Memo | None = None
+    ) -> Response | StreamResponse:
         """The model's deployments as the pipeline routes them; the answer of the first that
-        starts, naming its deployment. Raises :class:`UpstreamFailed` when none does."""
+        starts, naming its deployment. Raises :class:`UpstreamFailed` when none does. A cache
+        hit (``memo.hit``) answers instead, through the same exchange and encoder."""
         hreq = turn.request
+        if memo is not None and memo.hit is not None:
+            return await self._replay(turn, memo, meter)
 
         async def attempt(deployment: Attempt) -> Exchange:
             upstream = self.pipeline.upstreams[deployment.upstream]
             upstream_request = dataclasses.replace(hreq, model=deployment.model, stream=True)
-            exchange = await self.open(upstream, upstream_request, turn, meter)
+            exchange = await self.open(upstream, upstream_request, turn, meter, memo)
             try:
                 error = await exchange.prime()
             except BaseException:  # cancelled or broken: never leave the upstream request open
@@ -236,8 +258,25 @@ class Chat:
             acceptance.report(response, hreq, turn.request_dialect, served.format)
         return routing.named(response, deployment)
 
-    async def open(self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter) -> Exchange:
-        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
+    async def _replay(self, turn: Turn, memo: Memo, meter: Meter) -> Response | StreamResponse:
+        """A cache hit: its stored events as an in-process upstream, through an exchange."""
+        assert memo.hit is not None
+        upstream = adopt(memo.hit)
+        exchange = await self.open(upstream, dataclasses.replace(turn.request, stream=True), turn, meter, memo)
+        try:
+            error = await exchange.prime()
+            if error is not None:  # (never filed: a cache keeps only answers that ended well)
+                raise UpstreamFailed(error)
+            return await self.answer(exchange, turn)
+        except BaseException:
+            await exchange.aclose()
+            raise
+
+    async def open(
+        self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter, memo: Memo | None = None
+    ) -> Exchange:
+        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client
+        (its events tapped for the response store and the cache when ``memo`` asks)."""
         started = asyncio.get_running_loop().time()
         out_dialect, stream = turn.out_dialect, turn.request.stream
         recorder = None
@@ -245,8 +284,9 @@ class Chat:
         entry = self.pipeline.traffic.begin(
             upstream.name, hreq, out_dialect, upstream_format=upstream.format, stream=stream
         )
+        tap = memo.tap(upstream) if memo is not None else None
         try:
-            source = await upstream.open_stream(hreq, started)
+            source = await upstream.open_stream(hreq, started, tap)
         except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
             entry.fail(exc)
             raise
@@ -256,6 +296,7 @@ class Chat:
             source.record = recorder.write
         # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
         relay = stream and not turn.json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
+        relay = relay and (tap is None or not tap.needs_events)  # keeping the answer needs every event
         keepalive = self.config.gateway.keepalive_seconds if stream else None
         encoder: Callable[[], StreamEncoder]
         if turn.encoder is not None:  # a console turn: its lines, no SSE keep-alive comments

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import dialects
+from . import cache as _cache
+from . import responses_store as _store
 from .teams import pricing as _pricing
 from .teams import settings as _teams
 
@@ -129,6 +131,7 @@ class ModelConfig:
     deployments: tuple[Deployment, ...] = ()  # () : one plain deployment per route
     retries: Retries | None = None  # None: one attempt per (non-fallback) deployment, 100 ms backoff
     cooldown: Cooldown = NO_COOLDOWN  # off unless configured (the deployments form defaults to 3 / 30 s)
+    cache: _cache.CachePolicy | None = None  # the model's response cache (gateway/cache.py); None: off
 
     def __post_init__(self) -> None:
         if not self.deployments:  # built in code from routes alone: plain deployments
@@ -173,6 +176,7 @@ class GatewayConfig:
     auth_failures_per_minute: int = 10
     # Browser origins (besides the gateway's own) that may open the WebSocket of a keyless gateway.
     allowed_origins: tuple[str, ...] = ()
+    store: _store.StoreSettings = field(default_factory=_store.StoreSettings)  # stored responses, cache backend
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,13 @@ def parse(raw: dict[str, Any], env: Mapping[str, str] | None = None) -> Config:
         if model.name in models:
             raise ConfigError(f"models[{i}].name", f"model {model.name!r} is defined twice")
         models[model.name] = model
+    for i, model in enumerate(models.values()):
+        embed = model.cache.embed_model if model.cache is not None else None
+        if embed is not None and (embed not in models or models[embed].kind != "embedding"):
+            known = ", ".join(n for n, m in models.items() if m.kind == "embedding") or "none defined"
+            raise ConfigError(
+                f"models[{i}].cache.embed_model", f'{embed!r} is not a model of kind "embedding" (known: {known})'
+            )
     return Config(gateway, upstreams, models)
 
 
@@ -256,6 +267,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
             "auth_failures_per_minute",
             "allowed_origins",
             *_teams.KEYS,
+            *_store.KEYS,
         },
     )
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
@@ -304,6 +316,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
         raise ConfigError("gateway.ui_traffic", "must be an integer from 0 to 100000")
     try:
         teams = _teams.parse(t, lambda value, key: _expand(value, key, env))
+        store = _store.parse(t)
     except ValueError as exc:
         raise ConfigError(*exc.args) from None
     if ui_key and ui_key == teams.master_key:
@@ -314,6 +327,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
         max_event_bytes=max_event_bytes, max_image_bytes=max_image_bytes, header_timeout=header_timeout,
         idle_timeout=idle_timeout, anthropic_default_max_tokens=default_max_tokens,
         ui_session_hours=float(session_hours), auth_failures_per_minute=failures, allowed_origins=origins,
+        store=store,
     )
 
 
@@ -369,7 +383,7 @@ def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) 
         t,
         where,
         {"name", "upstream", "upstreams", "upstream_model", "price", "kind", "routing", "deployments", "retries",
-         "cooldown"},
+         "cooldown", "cache", "cache_scope"},
     )  # fmt: skip
     kind = t.get("kind", "chat")
     if kind not in MODEL_KINDS:
@@ -383,8 +397,13 @@ def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) 
     retries = _retries(t["retries"], f"{where}.retries") if "retries" in t else None
     try:
         price = _pricing.parse_price(t["price"], f"{where}.price") if "price" in t else None
+        if "cache_scope" in t and "cache" not in t:
+            raise ValueError(f"{where}.cache_scope", "applies to a model with a cache: set cache = { ... } too")
+        cache = _cache.parse_policy(t["cache"], t.get("cache_scope"), where) if "cache" in t else None
     except ValueError as exc:
         raise ConfigError(*exc.args) from None
+    if cache is not None and kind != "chat":
+        raise ConfigError(f"{where}.cache", "a response cache applies to chat models only")
     if "deployments" in t:
         for other in ("upstream", "upstreams", "upstream_model"):
             if other in t:
@@ -392,7 +411,7 @@ def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) 
         deployments = _deployments(t["deployments"], f"{where}.deployments", name, upstreams)
         cooldown = _cooldown(t["cooldown"], f"{where}.cooldown") if "cooldown" in t else Cooldown()
         routes = tuple(Route(d.upstream, d.model) for d in deployments)
-        return ModelConfig(name, routes, price, kind, routing, deployments, retries, cooldown)
+        return ModelConfig(name, routes, price, kind, routing, deployments, retries, cooldown, cache)
     cooldown = _cooldown(t["cooldown"], f"{where}.cooldown") if "cooldown" in t else NO_COOLDOWN
     if ("upstream" in t) == ("upstreams" in t):
         raise ConfigError(
@@ -420,7 +439,7 @@ def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) 
         if not isinstance(target, str):
             raise ConfigError(f"{where}.upstream_model", "must be a string or a table of strings by upstream")
         plain.append(Route(up, target))
-    return ModelConfig(name, tuple(plain), price, kind, routing, retries=retries, cooldown=cooldown)
+    return ModelConfig(name, tuple(plain), price, kind, routing, retries=retries, cooldown=cooldown, cache=cache)
 
 
 def _deployments(value: Any, key: str, name: str, upstreams: dict[str, UpstreamConfig]) -> tuple[Deployment, ...]:

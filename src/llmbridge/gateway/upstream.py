@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .. import dialects, hub
-from ..dialects.base import json_decode, json_encode, strip_extensions
+from ..dialects.base import StreamDecoder, json_decode, json_encode, strip_extensions
 from . import _http
 from .config import LOCAL, ConfigError, Timeouts, UpstreamConfig
 from .failures import UpstreamFailed, as_hub_error
@@ -45,6 +45,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "OPENAI_FORMATS",
     "PASSED_HEADERS",
+    "Tap",
     "EventUpstream",
     "HTTPUpstream",
     "InProcessUpstream",
@@ -62,6 +63,16 @@ MAX_ERROR_BYTES = 1 << 20
 MAX_JSON_BYTES = 256 * 1024 * 1024  # a JSON answer larger than this is refused (n=10 4K images fit)
 PASSED_HEADERS = ("retry-after", "retry-after-ms")  # on an upstream error the client's SDK should honour
 OPENAI_FORMATS = ("openai-chat", "openai-responses")
+
+
+class Tap(Protocol):
+    """What watches (and may stamp) an answer's hub events as they are read: a response kept
+    for ``previous_response_id``, an answer filed in the cache (``memory.py``). An HTTP
+    answer is tapped at its decoder, an in-process one at its event iterator."""
+
+    def decoder(self, inner: StreamDecoder) -> StreamDecoder: ...
+
+    def stream(self, source: AsyncIterator[hub.Event]) -> AsyncIterator[hub.Event]: ...
 
 
 @runtime_checkable
@@ -86,10 +97,11 @@ class Upstream(Protocol):
     config: UpstreamConfig
     timeouts: Timeouts
 
-    async def open_stream(self, request: hub.Request, started: float) -> Source:
-        """Send a generation request; its answer as a :class:`Source` once it is under way.
-        Raises :class:`UpstreamFailed` before any byte of an OK answer. ``started``: the
-        loop time the request began (the deadlines count from it)."""
+    async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
+        """Send a generation request; its answer as a :class:`Source` once it is under way,
+        its hub events seen by ``tap`` if one is given. Raises :class:`UpstreamFailed` before
+        any byte of an OK answer. ``started``: the loop time the request began (the
+        deadlines count from it)."""
         ...
 
     def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
@@ -156,9 +168,10 @@ class HTTPUpstream:
         all_headers.update({k.lower(): v for k, v in self.config.headers.items()})
         return url, all_headers
 
-    async def open_stream(self, request: hub.Request, started: float) -> Source:
+    async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
         response = await self.open(request)
-        return HTTPSource(response, self.dialect.StreamDecoder(), self.name, self.timeouts, started)
+        decoder = self.dialect.StreamDecoder()
+        return HTTPSource(response, tap.decoder(decoder) if tap else decoder, self.name, self.timeouts, started)
 
     def request_body(self, request: hub.Request) -> dict[str, Any]:
         """The upstream request body; without our extension key unless the upstream takes it."""
@@ -279,8 +292,9 @@ class InProcessUpstream:
         self.format = self.config.format
         self.timeouts = self.config.timeouts
 
-    async def open_stream(self, request: hub.Request, started: float) -> Source:
-        return EventSource(self.inner.stream(request), self.name, self.timeouts, started)
+    async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
+        events = self.inner.stream(request)
+        return EventSource(tap.stream(events) if tap else events, self.name, self.timeouts, started)
 
     def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
         return self.inner.stream(request)
