@@ -25,11 +25,10 @@ from starlette.responses import Response
 from .. import dialects, hub
 from ..dialects.base import DialectModule, StreamEncoder
 from ..errors import RequestError
-from . import acceptance, binding, extensions, limits, negotiation, replies, routing
+from . import acceptance, binding, checks, extensions, negotiation, replies, routing
 from .config import ModelConfig
 from .embeddings import Embeddings
 from .failures import UpstreamFailed
-from .media import check_images
 from .memory import Memo, Memory
 from .metering import Meter
 from .pipeline import Pipeline, Refused, request_id_of, unless_disconnected
@@ -157,14 +156,14 @@ class Chat:
             raise
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
             raise Refused.of(f"malformed request: {type(exc).__name__}: {exc}", "invalid_request") from None
-        limits.validate_request(hreq, request_dialect)
+        checks.validate_request(hreq, request_dialect)
         if url_model and not hreq.model:
             hreq.model = url_model
         default_max_tokens = self.config.gateway.anthropic_default_max_tokens
         refused = acceptance.refusal(body, hreq, request_dialect, default_max_tokens, headers)
         if refused is not None:  # only what the client's vendor refuses
             raise refused
-        bad_image = check_images(hreq, self.config.gateway.max_image_bytes)
+        bad_image = checks.check_images(hreq, self.config.gateway.max_image_bytes)
         if bad_image is not None:
             raise Refused.of(bad_image, "invalid_request")
         return hreq

@@ -153,7 +153,7 @@ class GatewayConfig:
     # One upstream event (the bytes between two blank lines) larger than this ends the answer
     # with an error: big enough for base64 images, small enough to bound a stream's memory.
     max_event_bytes: int = 32 * 1024 * 1024
-    max_json_depth: int = 128  # request bodies nested deeper get 400 (see gateway/limits.py)
+    max_json_depth: int = 128  # request bodies nested deeper get 400 (see gateway/checks.py)
     # Our "llmbridge" extension data in vendor-dialect answers: off unless asked (the
     # x-llmbridge-extensions request header, or this), so users' tools never see it.
     extensions: bool = False

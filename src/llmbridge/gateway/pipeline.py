@@ -10,7 +10,7 @@ MMSP embedding streams, each WebSocket turn and each console turn — is the sam
    object — or, for a body that arrived another way (a WebSocket message, a console
    turn), :meth:`Pipeline.check_object` with the same depth rule;
 3. **validate** it in the client's dialect (the entry point's own parser; ranges with
-   :func:`~.limits.validate_request`, the request id with :func:`request_id_of`);
+   :func:`~.checks.validate_request`, the request id with :func:`request_id_of`);
 4. **find the model** (:meth:`Pipeline.model`): missing → 400, unknown → 404, *before*
    anything is admitted, so no string a client made up becomes a metric label or a ledger
    value;
@@ -50,7 +50,7 @@ from starlette.responses import Response
 from .. import hub
 from ..dialects.base import json_decode
 from ..errors import RequestError
-from . import limits, replies, routing
+from . import checks, replies, routing
 from .config import Config, ModelConfig
 from .failures import UpstreamFailed
 from .metering import Meter
@@ -189,7 +189,7 @@ class Pipeline:
     def check_object(self, body: Any) -> dict[str, Any]:
         """``body`` (already decoded) if it is a JSON object nested at most ``max_json_depth``
         levels; raises :class:`Refused` (400)."""
-        if limits.nesting_exceeds(body, self.config.gateway.max_json_depth):
+        if checks.nesting_exceeds(body, self.config.gateway.max_json_depth):
             raise self._too_deep()
         if not isinstance(body, dict):
             raise Refused.of("request body must be a JSON object", "invalid_request")
