@@ -215,3 +215,24 @@ def test_what_the_vendor_accepts_decodes_and_goes_everywhere(dialect, body):
         if target != dialect:
             dialects.get(target).encode_request(copy.deepcopy(request))
             assert any(name.startswith("tools.") for name in dropped_fields(request, dialect, target))
+
+
+def test_later_system_messages_of_another_dialect_join_the_one_system_prompt_in_order():
+    chat = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "first"},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"},
+            {"role": "developer", "content": "second"},
+            {"role": "user", "content": "more"},
+        ],
+    }
+    request = dialects.get("openai-chat").decode_request(chat)
+    anthropic = AM.encode_request(request)
+    assert anthropic["system"] == "first\n\nsecond"
+    assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user"]
+    gemini = dialects.get("gemini").encode_request(request)
+    assert [p["text"] for p in gemini["systemInstruction"]["parts"]] == ["first", "second"]
+    responses = dialects.get("openai-responses").encode_request(request)
+    assert responses["instructions"] == "first" and responses["input"][2]["role"] == "developer"  # in place

@@ -281,8 +281,10 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     for n, message in enumerate(request.messages):
         where = f"messages[{n}]"
         form = _own(message.extensions)
-        if message.role == "system" and not turns and not form.get("in_messages"):
-            # leading system messages are the system prompt; later ones stay in the conversation
+        if message.role == "system" and not form.get("in_messages"):
+            # The system prompt: every system message but those an Anthropic client put inside
+            # `messages` (Claude Code 2.1 does), which stay there; another dialect's later system
+            # messages join it in order, as every Anthropic-compatible server takes that.
             system.extend(_blocks(message.parts, where, "user"))
             system_form = system_form or form.get("content")
             continue
