@@ -308,7 +308,7 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     thinking = dict(request.thinking or {})
     effort = thinking.pop("effort", None)
     budget = thinking.get("budget_tokens")
-    max_tokens = request.max_tokens or DEFAULT_MAX_TOKENS
+    max_tokens = DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens  # 0: only fill the cache
     if thinking.get("type") == "enabled" and type(budget) is not int:
         # Anthropic needs a budget (at least 1024, below max_tokens); another dialect's effort sets it.
         budget = EFFORT_BUDGET.get(effort, EFFORT_BUDGET["medium"])
@@ -319,7 +319,7 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
             thinking = {}  # no room to think within the client's limit
         else:
             thinking["budget_tokens"] = budget
-    if thinking.get("type") == "enabled" and type(budget) is int and budget >= max_tokens and not request.max_tokens:
+    if thinking.get("type") == "enabled" and type(budget) is int and budget >= max_tokens and request.max_tokens is None:
         max_tokens = budget + _ANSWER_ROOM
     body["max_tokens"] = max_tokens
     if request.stop:
