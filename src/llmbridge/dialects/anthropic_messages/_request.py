@@ -319,7 +319,8 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
             thinking = {}  # no room to think within the client's limit
         else:
             thinking["budget_tokens"] = budget
-    if thinking.get("type") == "enabled" and type(budget) is int and budget >= max_tokens and request.max_tokens is None:
+    unsaid = request.max_tokens is None
+    if thinking.get("type") == "enabled" and type(budget) is int and budget >= max_tokens and unsaid:
         max_tokens = budget + _ANSWER_ROOM
     body["max_tokens"] = max_tokens
     if request.stop:
