@@ -7,7 +7,7 @@ from typing import Any
 from ... import hub
 from ...errors import RequestError
 from ..base import EXTENSION_KEY, json_encode
-from ..fields import server_tool_type
+from ..fields import OPENAI_SHARED, server_tool_type
 from ._common import NAME
 
 _KNOWN = frozenset(
@@ -411,6 +411,10 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
                 body[name] = value
         else:
             foreign[key] = value
+            if vendor == "openai-responses" and name in OPENAI_SHARED:  # spelled alike in both APIs
+                body.setdefault(name, value)
+            elif key == "openai-responses:text" and isinstance(value, dict) and "verbosity" in value:
+                body.setdefault("verbosity", value["verbosity"])
     if foreign:
         body[EXTENSION_KEY] = {"extensions": foreign}
     return body

@@ -13,7 +13,7 @@ from typing import Any
 from ... import hub
 from ...errors import RequestError
 from ..base import EXTENSION_KEY, json_decode, json_encode
-from ..fields import server_tool_type
+from ..fields import OPENAI_SHARED, server_tool_type
 from ._common import NAME
 
 PREFIX = NAME + ":"
@@ -483,6 +483,11 @@ def encode_request(request: hub.Request) -> dict:
         if value is not None:
             body[field] = value
     text: dict[str, Any] = dict(ext.get(PREFIX + "text") or {})
+    if "openai-chat:verbosity" in ext:  # Chat's top-level verbosity
+        text.setdefault("verbosity", ext["openai-chat:verbosity"])
+    for name in OPENAI_SHARED:  # spelled alike in both APIs
+        if "openai-chat:" + name in ext:
+            body.setdefault(name, ext["openai-chat:" + name])
     fmt = request.response_format
     if fmt is not None:
         if fmt.get("type") == "json_schema":
