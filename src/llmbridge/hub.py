@@ -30,7 +30,13 @@ Requests
 --------
 :class:`Request` holds messages with typed parts, tools, tool choice,
 generation parameters, metadata and namespaced extensions.  System prompts
-are ``system`` messages at the start of ``messages`` whatever the dialect.
+are ``system`` messages at the start of ``messages`` whatever the dialect; a
+system message later in the conversation stays where the client put it (each
+target says it in place or merges it into its one system prompt, in order).
+``Message.extensions`` and ``ToolResultPart.extensions`` keep how the source
+dialect spelled a message, so an upstream of that dialect gets it back as it
+came.  ``thinking`` is the one place reasoning controls map to (see
+:func:`thinking_effort`); ``llmbridge.dialects.fields`` names what a target drops.
 """
 
 from __future__ import annotations

@@ -139,6 +139,8 @@ def validate_request(request: hub.Request, dialect: str) -> None:
             continue
         if type(value) is bool or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
             raise RequestError(f"must be {'an integer' if integer else 'a number'}", _field(request, dialect, name))
+        if name == "max_tokens" and dialect == "anthropic-messages":
+            low = 0  # Anthropic takes 0: fill the prompt cache, generate nothing
         if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
             shown = value if isinstance(value, float) or abs(value) < 10**20 else f"a {len(str(value))}-digit number"
             raise RequestError(
