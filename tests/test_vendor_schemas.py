@@ -524,6 +524,14 @@ def _openai_image_event() -> Any:
     return ImageGenCompletedEvent
 
 
+@pytest.mark.parametrize("error", ERRORS, ids=[e.type for e in ERRORS])
+def test_image_error_events_validate(error):
+    body = images.encode_error(error)
+    obj = next(sse_objects(body))
+    assert obj["type"] == "error" and not openai().problems("Error", obj["error"])
+    assert b"llmbridge" not in body and body.endswith(b"data: [DONE]\n\n")
+
+
 def test_images_body_validates():
     req = images.ImageRequest(model="img", prompt="a cat")
     body = images.response_body([_image()], req, 1700000000)
