@@ -66,12 +66,13 @@ _COPIED = (
 )  # fmt: skip
 
 
-# The Responses object's fields around its output (as openai-responses' encoder writes them by default).
+# The Responses object's fields around its output (as openai-responses' encoder writes them by
+# default; temperature and top_p are left to its documented defaults when the client set none).
 _BASE_FIELDS: dict[str, Any] = {
     "object": "response", "status": "in_progress", "error": None, "incomplete_details": None, "output": [],
     "usage": None, "instructions": None, "max_output_tokens": None, "parallel_tool_calls": True,
-    "previous_response_id": None, "reasoning": None, "store": True, "temperature": None,
-    "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_p": None, "truncation": "disabled",
+    "previous_response_id": None, "reasoning": None, "store": True,
+    "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "truncation": "disabled",
     "metadata": {},
 }  # fmt: skip
 
