@@ -190,7 +190,7 @@ def _micro(tmp: Path, redis_url: str | None, pg_url: str | None) -> dict[str, tu
 
     from llmbridge import hub
     from llmbridge.gateway import config
-    from llmbridge.gateway.streaming import StreamResponse
+    from llmbridge.gateway.response import StreamResponse
     from llmbridge.gateway.teams import Teams, keys
 
     class Done:  # what an Exchange exposes to on_end once over

@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from llmbridge import dialects, hub
 from llmbridge.gateway import replies
-from llmbridge.gateway.streaming import StreamResponse
+from llmbridge.gateway.response import StreamResponse
 
 NOTE = "notes.txt"  # the file the write tool creates
 NOTE_TEXT = "alpha beta"

@@ -124,3 +124,94 @@ def test_claude_code_second_turn_translates_everywhere():
     gemini = dialects.get("gemini").encode_request(request)
     responses_parts = [p for c in gemini["contents"] for p in c["parts"] if "functionResponse" in p]
     assert [p["functionResponse"]["name"] for p in responses_parts] == ["Bash", "Read"]
+
+
+LENIENT = [
+    (
+        "anthropic-messages",
+        {
+            "model": "m",
+            "max_tokens": 64,
+            "messages": [
+                {"role": "user", "content": "find it"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+                        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                        {"type": "container_upload", "file_id": "file_1"},
+                    ],
+                },
+                {"role": "user", "content": [{"type": "search_result", "source": "s", "title": "t", "content": []}]},
+            ],
+            "tools": [
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 2},
+                {"type": "bash_20250124", "name": "bash"},
+                {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+                {"type": "computer_20250124", "name": "computer", "display_width_px": 1024, "display_height_px": 768},
+                {"type": "code_execution_20250825", "name": "code_execution"},
+                {"type": "memory_20250818", "name": "memory"},
+            ],
+        },
+    ),
+    (
+        "openai-responses",
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "go"},
+                {"type": "item_reference", "id": "msg_1"},
+                {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}},
+                {"type": "local_shell_call", "id": "lsh_1", "call_id": "c1", "status": "completed", "action": {}},
+                {"type": "local_shell_call_output", "id": "lsh_1", "output": "ok"},
+            ],
+            "tools": [
+                {"type": "web_search"},
+                {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                {"type": "code_interpreter", "container": {"type": "auto"}},
+                {"type": "image_generation"},
+                {"type": "local_shell"},
+                {"type": "mcp", "server_label": "x", "server_url": "https://x"},
+                {
+                    "type": "custom",
+                    "name": "apply_patch",
+                    "format": {"type": "grammar", "syntax": "lark", "definition": "x"},
+                },
+            ],
+        },
+    ),
+    (
+        "gemini",
+        {
+            "contents": [
+                {"role": "user", "parts": [{"text": "run"}]},
+                {
+                    "role": "model",
+                    "parts": [
+                        {"executableCode": {"language": "PYTHON", "code": "print(1)"}},
+                        {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "1"}},
+                        {"functionCall": {"name": "f", "args": {}}},
+                    ],
+                },
+                {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"x": 1}}}]},
+            ],
+            "tools": [{"googleSearch": {}}, {"codeExecution": {}}, {"urlContext": {}}],
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("dialect", "body"), LENIENT, ids=[d for d, _ in LENIENT])
+def test_what_the_vendor_accepts_decodes_and_goes_everywhere(dialect, body):
+    """Server tools, built-in tools, native blocks and items: never refused; carried to the same
+    dialect, left out (and reported) for the others."""
+    module = dialects.get(dialect)
+    request = module.decode_request(copy.deepcopy(body))
+    again = module.encode_request(request)
+    for key in body:
+        if key != "model" or dialect != "gemini":
+            assert again[key] == body[key], key
+    for target in ("openai-chat", "openai-responses", "anthropic-messages", "gemini"):
+        if target != dialect:
+            dialects.get(target).encode_request(copy.deepcopy(request))
+            assert any(name.startswith("tools.") for name in dropped_fields(request, dialect, target))

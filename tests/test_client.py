@@ -34,7 +34,7 @@ from llmbridge.errors import (
     UpstreamError,
 )
 from llmbridge.gateway.app import ENDPOINTS
-from llmbridge.gateway.streaming import StreamResponse
+from llmbridge.gateway.response import StreamResponse
 from llmbridge.unievent import grammar_violations
 from tests.gateway_util import serving, wait_for
 

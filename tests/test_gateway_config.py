@@ -9,8 +9,9 @@ import pytest
 from llmbridge.gateway import config as cfg
 from llmbridge.gateway import negotiation
 from llmbridge.gateway.record import confined, safe_name
-from llmbridge.gateway.streaming import EventBoundaries, JSONArrayFraming
+from llmbridge.gateway.streaming import JSONArrayFraming
 from llmbridge.replay import parse_model
+from llmbridge.sse import EventBoundaries
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gateway.toml"
 

@@ -26,7 +26,9 @@ from llmbridge import hub
 from llmbridge.dialects import openai_chat
 from llmbridge.gateway import config, create_app
 from llmbridge.gateway._http import Inbox
-from llmbridge.gateway.streaming import EventBoundaries, Exchange, Source
+from llmbridge.gateway.sources import Source
+from llmbridge.gateway.streaming import Exchange
+from llmbridge.sse import EventBoundaries
 from tests.gateway_util import StalledHead, serving, wait_for
 
 HI = [{"role": "user", "content": "hi"}]
@@ -341,7 +343,7 @@ def test_the_relay_still_notes_usage_and_finish(gw, caplog, model):
 def test_an_in_process_upstream_waits_for_a_slow_client():
     # Back-pressure: the pump that moves an in-process upstream's events stops once
     # EVENTS_AHEAD are waiting, so a fast upstream cannot run ahead of its client into memory.
-    from llmbridge.gateway.streaming import EVENTS_AHEAD, EventSource
+    from llmbridge.gateway.sources import EVENTS_AHEAD, EventSource
 
     produced = 0
 

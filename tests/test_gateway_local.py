@@ -23,7 +23,6 @@ class FakeUpstream:
     def __init__(self, name: str, mode: str = "ok"):
         self.name = name
         self.mode = mode
-        self.timeouts = config.Timeouts(idle=0.5)
         self.calls = 0
 
     async def stream(self, request: hub.Request):
@@ -48,7 +47,7 @@ class FakeUpstream:
 def gw():
     fakes = {n: FakeUpstream(n, n.split("-")[0]) for n in ("ok-1", "full-1", "hang-1", "cut-1")}
     raw = {
-        "upstreams": {n: {"format": "local"} for n in fakes},
+        "upstreams": {n: {"format": "local", "timeouts": {"idle": 0.5}} for n in fakes},
         "models": [
             {"name": "ok", "upstream": "ok-1"},
             {"name": "busy-then-ok", "upstreams": ["full-1", "ok-1"]},
@@ -67,9 +66,13 @@ def chat(gw, model: str, stream: bool = True) -> httpx.Response:
 
 
 def test_protocol_is_satisfied():
-    assert isinstance(FakeUpstream("x"), upstream.Upstream)
+    """A program's event producer is an EventUpstream; the gateway holds every upstream, HTTP
+    or in-process, as one Upstream (one protocol with everything the entry points call)."""
+    fake = FakeUpstream("x")
+    assert isinstance(fake, upstream.EventUpstream) and not isinstance(fake, upstream.Upstream)
+    assert isinstance(upstream.adopt(fake), upstream.Upstream)
     http = upstream.HTTPUpstream(config.UpstreamConfig("h", "openai-chat", "http://127.0.0.1:9/v1"))
-    assert isinstance(http, upstream.Upstream)
+    assert isinstance(http, upstream.Upstream) and upstream.adopt(http) is http
 
 
 def test_in_process_stream_and_whole(gw):
@@ -122,7 +125,8 @@ class BrokenEncoder:
 
 
 def test_a_codec_bug_mid_stream_still_ends_with_error_and_terminal_event():
-    from llmbridge.gateway.streaming import EventSource, Exchange
+    from llmbridge.gateway.sources import EventSource
+    from llmbridge.gateway.streaming import Exchange
 
     async def events():
         yield hub.ResponseStart()

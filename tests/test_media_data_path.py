@@ -266,11 +266,9 @@ def test_megabyte_buffers_stay_on_the_heap_unless_the_operator_says_otherwise(en
 
 
 def test_event_boundaries_on_big_reads_match_the_plain_search():
-    """streaming.py's memchr paths (reads of 4 KiB and more) find the blank lines the plain
+    """sse.py's memchr paths (reads of 4 KiB and more) find the blank lines the plain
     separator search finds, for every line-end mix."""
-    from llmbridge.gateway import streaming
-
-    ends = streaming.EventBoundaries._ENDS
+    ends = sse.EventBoundaries._ENDS
 
     def last(data: bytes, start: int, stop: int) -> int:
         found = [at + len(sep) for sep in ends if (at := data.rfind(sep, start, stop)) >= 0]
@@ -286,8 +284,8 @@ def test_event_boundaries_on_big_reads_match_the_plain_search():
         data = bytes(rng.choice(alphabet) for _ in range(rng.choice([100, 5000, 20000])))
         start = rng.randrange(len(data))
         stop = rng.randrange(start, len(data) + 1)
-        assert streaming._last_event_end(data, start, stop) == last(data, start, stop)
-        assert streaming._next_event_end(data, start) == following(data, start)
+        assert sse.last_event_end(data, start, stop) == last(data, start, stop)
+        assert sse.next_event_end(data, start) == following(data, start)
 
 
 def test_the_relay_skims_huge_events_at_their_ends_and_small_ones_whole():
@@ -310,13 +308,13 @@ def test_the_relay_skims_huge_events_at_their_ends_and_small_ones_whole():
         + chunk("small", ',"finish_reason":"stop"')
         + b"data: [DONE]\n\n"
     )
-    spans = streaming._marked_events(data, 0, markers)
+    spans = sse.marked_events(data, 0, markers)
     events = [data[a:b] for a, b in spans]
     assert len(events) == 3
     assert events[0].endswith(b'"finish_reason":"stop"}]}\n\n') and len(events[0]) > 300_000
     assert events[1] == chunk("small", ',"finish_reason":"stop"') and events[2] == b"data: [DONE]\n\n"
     small = chunk("a") + chunk("b", ',"finish_reason":"stop"') + b"data: [DONE]\n\n"
-    assert [small[a:b] for a, b in streaming._marked_events(small, 0, markers)] == [
+    assert [small[a:b] for a, b in sse.marked_events(small, 0, markers)] == [
         chunk("b", ',"finish_reason":"stop"'),
         b"data: [DONE]\n\n",
     ]

@@ -322,7 +322,7 @@ def test_playground_stop_cancels_the_upstream(open_gw):
         assert json.loads(next(lines))["hub"]["event"] == "ResponseStart"
     # The page's Stop is this: the connection closes. The upstream hears it, Traffic says so.
     gateway = open_gw.app.state.gateway
-    assert wait_for(lambda: gateway.upstreams["hangs"].closed, timeout=10)
+    assert wait_for(lambda: gateway.upstreams["hangs"].inner.closed, timeout=10)
     assert wait_for(
         lambda: [e["status"] for e in HTTP.get(open_gw.url + "/ui/api/traffic").json()["entries"]
                  if e["upstream"] == "hangs"] == ["cancelled"], timeout=10
@@ -330,9 +330,9 @@ def test_playground_stop_cancels_the_upstream(open_gw):
 
 
 def test_playground_bad_requests_are_4xx(open_gw):
-    for body in (b"{", b"[]", json.dumps({"model": "nope", "prompt": "x"}).encode()):
+    for body, status in ((b"{", 400), (b"[]", 400), (json.dumps({"model": "nope", "prompt": "x"}).encode(), 404)):
         r = HTTP.post(open_gw.url + "/ui/api/playground", content=body)
-        assert r.status_code == 400 and r.json()["error"]["message"]
+        assert r.status_code == status and r.json()["error"]["message"]
 
 
 def test_translate_api(open_gw):

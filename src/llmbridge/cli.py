@@ -137,7 +137,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from . import gateway
     except ImportError as exc:
-        raise CLIError(f"the gateway is not available in this build ({exc})", EXIT_UNAVAILABLE) from None
+        message = f"the gateway needs its extra: pip install 'llmbridge[gateway]' ({exc})"
+        raise CLIError(message, EXIT_UNAVAILABLE) from None
     if args.workers < 1:
         raise CLIError("--workers must be at least 1", EXIT_MALFORMED)
     if args.http2 or args.certfile:

@@ -600,11 +600,11 @@ class Request:
     # {"type": "enabled"|"disabled"|"adaptive", "budget_tokens": int, "effort": one of EFFORTS}:
     # the one place every dialect's reasoning control maps to (see thinking_effort/thinking_budget)
     thinking: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # request_id, user_id ... never sent to the model
+    extensions: dict[str, Any] = field(default_factory=dict)  # "vendor:name" -> value
     # "auto" | "default" | "flex" | "priority" | "scale" (OpenAI's words; Anthropic's
     # "standard_only" is "default"); each codec says it in its own words or not at all
     service_tier: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)  # request_id, user_id ... never sent to the model
-    extensions: dict[str, Any] = field(default_factory=dict)  # "vendor:name" -> value
 
     @property
     def system(self) -> str:

@@ -41,7 +41,7 @@ from . import dialects, hub
 from .dialects.base import decode_all, json_decode
 from .gateway import replies
 from .gateway.app import ENDPOINTS, GEMINI, GEMINI_VERSIONS
-from .gateway.streaming import StreamResponse
+from .gateway.response import StreamResponse
 
 __all__ = [
     "DEFAULT_CHUNK",

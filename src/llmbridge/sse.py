@@ -17,7 +17,19 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Decoder", "Event", "encode", "encode_comment", "has_blank_line", "normalise_cr"]
+__all__ = [
+    "Decoder",
+    "Event",
+    "EventBoundaries",
+    "encode",
+    "encode_comment",
+    "has_blank_line",
+    "last_event_end",
+    "marked_events",
+    "next_event_end",
+    "normalise_cr",
+    "split_events",
+]
 
 _BOM = b"\xef\xbb\xbf"
 # Above this size a chunk is searched for line ends with memchr (``bytes.find`` of one byte),
@@ -257,3 +269,167 @@ def encode(data: str, event: str | None = None, id: str | None = None, retry: in
 def encode_comment(text: str = "") -> bytes:
     """A comment line, as used for keep-alives."""
     return b"".join(b": " + line.encode() + b"\n" for line in text.split("\n")) + b"\n"
+
+
+# --------------------------------------------------------------------------- scanning raw SSE bytes
+#
+# What a relay needs without decoding: where whole events end (so it can send only whole
+# events, and cap the one still open), where the events holding a marker are (so its watcher
+# decodes only those), and events one by one (a rewrite of one kind of event). The decoder
+# above normalises line ends first; these work on the bytes as they came, every line-end
+# style included, since a relay must send them untouched.
+
+
+class EventBoundaries:
+    """Where complete SSE events end, found looking at each byte once; and the cap on one event.
+
+    An event ends with a blank line: two line ends in a row, each one of CRLF, LF or CR.
+    :meth:`feed` returns the offset just past the last event end in the new bytes (or -1), and
+    keeps the last three bytes so that a blank line split across reads is still found.
+    ``pending`` is the size of the event still open; it is what the cap bounds.
+    """
+
+    _ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.pending = 0
+        self._tail = b""
+
+    def feed(self, data: bytes) -> int:
+        end = last_event_end(data, 0, len(data))
+        tail = self._tail
+        if end < 0 and tail:
+            # No blank line inside ``data``: one may have begun in the last read's final bytes.
+            joint = tail + data[:3]
+            for sep in self._ENDS:
+                for i in range(len(tail)):
+                    if joint.startswith(sep, i) and i + len(sep) > len(tail):
+                        end = max(end, i + len(sep) - len(tail))
+        self._tail = data[-3:] if len(data) >= 3 else (tail + data)[-3:]
+        if end >= 0:
+            self.pending = len(data) - end
+            return end
+        self.pending += len(data)
+        return -1
+
+    @property
+    def over(self) -> bool:
+        return self.pending > self.cap
+
+
+def marked_events(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """(begin, end) of each whole event of ``data[start:]`` holding a marker, in order, merged.
+
+    ``data[start:]`` is whole events.  Each marker is searched for in C (``bytes.find``), and
+    only around a hit are event boundaries looked for, so a stretch without markers costs
+    one pass per marker and nothing per event.  Huge events (a base64 image) go event by
+    event instead (:func:`_marked_huge`).
+    """
+    if len(data) - start > _HUGE_EVENT and next_event_end(data, start) - start > _HUGE_EVENT:
+        return _marked_huge(data, start, markers)
+    hits = []
+    for marker in markers:
+        at = data.find(marker, start)
+        while at >= 0:
+            hits.append(at)
+            at = data.find(marker, at + len(marker))
+    if not hits:
+        return []
+    hits.sort()
+    spans: list[tuple[int, int]] = []
+    for at in hits:
+        if spans and at < spans[-1][1]:
+            continue  # inside the event already taken
+        begin = max(start, last_event_end(data, start, at))
+        spans.append((begin, next_event_end(data, at)))
+    return spans
+
+
+# An event larger than this (a base64 image: a Responses partial image, a chat chunk with an
+# image in our extension) is skimmed for markers only in its first and last _WINDOW bytes:
+# the event name, the JSON "type", and what follows a big string value (finish_reason,
+# usage) sit there, while nine marker passes over a megabyte of base64 cost ~3 ms.  A marker
+# deep inside such an event is inside its payload, not structure the watcher needs.
+_HUGE_EVENT = 64 * 1024
+_WINDOW = 4096
+
+
+def _marked_huge(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """:func:`marked_events` event by event, for reads that begin with a huge event; back to
+    the marker passes once the events are small again."""
+    spans: list[tuple[int, int]] = []
+    begin, n = start, len(data)
+    while begin < n:
+        end = next_event_end(data, begin)
+        if end - begin <= _HUGE_EVENT:  # small events from here on: the usual passes
+            return spans + marked_events(data, begin, markers)
+        windows = ((begin, begin + _WINDOW), (end - _WINDOW, end))
+        if any(data.find(marker, a, b) >= 0 for a, b in windows for marker in markers):
+            spans.append((begin, end))
+        begin = end
+    return spans
+
+
+# Above _BIG bytes (see the top of this module), blank lines are found by visiting the line
+# ends with memchr (``bytes.find``/``rfind`` of one byte) instead of searching for each
+# two-to-four-byte separator: a read of a base64 image (a Responses partial image, a Gemini
+# inlineData part) holds few line ends.
+
+
+def last_event_end(data: bytes, start: int, stop: int) -> int:
+    """The offset just past the last blank line lying wholly in ``data[start:stop]``, or -1."""
+    ends = EventBoundaries._ENDS
+    if stop - start < _BIG:
+        best = -1
+        for sep in ends:
+            at = data.rfind(sep, start, stop)
+            if at >= 0 and at + len(sep) > best:
+                best = at + len(sep)
+        return best
+    nl, cr = data.rfind(10, start, stop), data.rfind(13, start, stop)
+    while nl != -1 or cr != -1:
+        pos = max(nl, cr)  # the last line end not yet looked at: does a separator end here?
+        for sep in ends:
+            first = pos + 1 - len(sep)
+            if first >= start and data.startswith(sep, first):
+                return pos + 1
+        if pos == nl:
+            nl = data.rfind(10, start, pos)
+        else:
+            cr = data.rfind(13, start, pos)
+    return -1
+
+
+def next_event_end(data: bytes, start: int) -> int:
+    """The offset just past the first blank line at or after ``start`` (``len(data)`` if none)."""
+    ends = EventBoundaries._ENDS
+    if len(data) - start < _BIG:
+        found = [at + len(sep) for sep in ends if (at := data.find(sep, start)) >= 0]
+        return min(found) if found else len(data)
+    nl, cr = data.find(10, start), data.find(13, start)
+    while nl != -1 or cr != -1:
+        pos = cr if nl == -1 or (cr != -1 and cr < nl) else nl  # the next line end: a separator ending here?
+        for sep in ends:
+            first = pos + 1 - len(sep)
+            if first >= start and data.startswith(sep, first):
+                return pos + 1
+        if pos == nl:
+            nl = data.find(10, pos + 1)
+        else:
+            cr = data.find(13, pos + 1)
+    return len(data)
+
+
+
+
+def split_events(data: bytes) -> list[bytes]:
+    """``data`` cut into whole events, each with its blank line (LF, CRLF or CR line ends),
+    in order; bytes after the last blank line are the last item (an event still open)."""
+    events: list[bytes] = []
+    start, n = 0, len(data)
+    while start < n:
+        end = next_event_end(data, start)
+        events.append(data[start:end])
+        start = end
+    return events

@@ -1,6 +1,6 @@
 """Refuse only what the vendor refuses (issue 22), and say what a translation left out.
 
-Two hooks for ``app._handle``, kept out of it so they survive a rewrite of the pipeline:
+Two steps of the chat pipeline (``chat.py``):
 
 * :func:`refusal` after a request body decodes: the checks the client's vendor makes that a
   lenient codec does not (a missing ``model``: 400 in every dialect; Anthropic's required
@@ -24,7 +24,7 @@ from .. import hub
 from ..dialects.anthropic_messages import BETA
 from ..dialects.fields import HEADER, dropped_fields
 from ..errors import RequestError
-from .streaming import StreamResponse
+from .response import StreamResponse
 
 __all__ = ["HEADER", "dropped", "refusal", "report"]
 

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from ..bindings import BINARY_MEDIA_TYPE, BinaryFraming
 from .negotiation import parse_media_type
-from .streaming import StreamResponse
+from .response import StreamResponse
 
 __all__ = ["acceptable", "as_binary", "wants_binary"]
 
@@ -69,7 +69,7 @@ def acceptable(accept: str | None) -> bool:
 def as_binary(response: Response | StreamResponse) -> Response | StreamResponse:
     """``response`` re-framed for the binary binding when it is an event stream; else itself.
 
-    Works on the gateway's :class:`~.streaming.StreamResponse` (its ``body`` async iterator
+    Works on the gateway's :class:`~.response.StreamResponse` (its ``body`` async iterator
     and ``headers`` list are changed in place); a status or JSON answer passes through untouched.
     """
     if not isinstance(response, StreamResponse):

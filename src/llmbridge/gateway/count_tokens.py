@@ -29,7 +29,7 @@ import re
 import struct
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
@@ -37,12 +37,10 @@ from starlette.responses import Response
 
 from .. import dialects, hub
 from ..dialects.base import json_decode, json_encode
-from . import replies, teams
-from .jsonbody import read_object
+from ..errors import RequestError
+from . import replies
+from .pipeline import Pipeline, Refused, presented_secret
 from .upstream import HTTPUpstream
-
-if TYPE_CHECKING:
-    from .app import Gateway
 
 __all__ = ["COUNT_HEADER", "TokenCounter", "estimate", "read_gguf_metadata", "render_chatml", "smollm2_tokenizer"]
 
@@ -63,43 +61,40 @@ _MAX_ANSWER = 1 << 20
 
 
 class TokenCounter:
-    """The three counting endpoints of a :class:`Gateway`."""
+    """The three counting endpoints, on a gateway's :class:`~.pipeline.Pipeline` (who, the
+    body, the model: its steps 1, 2 and 4; nothing is admitted or metered, as a count is free)."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
 
     async def anthropic(self, request: Request) -> Response:
-        return await self._count(request, "anthropic-messages", None)
+        return await self.pipeline.answer("anthropic-messages", self._count(request, "anthropic-messages", None))
 
     async def openai(self, request: Request) -> Response:
-        return await self._count(request, "openai-responses", None)
+        return await self.pipeline.answer("openai-responses", self._count(request, "openai-responses", None))
 
     async def gemini(self, request: Request, model: str) -> Response:
-        return await self._count(request, "gemini", model.removeprefix("models/"))
+        return await self.pipeline.answer("gemini", self._count(request, "gemini", model.removeprefix("models/")))
 
     async def _count(self, request: Request, dialect: str, url_model: str | None) -> Response:
-        gateway = self.gateway
-        who = await gateway.principal(request)
-        if isinstance(who, teams.Refusal):
-            return replies.error_response(dialect, who.error)
-        body = await read_object(request, gateway.config.gateway.max_body_bytes, dialect)
-        if isinstance(body, Response):
-            return body
+        p = self.pipeline
+        who = await p.authenticate(presented_secret(request))
+        body, _ = await p.read_object(request)
         generation = body
         if dialect == "gemini" and isinstance(body.get("generateContentRequest"), dict):
             generation = body["generateContentRequest"]
         name = url_model if url_model is not None else body.get("model")
-        if not isinstance(name, str) or not name:
-            return replies.error(dialect, "model: field required", "invalid_request")
-        model = gateway.config.models.get(name)
-        if model is None or not who.visible([name]):
-            return replies.error(dialect, f"model {name!r} not found", "not_found")
+        model = p.model(name)  # 400 without a model, 404 for an unknown one
+        if not who.visible([model.name]):
+            raise Refused.of(f"model {model.name!r} not found", "not_found", 404, "model_not_found")
         try:
             hreq = dialects.get(dialect).decode_request(dict(generation), model=url_model)
+        except RequestError:
+            raise
         except Exception as exc:  # a request the dialect cannot read: the client's error
-            return replies.error(dialect, f"malformed request: {exc}", "invalid_request")
+            raise Refused.of(f"malformed request: {exc}", "invalid_request") from None
         route = model.routes[0] if model.routes else None
-        upstream = gateway.upstreams.get(route.upstream) if route is not None else None
+        upstream = p.upstreams.get(route.upstream) if route is not None else None
         if route is not None and isinstance(upstream, HTTPUpstream) and upstream.format in _SHAPES:
             counted = await _forward(upstream, route.upstream_model, dialect, body, hreq, request)
             if isinstance(counted, Response):

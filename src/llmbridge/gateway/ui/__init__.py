@@ -8,9 +8,9 @@ it does goes through the JSON API of :class:`Console`.  The cores are sans-I/O:
 
 from __future__ import annotations
 
+from ..traffic import Entry, TrafficLog
 from ._playground import BadRequest, Fanout, parse_request
 from ._routes import Console
-from ._traffic import Entry, TrafficLog
 from ._translate import NotAStream, Report, analyze, detect, event_dict
 
 __all__ = [

@@ -3,30 +3,22 @@
 :class:`Fanout` is the sans-I/O core: a hub event in, each dialect's stream bytes for it out
 (the same ``dialects.stream_encoder`` the gateway's endpoints use, so a pane shows exactly
 what that endpoint would have sent), and at the end each pane's bytes decoded back and
-validated.  :func:`run` is the I/O shell: it pulls the hub events of one answer from the
-gateway's upstream objects and yields NDJSON lines for the page.
+validated.  :class:`Lines` writes one turn as the page's NDJSON lines; the turn itself runs
+on the gateway's chat pipeline (``ui/_routes.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-from ... import dialects, errors, hub
+from ... import dialects, hub
 from ..config import ModelConfig
-from ._traffic import TrafficLog
 from ._translate import event_dict
 
-if TYPE_CHECKING:
-    from ..app import Gateway
-    from ..upstream import Upstream
-
+_HUB_TYPES = frozenset(hub.EVENT_TYPES.values())
 PANES = dialects.NAMES  # the six dialects, in the order the page shows them
 KEPT = 4 * 1024 * 1024  # bytes per pane kept for the final validation (a turn is far smaller)
 MAX_TOOLS = 32
@@ -146,147 +138,84 @@ def _line(obj: dict[str, Any]) -> bytes:
     return msgspec.json.encode(obj) + b"\n"
 
 
-async def run(gateway: Gateway, request: hub.Request, traffic: TrafficLog | None = None) -> AsyncIterator[bytes]:
-    """NDJSON lines for one playground turn (see docs/ui.md for the line kinds).
+class Lines:
+    """Sans-I/O: the console's turn as a stream encoder, one NDJSON line per hub event.
 
-    Tries the model's routes in order while nothing has been received (like the gateway's
-    fallback); every failure becomes a line, never an exception.
+    A console turn is a chat request like any other — the same pipeline, fallback,
+    deadlines, traffic row and ledger row — whose "dialect" is this: a ``start`` line
+    (after a ``start`` and a ``fallback`` line for each upstream that failed before answering), an
+    ``event`` line per hub event with the six panes' bytes for it (:class:`Fanout`),
+    and an ``end`` line with the timings, usage and each pane's check (docs/ui.md).
+    ``encode`` returns ``b""`` after the end, like every encoder.
     """
-    model: ModelConfig = gateway.config.models[request.model or ""]  # parse_request checked it is configured
-    fanout = Fanout(request)
-    started = time.monotonic()
-    first: float | None = None
-    usage: hub.Usage | None = None
-    finish: str | None = None
-    error: hub.Error | None = None
 
-    def ms(at: float) -> float:
-        return round((at - started) * 1000, 1)
+    def __init__(
+        self,
+        request: hub.Request,
+        upstream: str,
+        upstream_model: str,
+        fallbacks: list[tuple[str, str]] | None = None,
+        started: float | None = None,
+    ) -> None:
+        self.request = request
+        self.upstream, self.upstream_model = upstream, upstream_model
+        self.fallbacks = fallbacks if fallbacks is not None else []
+        self.fanout = Fanout(request)
+        self.started = time.monotonic() if started is None else started
+        self.first: float | None = None
+        self.usage: hub.Usage | None = None
+        self.finish: str | None = None
+        self.error: hub.Error | None = None
+        self.opened = self.closed = False
 
-    def emit(now: float, event: hub.Event) -> bytes:
-        nonlocal first, usage, finish, error
-        if first is None and type(event) in (hub.BlockStart, hub.Delta):
-            first = now
-        if type(event) is hub.Usage:
-            usage = hub.merge_usage(usage, event)
-        elif type(event) is hub.Finish:
-            finish = event.reason
-        elif type(event) is hub.Error:
-            error = event
-        return _line({"kind": "event", "t": ms(now), "hub": event_dict(event), "out": fanout.feed(event)})
+    def _ms(self, at: float) -> float:
+        return round((at - self.started) * 1000, 1)
 
-    for n, route in enumerate(model.routes):
-        upstream = gateway.upstreams[route.upstream]
-        upstream_request = dataclasses.replace(request, model=route.upstream_model)
-        fmt = getattr(upstream, "format", "local")
-        entry = traffic.begin(route.upstream, upstream_request, "console", upstream_format=fmt) if traffic else None
-        yield _line({"kind": "start", "model": request.model, "upstream": route.upstream,
-                     "upstream_model": route.upstream_model, "dialects": list(fanout.names)})
-        events = _events(upstream, upstream_request)
-        held: list[tuple[float, hub.Event]] = []  # until the answer commits (as the gateway's prime())
-        committed = fell_back = ended = False
-        try:
-            async for event in events:
-                now = time.monotonic()
-                if entry is not None:
-                    entry.observe(b"", [event], now)
-                kind = type(event)
-                if not committed:
-                    if kind is hub.ResponseStart or kind is hub.Usage:
-                        held.append((now, event))
-                        continue
-                    if type(event) is hub.Error and n < len(model.routes) - 1 and _retryable(event):
-                        fell_back = True  # nothing shown yet: try the next route, like the gateway
-                        yield _line({"kind": "fallback", "upstream": route.upstream, "message": event.message})
-                        break
-                    committed = True
-                    for at, e in held:
-                        yield emit(at, e)
-                yield emit(now, event)
-                if kind is hub.ResponseEnd:
-                    ended = True
-                    break
-        finally:
-            await events.aclose()
-            if entry is not None:  # not ended: the page went away (Stop) and the turn was cancelled
-                entry.end(SimpleNamespace(ended=ended or fell_back))
-        if not fell_back:
-            break
-    end = time.monotonic()
-    out_tokens = usage.output_tokens if usage else None
-    tps = None
-    if out_tokens and first is not None and end > first:
-        tps = round(out_tokens / (end - first), 1)
-    yield _line({
-        "kind": "end",
-        "t": ms(end),
-        "ttft_ms": ms(first) if first is not None else None,
-        "duration_ms": ms(end),
-        "tokens_per_s": tps,
-        "usage": msgspec.to_builtins(usage) if usage else None,
-        "finish": finish,
-        "error": event_dict(error) if error else None,
-        "checks": fanout.check(),
-    })
+    def encode(self, event: hub.Event) -> bytes:
+        if self.closed:
+            return b""
+        if type(event) not in _HUB_TYPES:
+            raise TypeError(f"not a hub event: {type(event).__name__}")
+        now = time.monotonic()
+        out = b""
+        if not self.opened:
+            self.opened = True
+            for upstream, message in self.fallbacks:  # each try that failed before answering
+                out += self._start(upstream, "") + _line({"kind": "fallback", "upstream": upstream, "message": message})
+            out += self._start(self.upstream, self.upstream_model)
+        if self.first is None and isinstance(event, hub.BlockStart | hub.Delta):
+            self.first = now
+        if isinstance(event, hub.Usage):
+            self.usage = hub.merge_usage(self.usage, event)
+        elif isinstance(event, hub.Finish):
+            self.finish = event.reason
+        elif isinstance(event, hub.Error):
+            self.error = event
+        out += _line({"kind": "event", "t": self._ms(now), "hub": event_dict(event), "out": self.fanout.feed(event)})
+        if isinstance(event, hub.ResponseEnd):
+            self.closed = True
+            out += self._end(now)
+        return out
 
+    def _start(self, upstream: str, upstream_model: str) -> bytes:
+        return _line({"kind": "start", "model": self.request.model, "upstream": upstream,
+                      "upstream_model": upstream_model, "dialects": list(self.fanout.names)})  # fmt: skip
 
-def _retryable(error: hub.Error) -> bool:
-    status = error.status or hub.ERROR_STATUS.get(error.type, 500)
-    return status == 429 or status >= 500
-
-
-async def _events(upstream: Upstream, request: hub.Request) -> AsyncGenerator[hub.Event, None]:
-    """The upstream's hub events, always ending in ``ResponseEnd``; failures become ``Error`` events.
-
-    Bounded by the upstream's timeouts (first event, between events, total), which the
-    gateway applies the same way.
-    """
-    timeouts = getattr(upstream, "timeouts", None)
-    first_byte = getattr(timeouts, "first_byte", 120.0)
-    idle = getattr(timeouts, "idle", 120.0)
-    total = getattr(timeouts, "total", 900.0)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total if total else None
-    it = upstream.stream(request)
-    started = ended = False
-    try:
-        while True:
-            wait = first_byte if not started else idle
-            if deadline is not None:
-                wait = min(wait, deadline - loop.time()) if wait is not None else deadline - loop.time()
-            try:
-                async with asyncio.timeout(wait):
-                    event = await anext(it)
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                if not started:
-                    yield hub.ResponseStart()
-                yield hub.Error(f"upstream {upstream.name!r} timed out", "timeout", status=504)
-                yield hub.ResponseEnd()
-                return
-            if not started and type(event) is not hub.ResponseStart:
-                yield hub.ResponseStart()
-            started = True
-            ended = type(event) is hub.ResponseEnd
-            yield event
-            if ended:
-                return
-    except (errors.UpstreamError, OSError, RuntimeError, ValueError) as exc:
-        if not started:
-            yield hub.ResponseStart()
-        message = str(exc) or type(exc).__name__
-        status = getattr(exc, "status", None)
-        kind = getattr(exc, "type", None) or (hub.error_type_for_status(status) if status else "api_error")
-        yield hub.Error(message, kind if kind in hub.ERROR_TYPES else "api_error", status=status)
-        yield hub.ResponseEnd()
-        return
-    finally:
-        aclose = getattr(it, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    if not ended:
-        if not started:
-            yield hub.ResponseStart()
-        yield hub.Error("upstream ended before its terminal event", "incomplete_stream", status=502)
-        yield hub.ResponseEnd()
+    def _end(self, end: float) -> bytes:
+        out_tokens = self.usage.output_tokens if self.usage else None
+        tps = None
+        if out_tokens and self.first is not None and end > self.first:
+            tps = round(out_tokens / (end - self.first), 1)
+        return _line(
+            {
+                "kind": "end",
+                "t": self._ms(end),
+                "ttft_ms": self._ms(self.first) if self.first is not None else None,
+                "duration_ms": self._ms(end),
+                "tokens_per_s": tps,
+                "usage": msgspec.to_builtins(self.usage) if self.usage else None,
+                "finish": self.finish,
+                "error": event_dict(self.error) if self.error else None,
+                "checks": self.fanout.check(),
+            }
+        )

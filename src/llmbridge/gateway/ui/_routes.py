@@ -13,28 +13,36 @@ import hashlib
 import hmac
 import importlib.resources
 import logging
-from typing import TYPE_CHECKING, Any
+import time
+from typing import Any
 from urllib.parse import parse_qs
 
 import msgspec
-from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ... import __version__, dialects
-from ...dialects.base import json_decode
+from ..chat import Chat, Turn
+from ..failures import UpstreamFailed
+from ..pipeline import Pipeline, Refused, unless_disconnected
+from ..response import StreamResponse
+from ..teams import MASTER, OPEN, Principal
 from . import _playground, _translate
-from ._traffic import TrafficLog
-
-if TYPE_CHECKING:
-    from ..app import Gateway  # app imports this package
 
 log = logging.getLogger("llmbridge.gateway")
 
+CONSOLE = "console"  # the console's turns in the Traffic page and the ledger (dialect in and out)
+NDJSON = "application/x-ndjson"
 COOKIE = "llmbridge_console"
 HEADER = "x-llmbridge-console"  # sent by the page on every API call (cookie sessions need it: CSRF)
-_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".txt": "text/plain; charset=utf-8"}
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".txt": "text/plain; charset=utf-8",
+}
 # No inline script or style anywhere, nothing from another origin: a <script> that slipped
 # through into the DOM still would not run.
 SECURITY_HEADERS = {
@@ -54,7 +62,7 @@ def _assets() -> dict[str, tuple[bytes, str]]:
     out = {}
     for item in root.iterdir():
         if item.is_file():
-            suffix = item.name[item.name.rfind("."):]
+            suffix = item.name[item.name.rfind(".") :]
             out[item.name] = (item.read_bytes(), _TYPES.get(suffix, "application/octet-stream"))
     return out
 
@@ -64,17 +72,21 @@ def _json(obj: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(obj), status, headers=headers, media_type="application/json")
 
 
-def _problem(message: str, status: int) -> Response:
-    return _json({"error": {"message": message, "status": status}}, status)
+def _problem(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    response = _json({"error": {"message": message, "status": status}}, status)
+    response.headers.update(headers or {})
+    return response
 
 
 class Console:
-    """The console of one :class:`~llmbridge.gateway.app.Gateway`; :meth:`routes` mounts it."""
+    """The console, on the gateway's pipeline and chat entry point; :meth:`routes` mounts it."""
 
-    def __init__(self, gateway: Gateway, traffic: TrafficLog) -> None:
-        cfg = gateway.config.gateway
-        self.gateway = gateway
-        self.traffic = traffic
+    def __init__(self, pipeline: Pipeline, chat: Chat) -> None:
+        cfg = pipeline.config.gateway
+        self.pipeline = pipeline
+        self.chat = chat
+        self.config = pipeline.config
+        self.traffic = pipeline.traffic
         self.key = cfg.ui_key.encode() if cfg.ui_key else None
         # Off when turned off, and by default on a gateway with API keys but no console key.
         self.enabled = cfg.ui and (self.key is not None or not cfg.api_keys)
@@ -88,7 +100,7 @@ class Console:
         """``None`` when ``request`` may use the console, else the answer to give."""
         if not self.enabled:
             message = "The console is off: this gateway has api_keys; set [gateway] ui_key to turn it on."
-            if not self.gateway.config.gateway.ui:
+            if not self.config.gateway.ui:
                 message = "The console is off ([gateway] ui = false)."
             return _problem(message, 404) if api else self._page("off.html", 404)
         if self.key is None:
@@ -146,36 +158,66 @@ class Console:
     async def info(self, request: Request) -> Response:
         if denied := self._auth(request, api=True):
             return denied
-        g = self.gateway
         upstreams = [
-            {"name": name, "format": getattr(up, "format", "local")} for name, up in g.upstreams.items()
+            {"name": name, "format": getattr(up, "format", "local")} for name, up in self.pipeline.upstreams.items()
         ]  # names and formats only: never base URLs (they can hold tokens), keys or headers
-        return _json({
-            "version": __version__,
-            "models": list(g.config.models),
-            "dialects": list(dialects.NAMES),
-            "sources": list(_translate.SOURCES),
-            "upstreams": upstreams,
-            "traffic": {"size": self.traffic.size, "prompts": self.traffic.keep_prompts},
-            "max_paste_bytes": _translate.MAX_BYTES,
-            "auth": self.key is not None,
-        })
+        return _json(
+            {
+                "version": __version__,
+                "models": list(self.config.models),
+                "dialects": list(dialects.NAMES),
+                "sources": list(_translate.SOURCES),
+                "upstreams": upstreams,
+                "traffic": {"size": self.traffic.size, "prompts": self.traffic.keep_prompts},
+                "max_paste_bytes": _translate.MAX_BYTES,
+                "auth": self.key is not None,
+            }
+        )
 
-    async def playground(self, request: Request) -> Response:
+    async def playground(self, request: Request) -> Response | StreamResponse:
+        """One console turn: a chat request on the gateway's pipeline (body limits, the
+        model, admission and metering as the operator's, fallback, deadlines, the Traffic
+        and ledger rows), answered as the page's NDJSON lines (:class:`_playground.Lines`)."""
         if denied := self._auth(request, api=True):
             return denied
-        body = await request.body()
-        if len(body) > 1024 * 1024:
-            return _problem("the playground request is larger than 1 MB", 413)
+        p = self.pipeline
+        started = time.monotonic()
         try:
-            hreq = _playground.parse_request(json_decode(body), self.gateway.config.models)
-        except msgspec.DecodeError:
-            return _problem("the body is not valid JSON", 400)
+            body, size = await p.read_object(request)
+            model = p.model(body.get("model"))
+            hreq = _playground.parse_request(body, self.config.models)
+            # The console's user is the operator (ui_key): admitted, limited by nothing a key
+            # sets, and metered like any request (a ledger row with dialect "console").
+            who = Principal(MASTER if self.key is not None else OPEN)
+            ledger_id = str(request.scope.get("state", {}).get("request_id", ""))
+            meter = await p.admit(who, hreq, size, CONSOLE, CONSOLE, ledger_id)
+        except Refused as exc:
+            return _problem(exc.error.message, exc.error.status or 400, exc.headers)
+        except ClientDisconnect:
+            return Response(status_code=499)
         except _playground.BadRequest as exc:
             return _problem(str(exc), 400)
-        headers = dict(SECURITY_HEADERS, **{"cache-control": "no-store", "x-accel-buffering": "no"})
-        lines = _playground.run(self.gateway, hreq, self.traffic)
-        return StreamingResponse(lines, headers=headers, media_type="application/x-ndjson")
+        turn = Turn(hreq, CONSOLE, CONSOLE, size, media_type=NDJSON)
+
+        def lines(upstream: str, upstream_model: str) -> _playground.Lines:
+            fallbacks = [(u, e.message) for u, e in turn.failures]
+            return _playground.Lines(hreq, upstream, upstream_model, fallbacks, started)
+
+        turn.encoder = lines
+        try:
+            response = await unless_disconnected(request, self.chat.routes(turn, model, meter))
+        except UpstreamFailed as exc:
+            response = self.chat.error_response(turn, exc.error)
+        except BaseException:
+            meter.cancelled()
+            raise
+        meter.responded(response)
+        extra = dict(SECURITY_HEADERS, **{"cache-control": "no-store", "x-accel-buffering": "no"})
+        if isinstance(response, StreamResponse):
+            response.headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+        else:
+            response.headers.update(extra)
+        return response
 
     async def translate(self, request: Request) -> Response:
         if denied := self._auth(request, api=True):
@@ -207,12 +249,14 @@ class Console:
             after = int(request.query_params.get("after", "0"))
         except ValueError:
             return _problem("after: an entry id (integer)", 400)
-        return _json({
-            "size": self.traffic.size,
-            "prompts": self.traffic.keep_prompts,
-            "entries": [e.summary() for e in self.traffic.recent(after)],
-            "totals": self.traffic.totals(),
-        })
+        return _json(
+            {
+                "size": self.traffic.size,
+                "prompts": self.traffic.keep_prompts,
+                "entries": [e.summary() for e in self.traffic.recent(after)],
+                "totals": self.traffic.totals(),
+            }
+        )
 
     async def traffic_entry(self, request: Request) -> Response:
         if denied := self._auth(request, api=True):

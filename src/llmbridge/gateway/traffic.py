@@ -18,10 +18,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from ... import hub
+from .. import hub
 
 if TYPE_CHECKING:
-    from ..streaming import Exchange
+    from .streaming import Exchange
 
 TIMELINE_LIMIT = 300  # timeline rows per entry; the rest is counted, not kept
 PROMPT_LIMIT = 500  # characters of the last user message kept when keep_prompts
@@ -288,8 +288,14 @@ class TrafficLog:
         for e in self._ring:
             row = rows.setdefault(
                 (e.model, e.upstream),
-                {"model": e.model, "upstream": e.upstream, "requests": 0, "errors": 0, "input_tokens": 0,
-                 "output_tokens": 0},
+                {
+                    "model": e.model,
+                    "upstream": e.upstream,
+                    "requests": 0,
+                    "errors": 0,
+                    "input_tokens": 0,
+                    "output_tokens": 0,
+                },
             )
             row["requests"] += 1
             row["errors"] += e.status == "error"

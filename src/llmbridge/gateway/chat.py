@@ -1,0 +1,329 @@
+"""The chat entry points: every dialect's generation endpoint, on the one pipeline.
+
+``POST /v1/chat/completions``, ``/v1/responses``, ``/v1/messages``, ``/v1/stream``,
+``/mmsp/v1/stream`` and Gemini's ``:generateContent`` / ``:streamGenerateContent`` all run
+:meth:`Chat.handle`: the pipeline's steps (``pipeline.py``) with content negotiation and the
+dialect's request codec as the "validate" step, and an :class:`~.streaming.Exchange` per
+upstream try as the "exchange" step. A WebSocket turn runs :meth:`Chat.turn` — the same
+steps from "validate" on — and the console's turns reuse :meth:`Chat.routes` through the
+pipeline's fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import dialects, hub
+from ..dialects.base import DialectModule, StreamEncoder
+from ..errors import RequestError
+from . import acceptance, binding, extensions, limits, negotiation, replies
+from .config import ModelConfig
+from .config import Route as ModelRoute
+from .embeddings import Embeddings
+from .failures import UpstreamFailed
+from .media import check_images
+from .metering import Meter
+from .pipeline import Pipeline, Refused, presented_secret, request_id_of, unless_disconnected
+from .record import Recorder
+from .relay import relay_filter
+from .response import StreamResponse
+from .streaming import Exchange, JSONArrayFraming
+from .teams import Principal
+from .upstream import Upstream
+
+__all__ = ["Chat", "Turn"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+
+@dataclasses.dataclass(slots=True)
+class Turn:
+    """One chat request once read: what the steps after "validate" need."""
+
+    request: hub.Request
+    request_dialect: str
+    out_dialect: str
+    size: int  # bytes of the body (the TPM estimate before the real usage is known)
+    json_array: bool = False  # Gemini's streamGenerateContent without ?alt=sse
+    binary: bool = False  # LLM-Stream's binary frames (llm-stream-bindings §2)
+    with_extensions: bool = True  # our "llmbridge" data in vendor-dialect answers (extensions.py)
+    request_id: str | None = None  # the client's own, echoed in llm-stream's stream.start/end
+    # The console's turns: their own encoder (made per upstream try: its name and model) and
+    # media type in place of a dialect's; None for every dialect endpoint.
+    encoder: Callable[[str, str], StreamEncoder] | None = None
+    media_type: str | None = None
+    # (upstream, error) of each try that failed before the client saw anything
+    failures: list[tuple[str, hub.Error]] = dataclasses.field(default_factory=list)
+
+
+class Chat:
+    """The chat endpoints of one gateway; ``embeddings`` serves embedding models named at them."""
+
+    def __init__(self, pipeline: Pipeline, embeddings: Embeddings) -> None:
+        self.pipeline = pipeline
+        self.config = pipeline.config
+        self.embeddings = embeddings
+        gw = pipeline.config.gateway
+        self.record_dir = Path(gw.record_dir) if gw.record_dir else None
+        self._recorded = 0
+
+    # -- the HTTP entry point
+
+    async def handle(
+        self,
+        request: Request,
+        endpoint: str,
+        *,
+        url_model: str | None = None,
+        stream: bool | None = None,
+        json_array: bool = False,
+    ) -> Response | StreamResponse:
+        """One HTTP chat request to ``endpoint`` (a dialect name), through every step."""
+        headers = request.headers
+        dialect = [negotiation.error_dialect(endpoint, headers.get("content-type"), headers.get("accept"))]
+        steps = self._steps(request, endpoint, dialect, url_model, stream, json_array)
+        return await self.pipeline.answer(lambda: dialect[0], steps)
+
+    async def _steps(
+        self,
+        request: Request,
+        endpoint: str,
+        dialect: list[str],
+        url_model: str | None,
+        stream: bool | None,
+        json_array: bool,
+    ) -> Response | StreamResponse:
+        p = self.pipeline
+        who = await p.authenticate(presented_secret(request))
+        content_type = request.headers.get("content-type")
+        accept = request.headers.get("accept")
+        try:
+            request_dialect = negotiation.request_dialect(content_type, endpoint)
+        except negotiation.UnsupportedMediaType as exc:
+            raise Refused.of(str(exc), "unsupported_media_type") from None
+        out_dialect = dialect[0] = negotiation.response_dialect(endpoint, request_dialect, accept)
+        if out_dialect != endpoint:
+            json_array = False  # the standard stream is SSE
+        if endpoint == negotiation.STANDARD and not binding.acceptable(accept):  # llm-stream-bindings §2.1
+            raise Refused.of(f"cannot answer with any of {accept!r}", "invalid_request", 406, "not_acceptable")
+        body, size = await p.read_object(request)
+        hreq = self.decode(body, request_dialect, url_model, request.headers)
+        if stream is not None:
+            hreq.stream = stream
+        if out_dialect == negotiation.STANDARD and negotiation.wants_standard_stream(accept):
+            hreq.stream = True
+        turn = Turn(
+            hreq,
+            request_dialect,
+            out_dialect,
+            size,
+            json_array=json_array,
+            binary=out_dialect == negotiation.STANDARD and binding.wants_binary(accept),
+            with_extensions=extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions),
+            request_id=request_id_of(hreq),
+        )
+        ledger_id = turn.request_id or request.scope.get("state", {}).get("request_id", "")
+        return await self.serve(turn, who, ledger_id, request)
+
+    def decode(
+        self,
+        body: dict[str, Any],
+        request_dialect: str,
+        url_model: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> hub.Request:
+        """Step 3 for chat: ``body`` read by ``request_dialect``'s codec, ranges and images
+        checked, and what that dialect's vendor itself refuses refused (``acceptance``);
+        raises :class:`~llmbridge.errors.RequestError` or :class:`Refused` (400)."""
+        try:
+            hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
+        except RequestError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            raise Refused.of(f"malformed request: {type(exc).__name__}: {exc}", "invalid_request") from None
+        limits.validate_request(hreq, request_dialect)
+        if url_model and not hreq.model:
+            hreq.model = url_model
+        default_max_tokens = self.config.gateway.anthropic_default_max_tokens
+        refused = acceptance.refusal(body, hreq, request_dialect, default_max_tokens, headers)
+        if refused is not None:  # only what the client's vendor refuses
+            raise refused
+        bad_image = check_images(hreq, self.config.gateway.max_image_bytes)
+        if bad_image is not None:
+            raise Refused.of(bad_image, "invalid_request")
+        return hreq
+
+    async def serve(
+        self, turn: Turn, who: Principal, ledger_id: str, request: Request | None = None
+    ) -> Response | StreamResponse:
+        """Steps 4-7 for a read request: the model, admission, routing and the exchange
+        (raced against ``request``'s disconnect when there is one); settles the meter."""
+        p = self.pipeline
+        hreq = turn.request
+        model = p.model(hreq.model)
+        meter = await p.admit(who, hreq, turn.size, turn.request_dialect, turn.out_dialect, ledger_id)
+        try:
+            if model.kind == "embedding":  # vectors over MMSP's stream, metered like chat
+                response: Response | StreamResponse = await self.embeddings.stream_endpoint(
+                    hreq, model, turn.out_dialect, turn.request_id, meter
+                )
+            else:
+                work = self.routes(turn, model, meter)
+                response = await (unless_disconnected(request, work) if request is not None else work)
+        except UpstreamFailed as exc:
+            response = self.error_response(turn, exc.error, exc.headers)
+        except BaseException:  # cancelled before the answer began: the ledger still gets its row
+            meter.cancelled()
+            raise
+        meter.responded(response)
+        return binding.as_binary(response) if turn.binary else response
+
+    def error_response(self, turn: Turn, error: hub.Error, headers: dict[str, str] | None = None) -> Response:
+        """Every upstream failed before the client saw anything: ``error`` in its dialect
+        (a console turn: its lines, ending with the error, as a stream would)."""
+        if error.status is None:
+            error.status = hub.ERROR_STATUS.get(error.type, 502)
+        if turn.encoder is None:
+            return replies.error_response(turn.out_dialect, error, headers)
+        upstream = turn.failures.pop()[0] if turn.failures else ""
+        encoder = turn.encoder(upstream, turn.request.model or "")
+        body = b"".join(encoder.encode(e) for e in (hub.ResponseStart(), error, hub.ResponseEnd()))
+        return Response(body, media_type=turn.media_type)
+
+    # -- routing and the exchange
+
+    async def routes(self, turn: Turn, model: ModelConfig, meter: Meter) -> Response | StreamResponse:
+        """Try the model's upstreams (the pipeline's fallback); the answer of the first that
+        starts. Raises :class:`UpstreamFailed` when none does."""
+        hreq = turn.request
+
+        served: list[Upstream] = []
+
+        async def attempt(route: ModelRoute) -> Exchange:
+            upstream = self.pipeline.upstreams[route.upstream]
+            served[:] = [upstream]
+            upstream_request = dataclasses.replace(hreq, model=route.upstream_model, stream=True)
+            exchange = await self.open(upstream, upstream_request, turn, meter)
+            try:
+                error = await exchange.prime()
+            except BaseException:  # cancelled or broken: never leave the upstream request open
+                await exchange.aclose()
+                raise
+            if error is not None:
+                await exchange.aclose()
+                raise UpstreamFailed(error)
+            return exchange
+
+        def failed(route: ModelRoute, error: hub.Error) -> None:
+            turn.failures.append((route.upstream, error))
+
+        exchange = await self.pipeline.fallback(model.routes, attempt, what=f"model {model.name}", failed=failed)
+        try:
+            response = await self.answer(exchange, turn)
+        except BaseException:
+            await exchange.aclose()
+            raise
+        if turn.encoder is None:  # what the upstream's dialect had no place for: a header
+            acceptance.report(response, hreq, turn.request_dialect, served[0].format)
+        return response
+
+    async def open(self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter) -> Exchange:
+        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
+        started = asyncio.get_running_loop().time()
+        out_dialect, stream = turn.out_dialect, turn.request.stream
+        recorder = None
+        relay = False
+        entry = self.pipeline.traffic.begin(
+            upstream.name, hreq, out_dialect, upstream_format=upstream.format, stream=stream
+        )
+        try:
+            source = await upstream.open_stream(hreq, started)
+        except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
+            entry.fail(exc)
+            raise
+        if source.decoder is not None and self.record_dir is not None:  # raw bytes to record
+            self._recorded += 1
+            recorder = Recorder.start(self.record_dir, self._recorded, upstream.config, hreq)
+            source.record = recorder.write
+        # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
+        relay = stream and not turn.json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
+        keepalive = self.config.gateway.keepalive_seconds if stream else None
+        encoder: Callable[[], StreamEncoder]
+        if turn.encoder is not None:  # a console turn: its lines, no SSE keep-alive comments
+            encoder, relay, keepalive = partial(turn.encoder, upstream.name, hreq.model or ""), False, None
+        else:
+            # (dialects.stream_encoder takes the plain module: the optional stream_encoder(request))
+            encoder = partial(dialects.stream_encoder, dialects.get(out_dialect), hreq)
+            if not turn.with_extensions:  # no "llmbridge" data for vendor SDKs and tools unless asked
+                encoder = partial(extensions.plain_encoder, encoder, out_dialect)
+        return Exchange(
+            source,
+            encoder,
+            dialect=out_dialect,
+            relay=relay,
+            relay_filter=relay_filter(out_dialect, hreq) if relay else None,
+            keepalive=keepalive,
+            framing=JSONArrayFraming() if turn.json_array else None,
+            request_id=turn.request_id,
+            max_event_bytes=self.config.gateway.max_event_bytes,
+            observer=entry.hook,
+            on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder, meter)),
+        )
+
+    async def answer(self, exchange: Exchange, turn: Turn) -> Response | StreamResponse:
+        """The client's response from a primed exchange: a stream, or the collected body."""
+        out_dialect = turn.out_dialect
+        if turn.request.stream:
+            media = turn.media_type or (
+                "application/json" if turn.json_array else dialects.get(out_dialect).STREAM_CONTENT_TYPE
+            )
+            return StreamResponse(exchange.body(), media_type=media, on_close=exchange.aclose)
+        codec: DialectModule = dialects.get(out_dialect)
+        response = await exchange.collect()
+        if response.error is not None:
+            error = response.error
+            if error.status is None:
+                error.status = hub.ERROR_STATUS.get(error.type, 502)
+            return replies.error_response(out_dialect, error)
+        response.request_id = turn.request_id or response.request_id
+        if turn.with_extensions:
+            return replies.json_response(codec.encode_response(response))
+        plain = extensions.plain_response(response, out_dialect)
+        return replies.json_response(extensions.plain_body(codec.encode_response(plain)))
+
+
+def _finished(
+    upstream: str,
+    model: str | None,
+    dialect: str,
+    recorder: Recorder | None,
+    meter: Meter,
+    exchange: Exchange,
+) -> None:
+    """An exchange is over: record it, account for it, log what the upstream reported (usage, finish, error)."""
+    if recorder is not None:
+        recorder.finish(exchange)
+    meter.ended(upstream, model, exchange)
+    if log.isEnabledFor(logging.INFO):
+        u = exchange.usage
+        log.info(
+            "%s/%s -> %s%s: %d events, tokens in=%s out=%s, finish=%s%s",
+            upstream,
+            model,
+            dialect,
+            " (relayed)" if exchange.relay else "",
+            exchange.events,
+            u.input_tokens if u else None,
+            u.output_tokens if u else None,
+            exchange.finish.reason if exchange.finish else None,
+            f", error={exchange.error.type}: {exchange.error.message}" if exchange.error else "",
+        )
