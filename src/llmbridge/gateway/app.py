@@ -16,14 +16,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import replies, teams
+from . import extensions, replies, teams
 from .chat import Chat
 from .config import Config, default_config
 from .count_tokens import TokenCounter
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
 from .images import Images
-from .pipeline import REQUEST_ID, Pipeline, Refused, presented_secret
+from .pipeline import REQUEST_ID, Pipeline, Refused
 from .response import StreamResponse
 from .teams.admin import routes as admin_routes
 from .traffic import TrafficLog
@@ -83,7 +83,7 @@ class Gateway:
 
     async def _caller(self, request: Request, dialect: str) -> teams.Principal | Response:
         try:
-            return await self.pipeline.authenticate(presented_secret(request))
+            return await self.pipeline.authenticate(request)
         except Refused as exc:
             return replies.error_response(dialect, exc.error, exc.headers)
 
@@ -240,9 +240,9 @@ def create_app(
         return replies.error(dialect_of_path(request), message, kind, status)
 
     handlers = {404: no_route, 405: no_route}
-    app = Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=[Middleware(RequestIdMiddleware)]
-    )
+    middleware = [Middleware(RequestIdMiddleware)]
+    middleware.append(Middleware(extensions.AskedMiddleware, configured=config.gateway.extensions))  # issue 22
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
     app.state.gateway = gateway
     app.state.websocket = websocket
     return app

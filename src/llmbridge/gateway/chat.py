@@ -32,7 +32,7 @@ from .embeddings import Embeddings
 from .failures import UpstreamFailed
 from .media import check_images
 from .metering import Meter
-from .pipeline import Pipeline, Refused, presented_secret, request_id_of, unless_disconnected
+from .pipeline import Pipeline, Refused, request_id_of, unless_disconnected
 from .record import Recorder
 from .relay import relay_filter
 from .response import StreamResponse
@@ -103,7 +103,7 @@ class Chat:
         json_array: bool,
     ) -> Response | StreamResponse:
         p = self.pipeline
-        who = await p.authenticate(presented_secret(request))
+        who = await p.authenticate(request)
         content_type = request.headers.get("content-type")
         accept = request.headers.get("accept")
         try:

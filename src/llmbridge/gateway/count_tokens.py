@@ -31,16 +31,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import dialects, hub
-from ..dialects.base import json_decode, json_encode
-from ..errors import RequestError
+from ..dialects.base import json_encode
 from . import replies
-from .pipeline import Pipeline, Refused, presented_secret
-from .upstream import HTTPUpstream
+from .failures import UpstreamFailed
+from .pipeline import Pipeline, Refused
+from .upstream import Upstream
 
 __all__ = ["COUNT_HEADER", "TokenCounter", "estimate", "read_gguf_metadata", "render_chatml", "smollm2_tokenizer"]
 
@@ -61,41 +60,44 @@ _MAX_ANSWER = 1 << 20
 
 
 class TokenCounter:
-    """The three counting endpoints, on a gateway's :class:`~.pipeline.Pipeline` (who, the
-    body, the model: its steps 1, 2 and 4; nothing is admitted or metered, as a count is free)."""
+    """The three counting endpoints, on the gateway's pipeline: authenticated (and throttled)
+    like every request, the body read under the same limits, the model looked up and the
+    key's model scope applied; not admitted against RPM/TPM nor written to the ledger (a
+    count generates nothing and costs nothing: vendors count for free)."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
 
     async def anthropic(self, request: Request) -> Response:
-        return await self.pipeline.answer("anthropic-messages", self._count(request, "anthropic-messages", None))
+        return await self._count(request, "anthropic-messages", None)
 
     async def openai(self, request: Request) -> Response:
-        return await self.pipeline.answer("openai-responses", self._count(request, "openai-responses", None))
+        return await self._count(request, "openai-responses", None)
 
     async def gemini(self, request: Request, model: str) -> Response:
-        return await self.pipeline.answer("gemini", self._count(request, "gemini", model.removeprefix("models/")))
+        return await self._count(request, "gemini", model.removeprefix("models/"))
 
     async def _count(self, request: Request, dialect: str, url_model: str | None) -> Response:
+        return await self.pipeline.answer(dialect, self._steps(request, dialect, url_model))
+
+    async def _steps(self, request: Request, dialect: str, url_model: str | None) -> Response:
         p = self.pipeline
-        who = await p.authenticate(presented_secret(request))
+        who = await p.authenticate(request)
         body, _ = await p.read_object(request)
         generation = body
         if dialect == "gemini" and isinstance(body.get("generateContentRequest"), dict):
             generation = body["generateContentRequest"]
         name = url_model if url_model is not None else body.get("model")
-        model = p.model(name)  # 400 without a model, 404 for an unknown one
+        model = p.model(name)
         if not who.visible([model.name]):
             raise Refused.of(f"model {model.name!r} not found", "not_found", 404, "model_not_found")
         try:
             hreq = dialects.get(dialect).decode_request(dict(generation), model=url_model)
-        except RequestError:
-            raise
         except Exception as exc:  # a request the dialect cannot read: the client's error
             raise Refused.of(f"malformed request: {exc}", "invalid_request") from None
         route = model.routes[0] if model.routes else None
         upstream = p.upstreams.get(route.upstream) if route is not None else None
-        if route is not None and isinstance(upstream, HTTPUpstream) and upstream.format in _SHAPES:
+        if route is not None and upstream is not None and upstream.format in _SHAPES:
             counted = await _forward(upstream, route.upstream_model, dialect, body, hreq, request)
             if isinstance(counted, Response):
                 return counted
@@ -111,13 +113,18 @@ class TokenCounter:
 # --------------------------------------------------------------------------- exact: the upstream counts
 
 
-def _count_request(fmt: str, upstream: HTTPUpstream, upstream_model: str, client: str, body: dict[str, Any],
+def _count_request(fmt: str, upstream: Upstream, upstream_model: str, client: str, body: dict[str, Any],
                    hreq: hub.Request) -> tuple[str, dict[str, str], dict[str, Any]]:  # fmt: skip
     """(url, headers, body) of ``upstream``'s counting call for the client's request."""
     hreq = dataclasses.replace(hreq, model=upstream_model, stream=False)
     # the client's own body (only the model renamed) to its own dialect; else the translation
-    out = dict(body) if fmt == client else upstream.request_body(hreq)
-    url, headers = upstream.dialect.endpoint(hreq, base_url=upstream.base_url, api_key=upstream.config.api_key)
+    if fmt == client:
+        out = dict(body)
+    else:  # as a generation request would go (without our extension key unless it takes it)
+        out = dialects.get(fmt).encode_request(hreq)
+        if not upstream.config.extensions:
+            out = strip_extensions(out)[0]
+    url, headers = upstream.endpoint(hreq)
     if fmt == "anthropic-messages":
         out["model"] = upstream_model
         out = {k: v for k, v in out.items() if k in ANTHROPIC_FIELDS} if fmt != client else out
@@ -134,41 +141,28 @@ def _count_request(fmt: str, upstream: HTTPUpstream, upstream_model: str, client
     return url, headers, out
 
 
-async def _forward(upstream: HTTPUpstream, upstream_model: str, client: str, body: dict[str, Any],
+async def _forward(upstream: Upstream, upstream_model: str, client: str, body: dict[str, Any],
                    hreq: hub.Request, request: Request) -> int | Response | None:  # fmt: skip
     """The upstream's own count (an int), its answer as is (same dialect), or None to estimate."""
     fmt = upstream.format
     try:
         url, headers, out = _count_request(fmt, upstream, upstream_model, client, body, hreq)
     except Exception as exc:  # a request this upstream's encoder cannot write: estimate instead
-        log.info("count_tokens: no request for upstream %s (%s): estimating", upstream.name, exc)
+        log.info("count_tokens: no request for upstream %s (%s): estimating", upstream.name, type(exc).__name__)
         return None
-    all_headers = {"content-type": "application/json", **{k.lower(): v for k, v in headers.items()}}
-    all_headers.pop("accept", None)
-    all_headers.update({k.lower(): v for k, v in upstream.config.headers.items()})
+    headers.pop("accept", None)
     if fmt == "anthropic-messages" and client == fmt and (beta := request.headers.get("anthropic-beta")):
-        all_headers["anthropic-beta"] = beta
-    t = upstream.timeouts
+        headers["anthropic-beta"] = beta
     try:
-        response = await upstream.client.request(
-            "POST", url, all_headers, json_encode(out), connect_timeout=t.connect, head_timeout=t.first_byte
-        )
-        data = await response.read(_MAX_ANSWER)
-    except Exception as exc:
-        log.info("count_tokens: upstream %s unreachable (%s): estimating", upstream.name, type(exc).__name__)
+        answer = await upstream.post_json_at(url, headers, out)
+    except UpstreamFailed as exc:
+        if fmt == client and exc.error.status == 400:  # the vendor refuses the request itself: say so
+            return replies.error_response(client, exc.error)
+        log.info("count_tokens: upstream %s failed (%s): estimating", upstream.name, exc.error.type)
         return None
-    if response.status >= 400:
-        if fmt == client and response.status == 400:  # the vendor refuses the request itself: say so
-            return replies.error_response(client, upstream.decode_error(response.status, data))
-        log.info("count_tokens: upstream %s answered %d: estimating", upstream.name, response.status)
-        return None
-    try:
-        answer = json_decode(data)
-        count = answer[_SHAPES[fmt]]
-    except (msgspec.DecodeError, KeyError, TypeError, ValueError):
-        log.info("count_tokens: upstream %s sent no count: estimating", upstream.name)
-        return None
+    count = answer.get(_SHAPES[fmt]) if isinstance(answer, dict) else None
     if not isinstance(count, int) or isinstance(count, bool):
+        log.info("count_tokens: upstream %s sent no count: estimating", upstream.name)
         return None
     if fmt == client:  # the vendor's own answer, every field of it
         return replies.json_response(answer, headers={COUNT_HEADER: "exact"})

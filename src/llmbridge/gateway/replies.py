@@ -8,7 +8,8 @@ from typing import Any
 from starlette.responses import Response
 
 from .. import dialects, hub
-from ..dialects.base import json_encode
+from ..dialects.base import EXTENSION_KEY, json_encode
+from .extensions import strip, wanted_here
 
 __all__ = [
     "anthropic_models",
@@ -39,6 +40,8 @@ def error_body(dialect: str, error: hub.Error) -> tuple[int, object]:
         body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
     else:
         status = error.status or encoded_status
+    if not wanted_here(dialect) and EXTENSION_KEY.encode() in json_encode(body):
+        body = strip(body)  # our data (the hub error type, status) only for clients that ask
     return status, body
 
 
@@ -60,7 +63,10 @@ def openai_models(names: list[str]) -> dict[str, Any]:
 
 
 def anthropic_models(names: list[str]) -> dict[str, Any]:
-    data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
+    data = [
+        {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"}
+        for n in names
+    ]
     return {
         "data": data,
         "has_more": False,
