@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import dialects, hub
-from ..dialects.base import json_encode
+from ..dialects.base import json_encode, strip_extensions
 from . import replies
 from .failures import UpstreamFailed
 from .pipeline import Pipeline, Refused
