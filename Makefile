@@ -46,10 +46,11 @@ test-deep: $(STAMP)
 mutate: $(STAMP)
 	$(VENV)/bin/python -m tests.mutate $(MUTATE_ARGS)
 
-# ruff; the sync client must be what scripts/unasync.py generates from the async one; mypy:
+# ruff (check, and format --check); the sync client must be what scripts/unasync.py generates from the async one; mypy:
 # strict modules clean, the rest at or under mypy-baseline.json (scripts/mypy_baseline.py).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff format --check src tests bench scripts
 	$(VENV)/bin/python scripts/unasync.py --check
 	$(VENV)/bin/python scripts/mypy_baseline.py
 

@@ -15,8 +15,9 @@ CORPUS = ROOT / "tests" / "corpus"  # the real-stream captures travel with the r
 
 _SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large]
 # `make test`: fast and the same on every run (the examples derive from each test's source).
-settings.register_profile("default", derandomize=True, max_examples=25, deadline=None,
-                          suppress_health_check=_SLOW_IS_FINE)
+settings.register_profile(
+    "default", derandomize=True, max_examples=25, deadline=None, suppress_health_check=_SLOW_IS_FINE
+)
 settings.register_profile("thorough", max_examples=500, deadline=None, suppress_health_check=_SLOW_IS_FINE)
 # `make test-deep`: random examples, thousands of them (HYPOTHESIS_EXAMPLES), from the seed the
 # Makefile draws and prints (pass SEED=... to replay a run).  No example database: a finding is

@@ -287,9 +287,7 @@ def event_to_json(event: Event, *, tag: str = "event", keep_none: bool = False) 
     return out
 
 
-def event_from_json(
-    data: object, *, tag: str = "event", kinds: Collection[type[Event]] | None = None
-) -> Event | None:
+def event_from_json(data: object, *, tag: str = "event", kinds: Collection[type[Event]] | None = None) -> Event | None:
     """The hub event an :func:`event_to_json` dict holds, or ``None`` when it holds none.
 
     Never raises: ``data`` comes off a wire, so anything that is not a dict, names no event
@@ -363,7 +361,12 @@ class Assembler:
                 block.text += event.text
         elif type(event) is BlockStart:
             block = Block(
-                event.index, event.kind, event.id, event.name, event.choice, event.mime_type,
+                event.index,
+                event.kind,
+                event.id,
+                event.name,
+                event.choice,
+                event.mime_type,
                 fidelity=dict(event.fidelity) if event.fidelity else None,
                 extensions=dict(event.extensions) if event.extensions else None,
             )

@@ -40,6 +40,7 @@ __all__ = [
 
 DEFAULT_MAX_JSON_DEPTH = 128  # arrays + objects; real requests (tool schemas included) stay far below
 
+
 def nesting_exceeds(body: Any, limit: int) -> bool:
     """Whether the decoded JSON ``body`` nests arrays/objects deeper than ``limit``.
 

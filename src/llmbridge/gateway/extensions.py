@@ -230,7 +230,6 @@ class PlainEncoder:
             return strip_sse(out)
         return out
 
-
     def _skip(self, event: hub.BlockStart | hub.BlockStop) -> bool:
         """Whether this block event is of a block left out (:func:`_left_out`): a native
         block of another vendor (a server tool call, a search result) or a data block the
