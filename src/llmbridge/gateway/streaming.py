@@ -66,9 +66,7 @@ DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024  # a few base64 images in one event; 
 # the answer has started: a stretch of whole events holding none of RELAY_MARKERS is relayed
 # without being decoded (a superset test: text that happens to contain one costs a decode).
 KEEPALIVE_BYTES = {name: dialects.served(name).keepalive for name in dialects.NAMES}
-_RELAY_DONE = {
-    name: done for name in dialects.NAMES if (done := dialects.served(name).relay_done) is not None
-}
+_RELAY_DONE = {name: done for name in dialects.NAMES if (done := dialects.served(name).relay_done) is not None}
 RELAY_MARKERS: dict[str, tuple[bytes, ...]] = {
     name: markers for name in dialects.NAMES if (markers := dialects.served(name).relay_markers) is not None
 }
@@ -590,5 +588,3 @@ class _NullEncoder:
 
     def encode(self, event: hub.Event) -> bytes:
         return b""
-
-
