@@ -142,7 +142,8 @@ class Options:
     never); ``json_array``: Gemini's JSON-array framing instead of SSE; ``request_id``: the
     client's own, stamped into the stream; ``max_event_bytes``: the cap on one upstream
     event; ``observer`` sees each wake-up's raw bytes and hub events (the console's Traffic
-    page); ``on_end`` is called once, with the exchange, when it is over.
+    page); ``on_end`` is called once, with the exchange, when it is over; ``model`` is named
+    in an answer whose upstream named none (every vendor's answer names its model).
     """
 
     dialect: str = ""
@@ -154,6 +155,7 @@ class Options:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     observer: Callable[[tuple[bytes | None, list[hub.Event]]], None] | None = None
     on_end: Callable[[Exchange], None] | None = None
+    model: str | None = None  # the model to name when the upstream's answer names none
 
 
 _DEFAULTS = Options()
@@ -452,8 +454,11 @@ class Exchange:
         self.events += 1
         kind = type(event)
         if kind is hub.ResponseStart:
+            start = cast(hub.ResponseStart, event)
             if self.request_id and not self.relay:
-                cast(hub.ResponseStart, event).request_id = self.request_id
+                start.request_id = self.request_id
+            if not start.model and self.options.model:  # vendors' answers name a model (required)
+                start.model = self.options.model
         elif kind is hub.ResponseEnd:
             self.ended = True
             if self.request_id and not self.relay:
