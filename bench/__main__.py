@@ -12,6 +12,7 @@ BENCHES = {
     "local": "bench.local_bench",
     "http": "bench.http_client_bench",
     "profile": "bench.gateway_profile",
+    "request": "bench.request_profile",
     "limits": "bench.limits_bench",
     "ui": "bench.ui_bench",
     "teams": "bench.teams_bench",

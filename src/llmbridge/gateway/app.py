@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,9 @@ from .chat import Chat
 from .config import Config, default_config
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
+from .hotpath import GatewayApp, request_id_header
 from .images import Images
-from .pipeline import REQUEST_ID, Pipeline, Refused, presented_secret
+from .pipeline import Pipeline, Refused, presented_secret
 from .response import StreamResponse
 from .teams.admin import routes as admin_routes
 from .traffic import TrafficLog
@@ -154,15 +154,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = None
-        for k, v in scope["headers"]:
-            if k == b"x-request-id":
-                rid = v.decode("latin-1")
-                break
-        if rid is None or not REQUEST_ID.fullmatch(rid):
-            rid = "req_" + uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = rid
-        header = (b"x-request-id", rid.encode())
+        header = (b"x-request-id", request_id_header(scope))
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -234,9 +226,10 @@ def create_app(
         return replies.error(dialect_of_path(request), message, kind, status)
 
     handlers = {404: no_route, 405: no_route}
-    app = Starlette(
+    app = GatewayApp(
         routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=[Middleware(RequestIdMiddleware)]
     )
+    app.serve_hot(ENDPOINTS, gateway.chat.handle)  # POSTs to these skip Starlette's stack (hotpath.py)
     app.state.gateway = gateway
     app.state.websocket = websocket
     return app

@@ -1,0 +1,97 @@
+"""The generation endpoints' ASGI entry: dispatched before Starlette's router and middleware.
+
+A ``POST`` to one of the chat endpoints (``ENDPOINTS`` in ``app.py``) is most of what a
+gateway serves, and its fixed cost is what the first token waits for (issue 23). Starlette's
+generic stack — the error middleware, the request-id middleware, the exception middleware,
+the router's regex match over every route, the endpoint wrapper — cost about a tenth of a
+request's CPU and does nothing those requests need: :meth:`.chat.Chat.handle` (the
+pipeline) answers every refusal, request error and bug in the client's dialect itself.
+
+:class:`GatewayApp` is the Starlette app, with one test in front: those requests go straight
+to :meth:`Chat.handle` with what the middleware did for them done here (the ``x-request-id``
+header, the request id in ``scope["state"]``); everything else (Gemini's paths, models,
+admin, console, WebSocket, a wrong method) takes Starlette's path as before. Every request
+also gets ``scope["llmbridge.started"]``, the moment it reached the app, which the
+``Server-Timing`` header counts from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from .pipeline import REQUEST_ID
+from .response import StreamResponse
+
+__all__ = ["STARTED", "GatewayApp", "new_request_id", "request_id_header"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+STARTED = "llmbridge.started"  # scope key: time.perf_counter() when the request reached the app
+
+
+def new_request_id() -> str:
+    """A fresh request id: ``req_`` and 32 hex digits (as ``uuid4().hex``, without the UUID object)."""
+    return "req_" + os.urandom(16).hex()
+
+
+def request_id_header(scope: Scope) -> bytes:
+    """The request's id (the client's ``x-request-id`` if sane, else a fresh one), stored in
+    ``scope["state"]["request_id"]``; returned encoded for the response header."""
+    rid = None
+    for k, v in scope["headers"]:
+        if k == b"x-request-id":
+            rid = v.decode("latin-1")
+            break
+    if rid is None or not REQUEST_ID.fullmatch(rid):
+        rid = new_request_id()
+    scope.setdefault("state", {})["request_id"] = rid
+    return rid.encode()
+
+
+Handler = Callable[[Request, str], Any]  # Chat.handle(request, endpoint) -> Response | StreamResponse
+
+
+class GatewayApp(Starlette):
+    """Starlette, with the generation endpoints dispatched before its middleware stack."""
+
+    hot: Mapping[str, str] = {}  # path -> endpoint dialect, served by ``handler``
+    handler: Handler | None = None
+
+    def serve_hot(self, endpoints: Mapping[str, str], handler: Handler) -> None:
+        self.hot = dict(endpoints)
+        self.handler = handler
+
+    def add_middleware(self, *args: Any, **kwargs: Any) -> None:
+        """A middleware added by a program embedding the app sees every request: no hot path then."""
+        self.handler = None
+        super().add_middleware(*args, **kwargs)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[STARTED] = time.perf_counter()
+            if scope["method"] == "POST" and self.handler is not None:
+                endpoint = self.hot.get(scope["path"])
+                if endpoint is not None:
+                    await self._serve(scope, receive, send, endpoint)
+                    return
+        await super().__call__(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
+        scope["app"] = self
+        header = (b"x-request-id", request_id_header(scope))
+        assert self.handler is not None
+        response: Response | StreamResponse = await self.handler(Request(scope, receive), endpoint)
+        if isinstance(response, StreamResponse):
+            response.headers.append(header)
+        else:
+            response.raw_headers.append(header)
+        await response(scope, receive, send)
