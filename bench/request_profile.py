@@ -16,7 +16,9 @@ Two parts, both with 2-token streams (``fast-2-0``: a role chunk, two tokens, fi
    the shares are the point.
 
 ``python -m bench request``; env REQUEST_PROFILE_N (2000), REQUEST_PROFILE_ROUNDS (3),
-REQUEST_PROFILE_PARTS (cpu,profile).
+REQUEST_PROFILE_PARTS (cpu,profile; callgrind adds instruction counts, which do not move
+with the machine's load: the server runs under ``valgrind --tool=callgrind``, counting only
+while the load runs; REQUEST_PROFILE_CG_N streams, 300).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from .common import table
 from .gateway_bench import BIN, HERE, Server, _port, _start
+from .teams_bench import _virtual_key
 
 N = int(os.environ.get("REQUEST_PROFILE_N", "2000"))
 ROUNDS = int(os.environ.get("REQUEST_PROFILE_ROUNDS", "3"))
@@ -123,8 +126,6 @@ def _cpu_rounds(label: str, url: str, dialect: str, server: Server, upstream: Se
 
 
 def cpu_per_request(tmp: Path) -> str:
-    from .teams_bench import _virtual_key
-
     up_port = _port()
     up_url = f"http://127.0.0.1:{up_port}"
     servers: list[Server] = []
@@ -160,6 +161,70 @@ def cpu_per_request(tmp: Path) -> str:
     )
 
 
+def _instructions(tmp: Path, name: str, up_url: str, extra: list[str], n: int) -> dict[str, float]:
+    """Instructions per request (valgrind's callgrind, counting only while the load runs):
+    a count that does not move with the machine's load, unlike CPU time."""
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("valgrind is not installed")
+    port = _port()
+    base = f"http://127.0.0.1:{port}"
+    out = tmp / f"callgrind.{name}.out"
+    cfg = _config(tmp, f"cg-{name}", up_url, extra)
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
+            "-m", "llmbridge", "serve", "--config", str(cfg), "--port", str(port)]  # fmt: skip
+    server = _start(f"cg-{name}", argv, base + "/healthz", tmp, wait=600)
+    result = {}
+    try:
+        key = KEY if not extra else _virtual_key(base)
+        for what, (path, dialect) in PATHS.items():
+            _load(base + path, dialect, 20, key)  # warm: imports, pools, caches
+            subprocess.run(["callgrind_control", "-i", "on", str(server.proc.pid)], capture_output=True, check=True)
+            done = _load(base + path, dialect, n, key)
+            subprocess.run(["callgrind_control", "-i", "off", str(server.proc.pid)], capture_output=True, check=True)
+            ok = len(done["results"])
+            dumped = tmp / f"callgrind.{name}.{what}"
+            subprocess.run(["callgrind_control", "-d", what, str(server.proc.pid)], capture_output=True, check=True)
+            time.sleep(1.0)
+            total = 0
+            for f in tmp.glob(f"callgrind.{name}.out*"):
+                text = f.read_text(errors="replace")
+                if f"desc: Trigger: dump {what}\n" in text:
+                    total = max(total, _totals(text))
+                    f.rename(dumped)
+            result[what] = total / max(1, ok)
+    finally:
+        server.stop()
+    return result
+
+
+def _totals(text: str) -> int:
+    for line in text.splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    return 0
+
+
+def instructions(tmp: Path) -> str:
+    up_port = _port()
+    up_url = f"http://127.0.0.1:{up_port}"
+    upstream = _start("upstream", [sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)],
+                      up_url + "/v1/models", tmp)  # fmt: skip
+    n = int(os.environ.get("REQUEST_PROFILE_CG_N", "300"))
+    rows = []
+    try:
+        off = _instructions(tmp, "off", up_url, [], n)
+        on = _instructions(tmp, "on", up_url, [f'master_key = "{MASTER}"',
+                           f'database_url = "sqlite:///{tmp / "cg-ledger.db"}"'], n)  # fmt: skip
+    finally:
+        upstream.stop()
+    for what in PATHS:
+        rows.append([f"llmbridge {what}", off[what] / 1e3, on[what] / 1e3, (on[what] - off[what]) / 1e3])
+    head = ["k instructions per 2-token request (callgrind)", "teams off", "teams on", "on - off"]
+    return f"{n} streams per figure, {CONC} concurrent, counted by valgrind --tool=callgrind\n" + table(head, rows)
+
+
 def _profile(config: Path, path: str, dialect: str) -> tuple[dict[str, float], list[tuple[str, float]], int]:
     import uvicorn
 
@@ -171,8 +236,15 @@ def _profile(config: Path, path: str, dialect: str) -> tuple[dict[str, float], l
     logging = log_config()
     logging["handlers"]["access"]["stream"] = "ext://sys.stderr"  # (stdout is this report)
     server = uvicorn.Server(
-        GuardedConfig(build_app(load(config)), host="127.0.0.1", port=port, loop="uvloop", log_level="info",
-                      log_config=logging, http=GuardedHttpToolsProtocol)  # fmt: skip
+        GuardedConfig(
+            build_app(load(config)),
+            host="127.0.0.1",
+            port=port,
+            loop="uvloop",
+            log_level="info",
+            log_config=logging,
+            http=GuardedHttpToolsProtocol,
+        )
     )
     done = [0]
 
@@ -214,8 +286,8 @@ def profile_steps(tmp: Path) -> str:
     relay, translate = results["relay"][0], results["translate"][0]
     names = sorted(set(relay) | set(translate), key=lambda k: -(relay.get(k, 0) + translate.get(k, 0)))
     tr, tt = sum(relay.values()), sum(translate.values())
-    rows = [[k, relay.get(k, 0.0), 100 * relay.get(k, 0.0) / tr, translate.get(k, 0.0), 100 * translate.get(k, 0.0) / tt]
-            for k in names]  # fmt: skip
+    rows = [[k, relay.get(k, 0.0), 100 * relay.get(k, 0.0) / tr, translate.get(k, 0.0),
+             100 * translate.get(k, 0.0) / tt] for k in names]  # fmt: skip
     rows.append(["total", tr, 100.0, tt, 100.0])
     head = ["µs per request under cProfile (own time)", "relay", "%", "translate", "%"]
     out.append(f"{results['relay'][2]} / {results['translate'][2]} streams of 2 tokens, {CONC} concurrent")
@@ -230,6 +302,8 @@ def run() -> str:
     parts = []
     if "cpu" in PARTS:
         parts.append(cpu_per_request(tmp))
+    if "callgrind" in PARTS:
+        parts.append(instructions(tmp))
     if "profile" in PARTS:
         parts.append(profile_steps(tmp))
     return "\n\n".join(parts)

@@ -29,13 +29,11 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .pipeline import REQUEST_ID
-from .response import StreamResponse
+from .response import STARTED, StreamResponse
 
 __all__ = ["STARTED", "GatewayApp", "new_request_id", "request_id_header"]
 
 log = logging.getLogger("llmbridge.gateway")
-
-STARTED = "llmbridge.started"  # scope key: time.perf_counter() when the request reached the app
 
 
 def new_request_id() -> str:

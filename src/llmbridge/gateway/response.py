@@ -21,9 +21,11 @@ from typing import Any, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["WATCH_AFTER", "StreamResponse", "until_disconnected"]
+__all__ = ["STARTED", "WATCH_AFTER", "StreamResponse", "until_disconnected"]
 
 T = TypeVar("T")
+
+STARTED = "llmbridge.started"  # scope key: time.perf_counter() when the request reached the app (hotpath.py)
 
 # Seconds of work before the disconnect watch becomes a task: short answers never start one.
 WATCH_AFTER = 0.02

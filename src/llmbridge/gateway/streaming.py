@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol, cast
 
@@ -187,6 +188,9 @@ class Exchange:
         self._loop = asyncio.get_running_loop()
         self.started = source.started  # loop time the upstream request was sent
         self.first_byte_at: float | None = None  # loop time the first client bytes were produced
+        # perf_counter() of the wake-up that brought the answer's start (prime), or its end
+        # (collect): where the upstream's share of the time to the first byte ends (Server-Timing)
+        self.upstream_at: float | None = None
         self._encoder_factory = encoder_factory
         # A relay never encodes through this one (its end, if the upstream breaks off, is
         # written by a fresh encoder: _encode_end); a _NullEncoder keeps the type plain.
@@ -237,6 +241,7 @@ class Exchange:
         try:
             while True:
                 await inbox.wait()
+                self.upstream_at = time.perf_counter()
                 if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
                     inbox.alarms.discard("keepalive")
                     return None
@@ -562,6 +567,7 @@ class Exchange:
                         assembler.feed(event)
                     break
                 await inbox.wait()
+                self.upstream_at = time.perf_counter()
                 inbox.alarms.discard("keepalive")
                 events, _ = self._step()
                 for event in events:

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .. import dialects, hub
-from ..dialects.base import json_decode, json_encode, strip_extensions
+from ..dialects.base import EXTENSION_KEY, json_decode, json_encode, strip_extensions
 from . import _http
 from .config import LOCAL, ConfigError, Timeouts, UpstreamConfig
 from .failures import UpstreamFailed, as_hub_error
@@ -62,6 +62,7 @@ MAX_ERROR_BYTES = 1 << 20
 MAX_JSON_BYTES = 256 * 1024 * 1024  # a JSON answer larger than this is refused (n=10 4K images fit)
 PASSED_HEADERS = ("retry-after", "retry-after-ms")  # on an upstream error the client's SDK should honour
 OPENAI_FORMATS = ("openai-chat", "openai-responses")
+_EXTENSION_BYTES = f'"{EXTENSION_KEY}"'.encode()  # our key, as it appears in an encoded body
 
 
 @runtime_checkable
@@ -127,6 +128,7 @@ class HTTPUpstream:
         self.dialect = dialects.get(config.format)
         self.timeouts = config.timeouts
         self.client = client or _http.HTTPClient()
+        self._config_headers = {k.lower(): v for k, v in config.headers.items()}
 
     # -- generation
 
@@ -139,16 +141,26 @@ class HTTPUpstream:
         url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
         all_headers = {"content-type": "application/json"}
         all_headers.update({k.lower(): v for k, v in headers.items()})  # the dialect's own content-type wins
-        all_headers.update({k.lower(): v for k, v in self.config.headers.items()})
-        return await self._post(url, all_headers, json_encode(self.request_body(request)))
+        all_headers.update(self._config_headers)
+        return await self._post(url, all_headers, self.request_bytes(request))
 
     async def open_stream(self, request: hub.Request, started: float) -> Source:
         response = await self.open(request)
         return HTTPSource(response, self.dialect.StreamDecoder(), self.name, self.timeouts, started)
 
-    def request_body(self, request: hub.Request) -> dict[str, Any]:
+    def request_bytes(self, request: hub.Request) -> bytes:
+        """The upstream request body, encoded. Encoded once: only a body whose bytes hold our
+        extension key (rare) is walked, stripped and encoded again (:meth:`request_body`)."""
+        body: dict[str, Any] = self.dialect.encode_request(request)
+        data = json_encode(body)
+        if self.config.extensions or _EXTENSION_BYTES not in data:
+            return data
+        return json_encode(self.request_body(request, body))
+
+    def request_body(self, request: hub.Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """The upstream request body; without our extension key unless the upstream takes it."""
-        body: dict[str, Any] = self.dialect.encode_request(request)  # (declared: strip_extensions gives Any)
+        if body is None:
+            body = self.dialect.encode_request(request)  # (declared: strip_extensions gives Any)
         if self.config.extensions:
             return body
         body, left_out = strip_extensions(body)
