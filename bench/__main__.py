@@ -26,8 +26,8 @@ BENCHES = {
 def main(argv: list[str]) -> int:
     # The servers the benchmarks start run in temporary directories: a relative PYTHONPATH
     # (PYTHONPATH=src) would silently measure the installed package instead of this tree.
-    if os.environ.get("PYTHONPATH"):
-        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in os.environ["PYTHONPATH"].split(os.pathsep))
+    if path := os.environ.get("PYTHONPATH"):
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in path.split(os.pathsep))
     names = argv or list(BENCHES)
     for name in names:
         if name not in BENCHES:
