@@ -81,9 +81,11 @@ $(STAMP): pyproject.toml
 # Third-party clients the gateway is checked with (tests/test_third_party_clients.py): LiteLLM,
 # the llm CLI, pydantic-ai and LangChain in their own environment (they pin SDK versions the
 # test environment must not inherit), and the Vercel AI SDK from tests/clients/js's lock file.
+# The coding agents (tests/test_coding_agents.py): Claude Code, Codex CLI and Gemini CLI, pinned
+# in tests/clients/agents's lock file.
 # `make test` skips those tests until this has run; CI runs it first.
 CLIENTS_VENV ?= .venv-clients
-clients: $(CLIENTS_VENV)/.installed tests/clients/js/node_modules/.installed
+clients: $(CLIENTS_VENV)/.installed tests/clients/js/node_modules/.installed tests/clients/agents/node_modules/.installed
 
 $(CLIENTS_VENV)/.installed: tests/clients/requirements.txt
 	@echo "==> $(CLIENTS_VENV): LiteLLM, llm, pydantic-ai, LangChain (third-party client checks)"
@@ -96,3 +98,14 @@ tests/clients/js/node_modules/.installed: tests/clients/js/package-lock.json
 	@if command -v npm >/dev/null; then echo "==> the Vercel AI SDK (npm ci in tests/clients/js)"; \
 	  cd tests/clients/js && npm ci --silent --no-audit --no-fund && touch node_modules/.installed; \
 	else echo "==> no npm: the Vercel AI SDK checks will skip"; fi
+
+# --ignore-scripts: no install script reaches past the npm registry (keytar's and node-pty's,
+# optional dependencies of Gemini CLI, fetch prebuilt binaries or compile; Gemini CLI runs
+# without them). Claude Code's own postinstall only copies its native binary out of its
+# platform package (@anthropic-ai/claude-code-linux-x64); it runs explicitly. Codex CLI's
+# native binary is its platform package (@openai/codex-linux-x64) itself.
+tests/clients/agents/node_modules/.installed: tests/clients/agents/package-lock.json
+	@if command -v npm >/dev/null; then echo "==> the coding agents: Claude Code, Codex CLI, Gemini CLI (npm ci in tests/clients/agents)"; \
+	  cd tests/clients/agents && npm ci --silent --no-audit --no-fund --ignore-scripts --engine-strict=false \
+	  && (cd node_modules/@anthropic-ai/claude-code && node install.cjs) && touch node_modules/.installed; \
+	else echo "==> no npm: the coding-agent checks will skip"; fi

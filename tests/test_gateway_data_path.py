@@ -27,7 +27,7 @@ from llmbridge.dialects import openai_chat
 from llmbridge.gateway import config, create_app
 from llmbridge.gateway._http import Inbox
 from llmbridge.gateway.sources import Source
-from llmbridge.gateway.streaming import Exchange
+from llmbridge.gateway.streaming import Exchange, Options
 from llmbridge.sse import EventBoundaries
 from tests.gateway_util import StalledHead, serving, wait_for
 
@@ -245,7 +245,7 @@ def test_relay_memory_does_not_grow_with_the_stream():
     async def run() -> tuple[int, int]:
         loop = asyncio.get_running_loop()
         source = Pushed("fake", config.Timeouts(first_byte=None, idle=None, total=None), loop.time())
-        exchange = Exchange(source, openai_chat.StreamEncoder, dialect="openai-chat", relay=True)
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True))
         token = chat_chunk({"content": "tok "})
         sent = 0
 
@@ -398,7 +398,7 @@ def test_an_ended_exchange_is_freed_without_the_cyclic_gc():
         loop = asyncio.get_running_loop()
         timeouts = config.Timeouts(first_byte=60, idle=60, total=600)
         source = Pushed("fake", timeouts, loop.time())
-        exchange = Exchange(source, openai_chat.StreamEncoder, dialect="openai-chat", relay=True, keepalive=15)
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True, keepalive=15))
         source.inbox.put(chat_chunk({"role": "assistant", "content": ""}), 10)
         source.inbox.put(chat_chunk({"content": "x" * 100_000}), 10)
         source.inbox.put(chat_chunk({}, "stop") + b"data: [DONE]\n\n", 10)

@@ -24,6 +24,7 @@ from google.genai import types as genai_types
 from llmbridge import dialects, hub, replay
 from llmbridge.dialects.base import decode_all
 from llmbridge.gateway import config, create_app
+from llmbridge.gateway.extensions import HEADER, VENDOR_DIALECTS
 from tests.conftest import CORPUS
 from tests.gateway_util import UPSTREAM_OF, replay_config, serving, wait_for
 from tests.readers import expected
@@ -157,6 +158,11 @@ def client_events(dialect: str, body: bytes) -> list[hub.Event]:
     return decode_all(dialects.get(dialect).StreamDecoder(), body)
 
 
+# Our client's header: answers carry the hub's own error type (incomplete_stream, request_too_large
+# ...) under "llmbridge", which vendor error shapes have no word for; others get none of it.
+ASK = {HEADER: "1"}
+
+
 def assert_error_shape(dialect: str, response: httpx.Response, status: int, type: str) -> None:
     """The status, no traceback, and a body the client dialect's own codec reads as ``type``."""
     assert response.status_code == status, response.text
@@ -205,14 +211,19 @@ def test_unknown_model(gw, dialect):
 def test_body_too_large(gw, dialect):
     path, body, headers = request_for(dialect, "claude-text-simple")
     body["padding"] = "x" * 5000
-    assert_error_shape(dialect, HTTP.post(gw.url + path, json=body, headers=headers), 413, "request_too_large")
+    r = HTTP.post(gw.url + path, json=body, headers={**headers, **ASK})
+    assert_error_shape(dialect, r, 413, "request_too_large")
+    r = HTTP.post(gw.url + path, json=body, headers=headers)
+    assert r.status_code == 413 and b"llmbridge" not in r.content  # our hub error type only for clients that ask
 
 
 @pytest.mark.parametrize("dialect", [d for d in ALL if d != "llm-stream"])
 def test_unsupported_media_type(gw, dialect):
     path, body, _ = request_for(dialect, "claude-text-simple")
-    r = HTTP.post(gw.url + path, content=json.dumps(body), headers={"content-type": "text/plain"})
+    r = HTTP.post(gw.url + path, content=json.dumps(body), headers={"content-type": "text/plain", **ASK})
     assert_error_shape(dialect, r, 415, "unsupported_media_type")
+    r = HTTP.post(gw.url + path, content=json.dumps(body), headers={"content-type": "text/plain"})
+    assert r.status_code == 415 and b"llmbridge" not in r.content
 
 
 @pytest.mark.parametrize("dialect", ALL)
@@ -229,7 +240,8 @@ def locked_gw(servers):
     raw = replay_config(
         servers[1].url,
         {"m": ("anthropic-messages", "claude-text-simple")},
-        gateway={"api_keys": ["${LLMBRIDGE_TEST_KEY:-sekrit}", "other"]},
+        # (these tests send ~20 wrong keys from one address: past 10 a minute they would get 429)
+        gateway={"api_keys": ["${LLMBRIDGE_TEST_KEY:-sekrit}", "other"], "auth_failures_per_minute": 1000},
     )
     with serving(create_app(config.parse(raw, env={}))) as gw:
         yield gw
@@ -260,7 +272,11 @@ def test_wrong_key_is_401_in_dialect(dialect, locked_gw):
 @pytest.mark.parametrize("client", ALL)
 @pytest.mark.parametrize("source", list(TEXT))
 def test_truncated_upstream_is_never_a_clean_finish(gw, client, source):
-    r = post(gw, client, TEXT[source] + "@trunc")
+    plain = post(gw, client, TEXT[source] + "@trunc")  # what a vendor SDK gets: its own error, no data of ours
+    assert plain.status_code == 200 and hub.assemble(client_events(client, plain.content)).error is not None
+    if client in VENDOR_DIALECTS:
+        assert b"llmbridge" not in plain.content
+    r = post(gw, client, TEXT[source] + "@trunc", headers=ASK)  # the hub error type rides under "llmbridge"
     assert r.status_code == 200  # the answer had started
     events = client_events(client, r.content)
     assert hub.validate(events) == []
@@ -498,7 +514,7 @@ def test_unknown_route_and_method_answer_in_a_dialect(gw):
     assert_error_shape("openai-chat", r, 404, "not_found")
     r = HTTP.get(gw.url + "/v1/messages", headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 405 and dialects.get("anthropic-messages").decode_error(405, r.content).message
-    r = HTTP.post(gw.url + "/v1beta/models/gemini20-text:countTokens", json={})
+    r = HTTP.post(gw.url + "/v1beta/models/gemini20-text:generateAnswer", json={})  # (:countTokens is served)
     assert_error_shape("gemini", r, 404, "not_found")
 
 

@@ -92,3 +92,24 @@ def test_only_the_app_knows_the_gateway_object():
     graph = _imports(_modules())
     importers = sorted(m for m, targets in graph.items() if f"{PACKAGE}.app" in targets)
     assert importers == [PACKAGE, f"{PACKAGE}.server"] or importers == [PACKAGE]
+
+
+def test_every_served_dialect_has_its_gateway_traits_and_endpoints():
+    """Each dialect in NAMES carries its gateway traits (dialects.base.Served) and the app
+    serves a POST at each of its paths; a dialect added to NAMES without them fails here."""
+    from starlette.routing import Match
+
+    from llmbridge import dialects
+    from llmbridge.dialects.base import Served
+    from llmbridge.gateway import config, create_app
+
+    app = create_app(config.parse({"models": []}))
+    for name in dialects.NAMES:
+        traits = dialects.served(name)
+        assert isinstance(traits, Served) and traits.paths, name
+        assert traits.keepalive and traits.models(["m"]) and traits.model("m"), name
+        for path in traits.paths:
+            concrete = path.replace("{version}", "v1beta").replace("{model}", "m")
+            scope = {"type": "http", "method": "POST", "path": concrete, "root_path": ""}
+            matches = [route.matches(scope)[0] for route in app.routes]
+            assert Match.FULL in matches, (name, concrete)

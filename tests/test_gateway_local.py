@@ -61,8 +61,10 @@ def gw():
 
 
 def chat(gw, model: str, stream: bool = True) -> httpx.Response:
+    """As our own client asks: with our extension data, which names the hub error type (a
+    vendor SDK, which does not ask, gets the vendor's shape only)."""
     body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
-    return HTTP.post(gw.url + "/v1/chat/completions", json=body)
+    return HTTP.post(gw.url + "/v1/chat/completions", json=body, headers={"x-llmbridge-extensions": "1"})
 
 
 def test_protocol_is_satisfied():

@@ -772,7 +772,7 @@ def test_request_built_by_the_sdk_decodes():
     assert (call.name, json.loads(call.arguments), call.fidelity) == (
         "f",
         {"a": "b"},
-        {"gemini": {"thoughtSignature": "c2ln"}},
+        {"gemini": {"thoughtSignature": "c2ln", "synthetic_id": True}},  # the SDK sent no call id
     )
     assert (result.tool_call_id, result.name, result.content[0].text) == (call.id, "f", "r")
     assert req.tools[0].parameters["properties"] == {"a": {"type": "string"}}

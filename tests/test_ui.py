@@ -307,16 +307,18 @@ def test_playground_streams_every_dialect(open_gw):
 
 
 def test_playground_error_mid_stream_and_fallback(open_gw):
-    lines = _ndjson(HTTP.post(open_gw.url + "/ui/api/playground", json={"model": "breaks", "prompt": "hi"}))
+    url = open_gw.url + "/ui/api/playground"
+    lines = _ndjson(HTTP.post(url, json={"model": "breaks", "prompt": "hi"}, headers=CONSOLE))
     assert lines[-1]["error"]["type"] == "overloaded"
     assert all(c["ok"] for c in lines[-1]["checks"].values())  # each dialect's error event + terminal event
-    lines = _ndjson(HTTP.post(open_gw.url + "/ui/api/playground", json={"model": "busy-then-ok", "prompt": "hi"}))
+    lines = _ndjson(HTTP.post(url, json={"model": "busy-then-ok", "prompt": "hi"}, headers=CONSOLE))
     assert [line["kind"] for line in lines[:3]] == ["start", "fallback", "start"]
     assert lines[-1]["error"] is None and lines[-1]["finish"] == "tool_use"
 
 
 def test_playground_stop_cancels_the_upstream(open_gw):
-    with HTTP.stream("POST", open_gw.url + "/ui/api/playground", json={"model": "hangs", "prompt": "hi"}) as r:
+    body = {"model": "hangs", "prompt": "hi"}
+    with HTTP.stream("POST", open_gw.url + "/ui/api/playground", json=body, headers=CONSOLE) as r:
         lines = r.iter_lines()
         assert json.loads(next(lines))["kind"] == "start"
         assert json.loads(next(lines))["hub"]["event"] == "ResponseStart"
@@ -331,19 +333,20 @@ def test_playground_stop_cancels_the_upstream(open_gw):
 
 def test_playground_bad_requests_are_4xx(open_gw):
     for body, status in ((b"{", 400), (b"[]", 400), (json.dumps({"model": "nope", "prompt": "x"}).encode(), 404)):
-        r = HTTP.post(open_gw.url + "/ui/api/playground", content=body)
+        r = HTTP.post(open_gw.url + "/ui/api/playground", content=body, headers=CONSOLE)
         assert r.status_code == status and r.json()["error"]["message"]
 
 
 def test_translate_api(open_gw):
     data = (CORPUS / SAMPLES["openai-chat"]).read_bytes()
-    r = HTTP.post(open_gw.url + "/ui/api/translate", params={"from": "auto", "to": "gemini"}, content=data)
+    url = open_gw.url + "/ui/api/translate"
+    r = HTTP.post(url, params={"from": "auto", "to": "gemini"}, content=data, headers=CONSOLE)
     report = r.json()
     assert r.status_code == 200 and report["source"] == "openai-chat" and report["ok"]
     assert report["output"] == _expected("openai-chat", "gemini", data)
-    r = HTTP.post(open_gw.url + "/ui/api/translate", params={"to": "klingon"}, content=data)
+    r = HTTP.post(open_gw.url + "/ui/api/translate", params={"to": "klingon"}, content=data, headers=CONSOLE)
     assert r.status_code == 400 and "klingon" in r.json()["error"]["message"]
-    r = HTTP.post(open_gw.url + "/ui/api/translate", content=b"<html>nope</html>")
+    r = HTTP.post(open_gw.url + "/ui/api/translate", content=b"<html>nope</html>", headers=CONSOLE)
     assert r.status_code == 200 and r.json()["fatal"].startswith("This is not an SSE stream")
 
 
@@ -376,15 +379,15 @@ def test_console_is_off_with_api_keys_and_no_ui_key():
 
 
 def test_console_needs_the_admin_key(tmp_path: Path):
-    with serving(_app({"api_keys": ["client-key"], "ui_key": "admin-key"})) as server:
+    with serving(_app({"api_keys": ["client-key"], "ui_key": "admin-key-0123456789"})) as server:
         client = httpx.Client(base_url=server.url, timeout=30)
         assert client.get("/ui").status_code == 401  # the login form
         assert client.get("/ui/api/info").status_code == 401
         assert client.get("/ui/api/info", headers={"authorization": "Bearer client-key"}).status_code == 401
-        assert client.get("/ui/api/info", headers={"authorization": "Bearer admin-key"}).status_code == 200
+        assert client.get("/ui/api/info", headers={"authorization": "Bearer admin-key-0123456789"}).status_code == 200
         assert client.post("/ui/login", data={"key": "wrong"}).status_code == 401
-        r = client.post("/ui/login", data={"key": "admin-key"})
-        assert r.status_code == 303 and "admin-key" not in r.headers["set-cookie"]
+        r = client.post("/ui/login", data={"key": "admin-key-0123456789"})
+        assert r.status_code == 303 and "admin-key-0123456789" not in r.headers["set-cookie"]
         assert "httponly" in r.headers["set-cookie"].lower() and "samesite=strict" in r.headers["set-cookie"].lower()
         assert client.get("/ui").status_code == 200 and client.get("/ui/api/traffic").status_code == 200
         # With the cookie alone, a POST must come from the page (the header a cross-site form cannot send).
@@ -400,5 +403,5 @@ def test_ui_config_keys_are_checked():
         config.parse({"gateway": {"ui_traffic": -1}})
     with pytest.raises(config.ConfigError, match=r"gateway\.ui:"):
         config.parse({"gateway": {"ui": "yes"}})
-    cfg = config.parse({"gateway": {"ui_key": "${UIK}"}}, {"UIK": "k"})
-    assert cfg.gateway.ui_key == "k"
+    cfg = config.parse({"gateway": {"ui_key": "${UIK}"}}, {"UIK": "k" * 16})
+    assert cfg.gateway.ui_key == "k" * 16

@@ -425,12 +425,12 @@ def test_tabs_work_from_the_keyboard(driver, gateway):
 
 
 def test_login_with_the_admin_key(driver):
-    raw = {"gateway": {"api_keys": ["client-key"], "ui_key": "admin-key"},
+    raw = {"gateway": {"api_keys": ["client-key"], "ui_key": "admin-key-0123456789"},
            "upstreams": {"local": {"format": "local"}}, "models": [{"name": "local", "upstream": "local"}]}
     with serving(create_app(config.parse(raw))) as server:
         driver.get(server.url + "/ui")
         key = hook(driver, "ui-key")
-        key.send_keys("admin-key", Keys.ENTER)
+        key.send_keys("admin-key-0123456789", Keys.ENTER)
         WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready === 'true'"))
         assert [o.text for o in Select(hook(driver, "model")).options] == ["local"]
         driver.get_log("browser")  # the login page's 401 is logged as a failed resource: not the console's

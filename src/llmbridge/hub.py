@@ -74,13 +74,19 @@ __all__ = [
     "ToolResultPart",
     "Usage",
     "Violation",
+    "EFFORTS",
+    "EFFORT_BUDGET",
     "assemble",
+    "effort_for",
+    "effort_for_budget",
     "error_type_for_status",
     "event_from_json",
     "event_to_json",
     "merge_dicts",
     "merge_usage",
     "response_events",
+    "thinking_budget",
+    "thinking_effort",
     "validate",
 ]
 
@@ -527,6 +533,7 @@ class ToolResultPart:
     content: list[Part] = field(default_factory=list)  # text and image parts
     is_error: bool = False
     name: str | None = None  # the tool's name (Gemini needs it)
+    extensions: dict[str, Any] | None = None  # e.g. cache_control on an Anthropic tool_result
 
 
 @dataclass
@@ -547,6 +554,9 @@ class Message:
     role: str  # Role
     parts: list[Part] = field(default_factory=list)
     name: str | None = None
+    # How the source dialect spelled the message, for a same-dialect target (string or block
+    # content, a system message inside the conversation), keyed by dialect name.
+    extensions: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:
@@ -587,11 +597,88 @@ class Request:
     parallel_tool_calls: bool | None = None
     # {"type": "json_schema", "schema": {...}, "name": str, "strict": bool} or {"type": "json_object"}
     response_format: dict[str, Any] | None = None
-    # {"type": "enabled"|"disabled"|"adaptive", "budget_tokens": int, "effort": "low"|"medium"|"high"}
+    # {"type": "enabled"|"disabled"|"adaptive", "budget_tokens": int, "effort": one of EFFORTS}:
+    # the one place every dialect's reasoning control maps to (see thinking_effort/thinking_budget)
     thinking: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # request_id, user_id ... never sent to the model
     extensions: dict[str, Any] = field(default_factory=dict)  # "vendor:name" -> value
+    # "auto" | "default" | "flex" | "priority" | "scale" (OpenAI's words; Anthropic's
+    # "standard_only" is "default"); each codec says it in its own words or not at all
+    service_tier: str | None = None
 
     @property
     def system(self) -> str:
         return "\n\n".join(m.text for m in self.messages if m.role == "system")
+
+
+# --------------------------------------------------------------------------- reasoning effort
+#
+# The one table between the vendors' reasoning controls (docs/dialects/README.md, "Reasoning"):
+# Anthropic thinking.budget_tokens / output_config.effort / thinking.type adaptive, Chat
+# reasoning_effort, Responses reasoning.effort, Gemini thinkingConfig (thinkingBudget,
+# thinkingLevel). The hub keeps what the client said (an effort word, a budget, or both);
+# a codec asks these functions for the word or the budget its vendor takes.
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # in rising order
+# The token budget an effort word stands for, where a vendor takes only a budget.
+EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32000, "max": 32000}
+# The words each vendor takes: a word outside them becomes the nearest one it has.
+_VENDOR_EFFORTS = {
+    "openai": ("none", "minimal", "low", "medium", "high", "xhigh"),  # reasoning_effort, reasoning.effort
+    "anthropic": ("low", "medium", "high", "xhigh", "max"),  # output_config.effort
+    "gemini": ("minimal", "low", "medium", "high"),  # thinkingConfig.thinkingLevel (lower case here)
+}
+
+
+def effort_for_budget(budget: int) -> str:
+    """The effort word for a thinking token budget: low up to 2,048 tokens, medium up to
+    8,192, high above (the words every OpenAI reasoning model takes)."""
+    if budget <= EFFORT_BUDGET["low"]:
+        return "low"
+    return "medium" if budget <= EFFORT_BUDGET["medium"] else "high"
+
+
+def thinking_effort(thinking: dict[str, Any] | None) -> str | None:
+    """The effort word a hub ``thinking`` dict says: ``"none"`` when disabled, its ``effort``,
+    else the word for its ``budget_tokens`` (:func:`effort_for_budget`); ``None`` when it says
+    none (no thinking dict, or adaptive thinking without an effort: the model decides)."""
+    if not thinking:
+        return None
+    if thinking.get("type") == "disabled":
+        return "none"
+    effort = thinking.get("effort")
+    if type(effort) is str and effort:
+        return effort
+    budget = thinking.get("budget_tokens")
+    if type(budget) is int and budget > 0:
+        return effort_for_budget(budget)
+    return None
+
+
+def thinking_budget(thinking: dict[str, Any] | None) -> int | None:
+    """The token budget a hub ``thinking`` dict says: its ``budget_tokens``, else the budget
+    for its effort (:data:`EFFORT_BUDGET`), ``0`` when disabled, ``None`` when it says none."""
+    if not thinking:
+        return None
+    if thinking.get("type") == "disabled":
+        return 0
+    budget = thinking.get("budget_tokens")
+    if type(budget) is int and budget > 0:
+        return budget
+    effort = thinking.get("effort")
+    if effort == "none":
+        return 0
+    return EFFORT_BUDGET.get(effort) if type(effort) is str else None
+
+
+def effort_for(vendor: str, effort: str | None) -> str | None:
+    """``effort`` in ``vendor``'s words (``"openai"``, ``"anthropic"``, ``"gemini"``): the word
+    itself when the vendor has it, else the nearest it has (``max`` is OpenAI's ``xhigh``,
+    ``minimal`` is Anthropic's ``low``); an unknown word passes as is, ``None`` stays ``None``."""
+    if effort is None or effort not in EFFORTS:
+        return effort
+    words = _VENDOR_EFFORTS[vendor]
+    if effort in words:
+        return effort
+    rank = EFFORTS.index(effort)
+    return min(words, key=lambda w: (abs(EFFORTS.index(w) - rank), -EFFORTS.index(w)))

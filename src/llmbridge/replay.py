@@ -140,12 +140,14 @@ class Replay:
         names = sorted(self.files)
         path = request.url.path
         if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
-            return replies.json_response(replies.gemini_models(names))
-        if path.startswith("/mmsp"):
-            return replies.json_response(replies.mmsp_models(names))
-        if "anthropic-version" in request.headers:
-            return replies.json_response(replies.anthropic_models(names))
-        return replies.json_response(replies.openai_models(names))
+            dialect = "gemini"
+        elif path.startswith("/mmsp"):
+            dialect = "mmsp"
+        elif "anthropic-version" in request.headers:
+            dialect = "anthropic-messages"
+        else:
+            dialect = "openai-chat"
+        return replies.json_response(dialects.served(dialect).models(names))
 
     async def generate(self, request: Request) -> Response:
         endpoint = ENDPOINTS[request.url.path]

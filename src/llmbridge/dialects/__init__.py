@@ -37,11 +37,14 @@
 from __future__ import annotations
 
 import importlib
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from ._contracts import DialectModule, StreamEncoder, missing_surface
 
-__all__ = ["MORE_NAMES", "NAMES", "get", "stream_encoder"]
+if TYPE_CHECKING:
+    from .base import Served
+
+__all__ = ["MORE_NAMES", "NAMES", "get", "served", "stream_encoder"]
 
 NAMES = ("llm-stream", "openai-chat", "openai-responses", "anthropic-messages", "gemini", "mmsp")
 
@@ -93,3 +96,13 @@ def get(name: str) -> DialectModule:
     # missing_surface just found every member of DialectModule on the module: the cast says so.
     loaded = _LOADED[name] = cast(DialectModule, imported)
     return loaded
+
+
+def served(name: str) -> Served:
+    """How the gateway serves dialect ``name`` (its package's ``GATEWAY``: endpoint paths,
+    keep-alive bytes, relay markers, model-list shapes). ``KeyError`` for a dialect the
+    gateway does not serve (one of :data:`MORE_NAMES`, or unknown)."""
+    if name not in NAMES:
+        raise KeyError(f"the gateway serves no dialect {name!r}; it serves {', '.join(NAMES)}")
+    traits: Served = getattr(get(name), "GATEWAY")  # noqa: B009  (not a member of DialectModule)
+    return traits

@@ -4,6 +4,8 @@ the SSE decoder base (event counting, violations, truncation) and whole-stream h
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -14,7 +16,9 @@ from ._contracts import DialectModule, StreamDecoder, StreamEncoder, missing_sur
 
 __all__ = [
     "EXTENSION_KEY",
+    "KEEPALIVE_COMMENT",
     "DialectModule",
+    "Served",
     "EncoderDispatch",
     "EncoderState",
     "SSEStreamDecoder",
@@ -26,6 +30,8 @@ __all__ = [
     "json_encode",
     "missing_surface",
     "not_a_hub_event",
+    "openai_model",
+    "openai_models",
     "strip_extensions",
 ]
 
@@ -234,3 +240,42 @@ def strip_extensions(body: Any, path: str = "") -> tuple[Any, list[str]]:
             removed += inner
         return items, removed
     return body, removed
+
+
+# --------------------------------------------------------------------------- how a gateway serves a dialect
+
+# An SSE comment: what every SSE client skips (the LLM-Stream draft and the gateway spec name it).
+KEEPALIVE_COMMENT = b": keep-alive\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """How a gateway serves a dialect to its clients: the dialect's traits that are not its
+    codecs, kept beside them (each served dialect's ``GATEWAY``), so a gateway serves a new
+    dialect by registering it, and a test fails when a served dialect has no endpoint.
+
+    ``paths`` are its generation endpoints (POST; ``{version}`` and ``{model}`` name URL
+    parts); ``keepalive`` the bytes its clients skip while an answer is silent;
+    ``relay_markers`` what a relay's watcher must decode once an answer has started (a
+    stretch of whole events holding none of them passes undecoded; ``None``: decode all);
+    ``relay_done`` the terminal a relayed stream needs after an error event that is not
+    terminal itself; ``models`` and ``model`` the shapes of its model list and of one model.
+    """
+
+    paths: tuple[str, ...]
+    models: Callable[[list[str]], dict[str, Any]]
+    model: Callable[[str], dict[str, Any]]
+    keepalive: bytes = KEEPALIVE_COMMENT
+    relay_markers: tuple[bytes, ...] | None = None
+    relay_done: bytes | None = None
+
+
+def openai_model(name: str) -> dict[str, Any]:
+    """One model in OpenAI's shape (``GET /v1/models/{id}``), which OpenAI's two APIs and
+    LLM-Stream share."""
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llmbridge"}
+
+
+def openai_models(names: list[str]) -> dict[str, Any]:
+    """OpenAI's model list (``GET /v1/models``)."""
+    return {"object": "list", "data": [openai_model(n) for n in names]}

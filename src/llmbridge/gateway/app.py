@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -15,14 +14,16 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import replies, teams
+from .. import dialects
+from . import extensions, replies, teams
 from .chat import Chat
 from .config import Config, default_config
+from .count_tokens import TokenCounter
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
-from .hotpath import GatewayApp, request_id_header
+from .hotpath import ChatEndpoints, GatewayApp, request_id_header
 from .images import Images
-from .pipeline import Pipeline, Refused, presented_secret
+from .pipeline import Pipeline, Refused
 from .response import StreamResponse
 from .teams.admin import routes as admin_routes
 from .traffic import TrafficLog
@@ -41,13 +42,10 @@ __all__ = [
 ]
 
 
-# endpoint path -> the dialect it speaks
+# endpoint path -> the dialect it speaks: each served dialect's own paths (its GATEWAY traits);
+# Gemini's name the model and version in the URL and have a route of their own.
 ENDPOINTS = {
-    "/v1/chat/completions": "openai-chat",
-    "/v1/responses": "openai-responses",
-    "/v1/messages": "anthropic-messages",
-    "/v1/stream": "llm-stream",
-    "/mmsp/v1/stream": "mmsp",
+    path: name for name in dialects.NAMES for path in dialects.served(name).paths if "{" not in path
 }
 GEMINI = "gemini"
 GEMINI_VERSIONS = ("v1beta", "v1", "v1alpha")  # google-genai uses v1 or v1beta, per version and option
@@ -76,45 +74,32 @@ class Gateway:
         self.embeddings = Embeddings(self.pipeline)  # /v1/embeddings, :embedContent, MMSP vectors
         self.images = Images(self.pipeline)  # /v1/images
         self.chat = Chat(self.pipeline, self.embeddings)  # every dialect's generation endpoint
+        self.counter = TokenCounter(self.pipeline)  # count_tokens, input_tokens, :countTokens
 
     # -- endpoints
 
     async def _caller(self, request: Request, dialect: str) -> teams.Principal | Response:
         try:
-            return await self.pipeline.authenticate(presented_secret(request))
+            return await self.pipeline.authenticate(request)
         except Refused as exc:
             return replies.error_response(dialect, exc.error, exc.headers)
 
     async def models(self, request: Request) -> Response:
-        path = request.url.path
-        if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
-            dialect, shape = GEMINI, replies.gemini_models
-        elif path.startswith("/mmsp"):
-            dialect, shape = "mmsp", replies.mmsp_models
-        elif "anthropic-version" in request.headers:
-            dialect, shape = "anthropic-messages", replies.anthropic_models
-        else:
-            dialect, shape = "openai-chat", replies.openai_models
+        dialect = _listing_dialect(request)
         if isinstance(who := await self._caller(request, dialect), Response):
             return who
+        shape = dialects.served(dialect).models
         return replies.json_response(shape(who.visible(list(self.config.models))))
 
     async def model(self, request: Request) -> Response:
         """``GET /v1/models/{id}`` (OpenAI, Anthropic) and ``GET /v1beta/models/{name}`` (Gemini)."""
         name = request.path_params["target"].removeprefix("models/")
-        path = request.url.path
-        shape: Callable[[str], dict[str, Any]]
-        if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
-            dialect, shape = GEMINI, replies.gemini_model
-        elif "anthropic-version" in request.headers:
-            dialect, shape = "anthropic-messages", lambda n: replies.anthropic_models([n])["data"][0]
-        else:
-            dialect, shape = "openai-chat", lambda n: replies.openai_models([n])["data"][0]
+        dialect = _listing_dialect(request)
         if isinstance(who := await self._caller(request, dialect), Response):
             return who
         if name not in self.config.models or not who.visible([name]):
             return replies.error(dialect, f"model {name[:200]!r} not found", "not_found")
-        return replies.json_response(shape(name))
+        return replies.json_response(dialects.served(dialect).model(name))
 
     async def healthz(self, request: Request) -> Response:
         # "worker": the serving process, so an operator can see each of `serve --workers N` answer
@@ -128,6 +113,8 @@ class Gateway:
         model, _, action = target.rpartition(":")
         if action in GEMINI_EMBED_ACTIONS and model:
             return await self.embeddings.gemini(request, model, action)
+        if action == "countTokens" and model:
+            return await self.counter.gemini(request, model)
         if action not in ("generateContent", "streamGenerateContent") or not model:
             return replies.error(GEMINI, f"unknown method {target[:200]!r}", "not_found")
         stream = action == "streamGenerateContent"
@@ -142,6 +129,19 @@ class Gateway:
         for upstream in self.upstreams.values():
             with contextlib.suppress(Exception):
                 await upstream.aclose()
+
+
+def _listing_dialect(request: Request) -> str:
+    """Whose shape a model list (or one model) is asked in: Google's under /v1beta and with
+    its key header, MMSP's under /mmsp, Anthropic's with its version header, else OpenAI's."""
+    path = request.url.path
+    if path.startswith(("/v1beta", "/v1alpha")) or "x-goog-api-key" in request.headers:
+        return GEMINI
+    if path.startswith("/mmsp"):
+        return "mmsp"
+    if "anthropic-version" in request.headers:
+        return "anthropic-messages"
+    return "openai-chat"
 
 
 class RequestIdMiddleware:
@@ -214,6 +214,8 @@ def create_app(
         Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
         Route("/v1/images", gateway.images.generate, methods=["POST"]),
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),
+        Route("/v1/messages/count_tokens", gateway.counter.anthropic, methods=["POST"]),
+        Route("/v1/responses/input_tokens", gateway.counter.openai, methods=["POST"]),
     ]
     routes += Console(gateway.pipeline, gateway.chat).routes()  # the web console at /ui (docs/ui.md)
     websocket = WebSocketEndpoint(gateway.pipeline, gateway.chat)  # llm-stream-bindings §3; tuned via app.state
@@ -226,10 +228,13 @@ def create_app(
         return replies.error(dialect_of_path(request), message, kind, status)
 
     handlers = {404: no_route, 405: no_route}
-    app = GatewayApp(
-        routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=[Middleware(RequestIdMiddleware)]
-    )
-    app.serve_hot(ENDPOINTS, gateway.chat.handle)  # POSTs to these skip Starlette's stack (hotpath.py)
+    # (A middleware added here must also wrap the hot path below, which does not pass through these.)
+    middleware = [Middleware(RequestIdMiddleware)]
+    middleware.append(Middleware(extensions.AskedMiddleware, configured=config.gateway.extensions))  # issue 22
+    app = GatewayApp(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
+    # POSTs to the chat endpoints skip Starlette's stack and router (hotpath.py), not the pipeline
+    hot = ChatEndpoints(ENDPOINTS, gateway.chat.handle)  # sets x-request-id as RequestIdMiddleware does
+    app.serve_hot(ENDPOINTS, extensions.AskedMiddleware(hot, configured=config.gateway.extensions))
     app.state.gateway = gateway
     app.state.websocket = websocket
     return app

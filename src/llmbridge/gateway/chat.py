@@ -16,9 +16,10 @@ import copy
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,18 +27,18 @@ from starlette.responses import Response
 from .. import dialects, hub
 from ..dialects.base import DialectModule, StreamEncoder
 from ..errors import RequestError
-from . import binding, extensions, limits, negotiation, replies
+from . import acceptance, binding, extensions, limits, negotiation, replies
 from .config import ModelConfig
 from .config import Route as ModelRoute
 from .embeddings import Embeddings
 from .failures import UpstreamFailed
 from .media import check_images
 from .metering import Meter
-from .pipeline import Pipeline, Refused, presented_secret, request_id_of, unless_disconnected
+from .pipeline import Pipeline, Refused, request_id_of, unless_disconnected
 from .record import Recorder
 from .relay import relay_filter
 from .response import STARTED, StreamResponse
-from .streaming import Exchange, JSONArrayFraming
+from .streaming import Exchange, Options
 from .teams import Principal
 from .upstream import Upstream
 
@@ -110,7 +111,7 @@ class Chat:
         arrived: float,
     ) -> Response | StreamResponse:
         p = self.pipeline
-        who = await p.authenticate(presented_secret(request))
+        who = await p.authenticate(request)
         content_type = request.headers.get("content-type")
         accept = request.headers.get("accept")
         try:
@@ -123,7 +124,7 @@ class Chat:
         if endpoint == negotiation.STANDARD and not binding.acceptable(accept):  # llm-stream-bindings §2.1
             raise Refused.of(f"cannot answer with any of {accept!r}", "invalid_request", 406, "not_acceptable")
         body, size = await p.read_object(request)
-        hreq = self.decode(body, request_dialect, url_model)
+        hreq = self.decode(body, request_dialect, url_model, request.headers)
         if stream is not None:
             hreq.stream = stream
         if out_dialect == negotiation.STANDARD and negotiation.wants_standard_stream(accept):
@@ -142,9 +143,16 @@ class Chat:
         ledger_id = turn.request_id or request.scope.get("state", {}).get("request_id", "")
         return await self.serve(turn, who, ledger_id, request)
 
-    def decode(self, body: dict[str, object], request_dialect: str, url_model: str | None = None) -> hub.Request:
+    def decode(
+        self,
+        body: dict[str, Any],
+        request_dialect: str,
+        url_model: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> hub.Request:
         """Step 3 for chat: ``body`` read by ``request_dialect``'s codec, ranges and images
-        checked; raises :class:`~llmbridge.errors.RequestError` or :class:`Refused` (400)."""
+        checked, and what that dialect's vendor itself refuses refused (``acceptance``);
+        raises :class:`~llmbridge.errors.RequestError` or :class:`Refused` (400)."""
         try:
             hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
         except RequestError:
@@ -154,6 +162,10 @@ class Chat:
         limits.validate_request(hreq, request_dialect)
         if url_model and not hreq.model:
             hreq.model = url_model
+        default_max_tokens = self.config.gateway.anthropic_default_max_tokens
+        refused = acceptance.refusal(body, hreq, request_dialect, default_max_tokens, headers)
+        if refused is not None:  # only what the client's vendor refuses
+            raise refused
         bad_image = check_images(hreq, self.config.gateway.max_image_bytes)
         if bad_image is not None:
             raise Refused.of(bad_image, "invalid_request")
@@ -203,8 +215,11 @@ class Chat:
         starts. Raises :class:`UpstreamFailed` when none does."""
         hreq = turn.request
 
+        served: list[Upstream] = []
+
         async def attempt(route: ModelRoute) -> Exchange:
             upstream = self.pipeline.upstreams[route.upstream]
+            served[:] = [upstream]
             upstream_request = copy.copy(hreq)  # (shallow, as dataclasses.replace, at a fraction of its cost)
             upstream_request.model, upstream_request.stream = route.upstream_model, True
             exchange = await self.open(upstream, upstream_request, turn, meter)
@@ -223,10 +238,13 @@ class Chat:
 
         exchange = await self.pipeline.fallback(model.routes, attempt, what=f"model {model.name}", failed=failed)
         try:
-            return await self.answer(exchange, turn)
+            response = await self.answer(exchange, turn)
         except BaseException:
             await exchange.aclose()
             raise
+        if turn.encoder is None:  # what the upstream's dialect had no place for: a header
+            acceptance.report(response, hreq, turn.request_dialect, served[0].format)
+        return response
 
     async def open(self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter) -> Exchange:
         """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
@@ -259,19 +277,18 @@ class Chat:
             encoder = partial(dialects.stream_encoder, dialects.get(out_dialect), hreq)
             if not turn.with_extensions:  # no "llmbridge" data for vendor SDKs and tools unless asked
                 encoder = partial(extensions.plain_encoder, encoder, out_dialect)
-        return Exchange(
-            source,
-            encoder,
+        options = Options(
             dialect=out_dialect,
             relay=relay,
             relay_filter=relay_filter(out_dialect, hreq) if relay else None,
             keepalive=keepalive,
-            framing=JSONArrayFraming() if turn.json_array else None,
+            json_array=turn.json_array,
             request_id=turn.request_id,
             max_event_bytes=self.config.gateway.max_event_bytes,
             observer=entry.hook,
             on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder, meter)),
         )
+        return Exchange(source, encoder, options)
 
     async def answer(self, exchange: Exchange, turn: Turn) -> Response | StreamResponse:
         """The client's response from a primed exchange: a stream, or the collected body."""

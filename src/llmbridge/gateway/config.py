@@ -34,6 +34,7 @@ __all__ = [
     "parse",
 ]
 
+MIN_UI_KEY = 16  # characters: the console key guards traffic and the playground
 LOCAL = "local"  # the format of the in-process local model upstream
 LOCAL_EMBED = "local-embed"  # the in-process embedding model, served by any "local" upstream
 MODEL_KINDS = ("chat", "embedding")
@@ -111,6 +112,14 @@ class GatewayConfig:
     ui_traffic: int = 200  # recent requests kept in memory for the console's Traffic page
     teams: _teams.TeamsSettings = field(default_factory=_teams.TeamsSettings)  # keys, ledger, metrics
     max_image_bytes: int = 20 * 1024 * 1024  # decoded size of one base64 image in a request (OpenAI's limit)
+    # /v1/messages without max_tokens: 0 refuses it as Anthropic does (400 "max_tokens: Field
+    # required"); a positive number is sent instead (docs/gateway.md).
+    anthropic_default_max_tokens: int = 0
+    ui_session_hours: float = 12.0  # a console login lasts this long (sessions: gateway/ui/_sessions.py)
+    # Failed key or console-login attempts per client address and minute before 429 (0: no limit).
+    auth_failures_per_minute: int = 10
+    # Browser origins (besides the gateway's own) that may open the WebSocket of a keyless gateway.
+    allowed_origins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,6 +198,10 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
             "ui_key",
             "ui_traffic",
             "max_image_bytes",
+            "anthropic_default_max_tokens",
+            "ui_session_hours",
+            "auth_failures_per_minute",
+            "allowed_origins",
             *_teams.KEYS,
         },
     )
@@ -207,6 +220,9 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
     max_connections = _positive_int(t, "max_connections", 1000)
     max_event_bytes = _positive_int(t, "max_event_bytes", 32 * 1024 * 1024)
     max_image_bytes = _positive_int(t, "max_image_bytes", 20 * 1024 * 1024)
+    default_max_tokens = t.get("anthropic_default_max_tokens", 0)
+    if type(default_max_tokens) is not int or default_max_tokens < 0:
+        raise ConfigError("gateway.anthropic_default_max_tokens", "must be a non-negative integer (0: refuse)")
     header_timeout = _seconds(t, "header_timeout", 10.0)
     idle_timeout = _seconds(t, "idle_timeout", 30.0)
     extensions = t.get("extensions", False)
@@ -219,6 +235,17 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
     if ui_key is not None and not isinstance(ui_key, str):
         raise ConfigError("gateway.ui_key", "must be a string")
     ui_key = _expand(ui_key, "gateway.ui_key", env) if ui_key else None
+    if ui_key and len(ui_key) < MIN_UI_KEY:
+        raise ConfigError("gateway.ui_key", f"must be at least {MIN_UI_KEY} characters (it opens the console)")
+    if ui_key and ui_key in keys:
+        raise ConfigError("gateway.ui_key", "must differ from every api_keys entry (a client key opens no console)")
+    session_hours = t.get("ui_session_hours", 12.0)
+    if isinstance(session_hours, bool) or not isinstance(session_hours, int | float) or not 0 < session_hours <= 720:
+        raise ConfigError("gateway.ui_session_hours", "must be a number of hours in (0, 720]")
+    failures = t.get("auth_failures_per_minute", 10)
+    if type(failures) is not int or not 0 <= failures <= 1_000_000:
+        raise ConfigError("gateway.auth_failures_per_minute", "must be an integer from 0 (no limit) to 1000000")
+    origins = _origins(t.get("allowed_origins", []))
     ui_traffic = t.get("ui_traffic", 200)
     if type(ui_traffic) is not int or not 0 <= ui_traffic <= 100_000:
         raise ConfigError("gateway.ui_traffic", "must be an integer from 0 to 100000")
@@ -226,12 +253,28 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
         teams = _teams.parse(t, lambda value, key: _expand(value, key, env))
     except ValueError as exc:
         raise ConfigError(*exc.args) from None
+    if ui_key and ui_key == teams.master_key:
+        raise ConfigError("gateway.ui_key", "must differ from master_key")
     return GatewayConfig(
         keepalive, max_body, keys, record_dir or None, extensions=extensions, ui=ui, ui_key=ui_key or None,
         ui_traffic=ui_traffic, teams=teams, max_json_depth=max_json_depth, max_connections=max_connections,
         max_event_bytes=max_event_bytes, max_image_bytes=max_image_bytes, header_timeout=header_timeout,
-        idle_timeout=idle_timeout,
+        idle_timeout=idle_timeout, anthropic_default_max_tokens=default_max_tokens,
+        ui_session_hours=float(session_hours), auth_failures_per_minute=failures, allowed_origins=origins,
     )
+
+
+def _origins(value: Any) -> tuple[str, ...]:
+    """``gateway.allowed_origins``: browser origins like ``https://app.example.com`` (scheme://host[:port])."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError("gateway.allowed_origins", "must be an array of origins like \"https://app.example.com\"")
+    out = []
+    for i, origin in enumerate(value):
+        o = origin.strip().rstrip("/").lower()
+        if not re.fullmatch(r"https?://[^/?#\s]+", o):
+            raise ConfigError(f"gateway.allowed_origins[{i}]", f"{origin!r} is not an origin (scheme://host[:port])")
+        out.append(o)
+    return tuple(out)
 
 
 def _upstream(name: str, t: dict[str, Any], env: Mapping[str, str]) -> UpstreamConfig:

@@ -38,7 +38,7 @@ from . import replies
 from .config import LOCAL, LOCAL_EMBED, ModelConfig, Route
 from .failures import UpstreamFailed, as_hub_error
 from .metering import Meter, Outcome
-from .pipeline import Pipeline, presented_secret, unless_disconnected
+from .pipeline import Pipeline, unless_disconnected
 from .teams import Principal
 from .upstream import OPENAI_FORMATS, Upstream
 
@@ -390,7 +390,7 @@ class Embeddings:
         """``POST /v1/embeddings``."""
 
         async def steps() -> Response:
-            who = await self.pipeline.authenticate(presented_secret(request))
+            who = await self.pipeline.authenticate(request)
             body, size = await self.pipeline.read_object(request)
             req = parse_openai(body)
             shape = partial(openai_body, model=req.model, encoding_format=req.encoding_format)
@@ -403,7 +403,7 @@ class Embeddings:
         batch = action == "batchEmbedContents"
 
         async def steps() -> Response:
-            who = await self.pipeline.authenticate(presented_secret(request))
+            who = await self.pipeline.authenticate(request)
             body, size = await self.pipeline.read_object(request)
             req = parse_gemini(body, model.removeprefix("models/"), batch)
             return await self._metered(request, who, req, size, GEMINI, partial(gemini_body, batch=batch))

@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import msgspec
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import hub
 from ..dialects.base import EXTENSION_KEY, StreamEncoder, json_decode, json_encode
 
 __all__ = [
     "HEADER",
+    "AskedMiddleware",
     "PlainEncoder",
     "VENDOR_DIALECTS",
     "plain_body",
@@ -35,6 +38,7 @@ __all__ = [
     "strip",
     "strip_sse",
     "wanted",
+    "wanted_here",
 ]
 
 HEADER = "x-llmbridge-extensions"
@@ -58,6 +62,43 @@ def wanted(dialect: str, headers: Mapping[str, str], configured: bool) -> bool:
     if value is None:
         return configured
     return value.strip().lower() in _TRUE
+
+
+# What the request being served said about extensions (its header, the config), for answers
+# built far from the request: error bodies (gateway/replies.py). Unset (a unit test, a call
+# outside a request): no extension data.
+_ASKED: ContextVar[tuple[Mapping[str, str], bool] | None] = ContextVar("llmbridge_extensions_asked", default=None)
+
+
+def wanted_here(dialect: str) -> bool:
+    """:func:`wanted` for the request being served (see :class:`AskedMiddleware`)."""
+    asked = _ASKED.get()
+    if asked is None:
+        return dialect not in VENDOR_DIALECTS
+    return wanted(dialect, asked[0], asked[1])
+
+
+class AskedMiddleware:
+    """ASGI middleware: records each HTTP request's :data:`HEADER` (and the config's
+    ``extensions``) for :func:`wanted_here`."""
+
+    def __init__(self, app: ASGIApp, configured: bool = False) -> None:
+        self.app = app
+        self.configured = configured
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers: dict[str, str] = {}
+        for key, value in scope["headers"]:
+            if key == b"x-llmbridge-extensions":
+                headers[HEADER] = value.decode("latin-1")
+        token = _ASKED.set((headers, self.configured))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _ASKED.reset(token)
 
 
 def _own(data: dict[str, Any] | None, dialect: str) -> dict[str, Any] | None:
@@ -88,15 +129,13 @@ def plain_event(event: hub.Event, dialect: str) -> hub.Event | None:
 
 
 def strip(obj: Any) -> Any:
-    """``obj`` (decoded JSON) without ``"llmbridge"`` keys, except in and beside error objects.
+    """``obj`` (decoded JSON) without ``"llmbridge"`` keys, error objects included.
 
     An error object's ``llmbridge`` entry says the hub error type and status (``timeout``,
-    ``incomplete_stream``) that the vendor's error shapes have no field for; SDKs ignore it,
-    and our clients need it to tell a truncated stream from an upstream error.
+    ``incomplete_stream``) that the vendor's error shapes have no field for; our client asks
+    for extensions (it sends :data:`HEADER`), so it still gets them, and nobody else does.
     """
     if type(obj) is dict:
-        if type(obj.get("error")) is dict:  # an error event or envelope (Anthropic keeps ours beside "error")
-            return {k: v if k in ("error", EXTENSION_KEY) else strip(v) for k, v in obj.items()}
         return {k: strip(v) for k, v in obj.items() if k != EXTENSION_KEY}
     if type(obj) is list:
         return [strip(v) for v in obj]
@@ -154,7 +193,7 @@ def plain_response(response: hub.Response, dialect: str) -> hub.Response:
 
 
 def plain_body(body: Any) -> Any:
-    """A non-streaming answer body without ``"llmbridge"`` keys (but in error objects)."""
+    """A non-streaming answer body without ``"llmbridge"`` keys."""
     return strip(body)
 
 

@@ -8,9 +8,10 @@ request's CPU and does nothing those requests need: :meth:`.chat.Chat.handle` (t
 pipeline) answers every refusal, request error and bug in the client's dialect itself.
 
 :class:`GatewayApp` is the Starlette app, with one test in front: those requests go straight
-to :meth:`Chat.handle` with what the middleware did for them done here (the ``x-request-id``
-header, the request id in ``scope["state"]``); everything else (Gemini's paths, models,
-admin, console, WebSocket, a wrong method) takes Starlette's path as before. Every request
+to :class:`ChatEndpoints` (:meth:`Chat.handle`), with what the middleware did for them done
+there (the ``x-request-id`` header, the request id in ``scope["state"]``) or wrapped around it
+(``create_app`` wraps it in ``extensions.AskedMiddleware``); everything else (Gemini's paths,
+models, admin, console, WebSocket, a wrong method) takes Starlette's path as before. Every request
 also gets ``scope["llmbridge.started"]``, the moment it reached the app, which the
 ``Server-Timing`` header counts from.
 """
@@ -20,18 +21,18 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .pipeline import REQUEST_ID
 from .response import STARTED, StreamResponse
 
-__all__ = ["STARTED", "GatewayApp", "new_request_id", "request_id_header"]
+__all__ = ["ChatEndpoints", "GatewayApp", "new_request_id", "request_id_header"]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -55,41 +56,49 @@ def request_id_header(scope: Scope) -> bytes:
     return rid.encode()
 
 
-Handler = Callable[[Request, str], Any]  # Chat.handle(request, endpoint) -> Response | StreamResponse
+Handler = Callable[[Request, str], Awaitable[Response | StreamResponse]]  # Chat.handle(request, endpoint)
 
 
-class GatewayApp(Starlette):
-    """Starlette, with the generation endpoints dispatched before its middleware stack."""
+class ChatEndpoints:
+    """The chat endpoints as one ASGI app: ``handler`` (:meth:`Chat.handle`) for the path's
+    dialect, and the ``x-request-id`` header (what ``RequestIdMiddleware`` does elsewhere)."""
 
-    hot: Mapping[str, str] = {}  # path -> endpoint dialect, served by ``handler``
-    handler: Handler | None = None
-
-    def serve_hot(self, endpoints: Mapping[str, str], handler: Handler) -> None:
-        self.hot = dict(endpoints)
+    def __init__(self, endpoints: Mapping[str, str], handler: Handler) -> None:
+        self.endpoints = dict(endpoints)
         self.handler = handler
 
-    def add_middleware(self, *args: Any, **kwargs: Any) -> None:
-        """A middleware added by a program embedding the app sees every request: no hot path then."""
-        self.handler = None
-        super().add_middleware(*args, **kwargs)
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope[STARTED] = time.perf_counter()
-            if scope["method"] == "POST" and self.handler is not None:
-                endpoint = self.hot.get(scope["path"])
-                if endpoint is not None:
-                    await self._serve(scope, receive, send, endpoint)
-                    return
-        await super().__call__(scope, receive, send)
-
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
-        scope["app"] = self
         header = (b"x-request-id", request_id_header(scope))
-        assert self.handler is not None
-        response: Response | StreamResponse = await self.handler(Request(scope, receive), endpoint)
+        response = await self.handler(Request(scope, receive), self.endpoints[scope["path"]])
         if isinstance(response, StreamResponse):
             response.headers.append(header)
         else:
             response.raw_headers.append(header)
         await response(scope, receive, send)
+
+
+class GatewayApp(Starlette):
+    """Starlette, with some ``POST`` paths dispatched before its middleware stack (:meth:`serve_hot`)."""
+
+    hot: frozenset[str] = frozenset()
+    hot_app: ASGIApp | None = None
+
+    def serve_hot(self, paths: Iterable[str], app: ASGIApp) -> None:
+        """``POST`` requests to ``paths`` go to ``app`` directly (it must do what the
+        middleware stack would have done for them: see ``create_app``)."""
+        self.hot = frozenset(paths)
+        self.hot_app = app
+
+    def add_middleware(self, *args: Any, **kwargs: Any) -> None:
+        """A middleware added by a program embedding the app sees every request: no hot path then."""
+        self.hot_app = None
+        super().add_middleware(*args, **kwargs)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[STARTED] = time.perf_counter()
+            if scope["method"] == "POST" and scope["path"] in self.hot and self.hot_app is not None:
+                scope["app"] = self
+                await self.hot_app(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)

@@ -57,7 +57,7 @@ from ._http import HIGH_WATER, Inbox
 from .config import LOCAL, Route, Timeouts, UpstreamConfig
 from .failures import UpstreamFailed, as_hub_error
 from .metering import Meter, Outcome
-from .pipeline import Pipeline, presented_secret, unless_disconnected
+from .pipeline import Pipeline, unless_disconnected
 from .response import StreamResponse
 from .timers import Deadlines, LazyTimer
 from .upstream import OPENAI_FORMATS, Upstream
@@ -220,8 +220,8 @@ def event_json(ev: ImageEvent, created_at: int, image: bool = True) -> dict[str,
     out["created_at"] = created_at
     for key in ("size", "quality", "background"):
         value = getattr(ev, key)
-        if value is not None:
-            out[key] = value
+        # issue 22: required in both events; "auto" (the request's default) when never said
+        out[key] = value if value is not None else "auto"
     out["output_format"] = ev.output_format
     if ev.type == PARTIAL:
         out["partial_image_index"] = ev.index
@@ -599,7 +599,7 @@ class Images:
 
     async def _steps(self, request: Request) -> Response | StreamResponse:
         p = self.pipeline
-        who = await p.authenticate(presented_secret(request))
+        who = await p.authenticate(request)
         body, size = await p.read_object(request)
         req = parse_request(body)
         model = p.model(req.model)

@@ -56,6 +56,7 @@ from .failures import UpstreamFailed, retryable
 from .metering import Meter
 from .response import until_disconnected
 from .teams import OPEN, STATIC, Principal, Refusal, Teams, presented_key
+from .teams._guesses import Guesses, client_of
 from .traffic import TrafficLog
 from .upstream import Upstream
 
@@ -95,15 +96,15 @@ def presented_secret(connection: HTTPConnection) -> str | None:
 
 
 def request_id_of(request: hub.Request) -> str | None:
-    """The client's own request id (``metadata.request_id``), checked like the header's:
-    raises :class:`RequestError` (400) unless it is 1 to 128 printable ASCII characters."""
+    """The client's own request id (``metadata.request_id``) when it is one the gateway may
+    echo and store: 1 to 128 printable ASCII characters, as for the ``x-request-id`` header.
+    Any other value is not refused (vendors take metadata values up to 512 characters) and
+    still goes upstream inside ``metadata``; it is just not used as the request's id."""
     value = (request.metadata or {}).get("request_id")
-    if value is None or value == "":
+    if value is None:
         return None
     rid = str(value)
-    if not REQUEST_ID.fullmatch(rid):
-        raise RequestError("must be 1 to 128 printable ASCII characters", "metadata.request_id")
-    return rid
+    return rid if REQUEST_ID.fullmatch(rid) else None
 
 
 class Pipeline:
@@ -125,14 +126,27 @@ class Pipeline:
         self.teams = teams
         self.traffic = traffic
         self._static = [k.encode() for k in config.gateway.api_keys]
+        # failed keys per client address: the teams' table (shared with /admin), else our own
+        self.guesses = teams.guesses if teams is not None else Guesses(config.gateway.auth_failures_per_minute)
 
     # -- 1. who
 
-    async def authenticate(self, secret: str | None) -> Principal:
-        """The caller behind ``secret``; raises :class:`Refused` (401)."""
+    async def authenticate(self, connection: HTTPConnection) -> Principal:
+        """The caller behind the secret ``connection`` presents (its headers, or Gemini's
+        ``?key=``); raises :class:`Refused`: 401, or 429 with ``retry-after`` for an address
+        past its failed attempts (``teams/_guesses.py``: a wrong key counts, a right one
+        costs nothing)."""
+        client = client_of(connection)
+        wait = self.guesses.wait(client)
+        if wait is not None:
+            refusal = self.guesses.refusal(wait)
+            raise Refused(refusal.error, refusal.headers)
+        secret = presented_secret(connection)
         if self.teams is not None:
             who = await self.teams.authenticate(secret)
             if isinstance(who, Refusal):
+                if who.reason == "auth":
+                    self.guesses.failed(client)
                 raise Refused(who.error, who.headers)
             return who
         if not self._static:
@@ -141,6 +155,7 @@ class Pipeline:
             presented = secret.encode()
             if any(hmac.compare_digest(presented, k) for k in self._static):
                 return Principal(STATIC)
+        self.guesses.failed(client)
         raise Refused.of("invalid or missing API key", "authentication", 401, "invalid_api_key")
 
     # -- 2. the body
@@ -219,7 +234,7 @@ class Pipeline:
             raise Refused(ticket.error, ticket.headers)
         if operation != "chat" and ticket.span is not None:  # chat spans are named "chat {model}"
             ticket.span.set_attribute("gen_ai.operation.name", operation)
-            ticket.span.update_name(f"{operation} {hreq.model}")
+            ticket.span.update_name(f"{operation} {ticket.model}")  # (bounded: a configured model)
         return Meter(self.teams, ticket)
 
     # -- 6. routing

@@ -1,26 +1,16 @@
-"""Answers in the client's dialect: error bodies and model lists."""
+"""Answers in the client's dialect: error bodies (model lists are each dialect's ``GATEWAY.models``)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from starlette.responses import Response
 
 from .. import dialects, hub
-from ..dialects.base import json_encode
+from ..dialects.base import EXTENSION_KEY, json_encode
+from .extensions import strip, wanted_here
 
-__all__ = [
-    "anthropic_models",
-    "error",
-    "error_body",
-    "error_response",
-    "gemini_model",
-    "gemini_models",
-    "json_response",
-    "mmsp_models",
-    "openai_models",
-]
+__all__ = ["error", "error_body", "error_response", "json_response"]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -39,6 +29,8 @@ def error_body(dialect: str, error: hub.Error) -> tuple[int, object]:
         body = {"error": {"message": error.message, "type": error.type, "code": error.code}}
     else:
         status = error.status or encoded_status
+    if not wanted_here(dialect) and EXTENSION_KEY.encode() in json_encode(body):
+        body = strip(body)  # our data (the hub error type, status) only for clients that ask
     return status, body
 
 
@@ -49,39 +41,3 @@ def error_response(dialect: str, error: hub.Error, headers: dict[str, str] | Non
 
 def error(dialect: str, message: str, type: str, status: int | None = None, code: str | None = None) -> Response:
     return error_response(dialect, hub.Error(message, type, code, status or hub.ERROR_STATUS[type]))
-
-
-# --------------------------------------------------------------------------- model lists
-
-
-def openai_models(names: list[str]) -> dict[str, Any]:
-    data = [{"id": n, "object": "model", "created": 0, "owned_by": "llmbridge"} for n in names]
-    return {"object": "list", "data": data}
-
-
-def anthropic_models(names: list[str]) -> dict[str, Any]:
-    data = [{"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"} for n in names]
-    return {
-        "data": data,
-        "has_more": False,
-        "first_id": names[0] if names else None,
-        "last_id": names[-1] if names else None,
-    }
-
-
-def gemini_model(name: str) -> dict[str, Any]:
-    return {
-        "name": f"models/{name}",
-        "version": "1",
-        "displayName": name,
-        "supportedGenerationMethods": ["generateContent", "streamGenerateContent"],
-    }
-
-
-def gemini_models(names: list[str]) -> dict[str, Any]:
-    return {"models": [gemini_model(n) for n in names]}
-
-
-def mmsp_models(names: list[str]) -> dict[str, Any]:
-    """MMSP's client reads an OpenAI-shaped listing (``mmsp.mmsp.client.MmspClient.list_models``)."""
-    return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "llmbridge"} for n in names]}

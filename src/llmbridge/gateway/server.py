@@ -243,7 +243,7 @@ def log_config() -> dict[str, Any]:
 
 
 def _secrets_of(config: Config) -> list[str]:
-    keys = list(config.gateway.api_keys)
+    keys = [*config.gateway.api_keys, config.gateway.ui_key or "", config.gateway.teams.master_key or ""]
     for upstream in config.upstreams.values():
         keys.append(upstream.api_key or "")
         keys += list(upstream.headers.values())  # an Authorization / api-key header from the config

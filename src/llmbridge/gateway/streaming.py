@@ -34,10 +34,11 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Protocol, cast
 
-from .. import hub, sse
-from ..dialects.base import StreamDecoder, StreamEncoder
+from .. import dialects, hub, sse
+from ..dialects.base import KEEPALIVE_COMMENT, StreamDecoder, StreamEncoder
 from ..sse import EventBoundaries, marked_events, next_event_end
 from .failures import as_hub_error
 from .sources import Source
@@ -48,8 +49,8 @@ __all__ = [
     "Exchange",
     "Framing",
     "JSONArrayFraming",
+    "Options",
     "KEEPALIVE_BYTES",
-    "KEEPALIVE_COMMENT",
     "RELAY_MARKERS",
 ]
 
@@ -58,42 +59,19 @@ log = logging.getLogger("llmbridge.gateway")
 _NON_COMMITTING = (hub.ResponseStart, hub.Usage)
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024  # a few base64 images in one event; see docs/gateway.md
 
-# Keep-alive bytes per client dialect: what every client of that dialect skips.  An SSE
-# comment is the idiom (the LLM-Stream draft and the gateway spec name it), but Google's
-# google-genai SDK reads every non-empty line that does not start with "data: " as JSON and
-# dies on a comment; it skips empty lines, as does every SSE parser (an empty event is
-# never dispatched) and every JSON parser between array elements.  So Gemini gets a bare
-# line break.  docs/gateway.md, "Keep-alives", lists the clients each choice was tested with.
-KEEPALIVE_COMMENT = b": keep-alive\n\n"
-KEEPALIVE_BYTES = {
-    "openai-chat": KEEPALIVE_COMMENT,
-    "openai-responses": KEEPALIVE_COMMENT,
-    "anthropic-messages": KEEPALIVE_COMMENT,
-    "llm-stream": KEEPALIVE_COMMENT,
-    "mmsp": KEEPALIVE_COMMENT,
-    "gemini": b"\n",
+# Each served dialect's traits (dialects.base.Served, its package's GATEWAY): the keep-alive
+# bytes its clients skip (an SSE comment is the idiom; Gemini's google-genai dies on one and
+# gets a bare line break: docs/gateway.md, "Keep-alives", lists the clients each choice was
+# tested with), the terminal a relayed stream needs after a non-terminal error event (the
+# gateway spec: a chat error chunk, then [DONE]), and what a relay's watcher must decode once
+# the answer has started: a stretch of whole events holding none of RELAY_MARKERS is relayed
+# without being decoded (a superset test: text that happens to contain one costs a decode).
+KEEPALIVE_BYTES = {name: dialects.served(name).keepalive for name in dialects.NAMES}
+_RELAY_DONE = {
+    name: done for name in dialects.NAMES if (done := dialects.served(name).relay_done) is not None
 }
-
-# The wire terminal a relayed stream must end with after an upstream error event, where the
-# error event itself is not terminal (the gateway spec: a chat error chunk, then [DONE]).
-_RELAY_DONE = {"openai-chat": b"data: [DONE]\n\n", "mmsp": b"data: [DONE]\n\n"}
-
-
-# What a relay's watcher must decode once the answer has started, per dialect: a stretch of
-# whole events holding none of these bytes is relayed without being decoded.  They are a
-# superset test: text that happens to contain one only costs a decode.  Finish reasons,
-# usage, errors and the terminal event are all the watcher notes after the start; block
-# starts and stops are kept for Anthropic and Responses, whose error tails close open blocks.
-# Dialects not listed are decoded in full (Gemini sends usage in every chunk anyway).
 RELAY_MARKERS: dict[str, tuple[bytes, ...]] = {
-    "openai-chat": (
-        b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usage": {', b"error", b"[DONE]", b"event:",
-    ),
-    "anthropic-messages": (b"message_", b"content_block_start", b"content_block_stop", b"error"),
-    "openai-responses": (
-        b"response.created", b"response.in_progress", b"response.completed", b"response.incomplete",
-        b"response.failed", b"output_item.", b"content_part.", b".done", b"error",
-    ),
+    name: markers for name in dialects.NAMES if (markers := dialects.served(name).relay_markers) is not None
 }
 
 
@@ -156,33 +134,47 @@ class _RelayState:
         return events + list(self.open_blocks.values())
 
 
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How one :class:`Exchange` carries its answer (the caller's decisions, fixed for its life).
+
+    ``dialect``: the client's; ``relay``: send the upstream's bytes untouched (same dialect,
+    same framing) while its decoder watches them; ``relay_filter`` may rewrite whole relayed
+    events (the chat usage chunk for a client that did not ask for ``include_usage``);
+    ``keepalive``: seconds of client silence before the dialect's keep-alive bytes (``None``:
+    never); ``json_array``: Gemini's JSON-array framing instead of SSE; ``request_id``: the
+    client's own, stamped into the stream; ``max_event_bytes``: the cap on one upstream
+    event; ``observer`` sees each wake-up's raw bytes and hub events (the console's Traffic
+    page); ``on_end`` is called once, with the exchange, when it is over.
+    """
+
+    dialect: str = ""
+    relay: bool = False
+    relay_filter: Callable[[bytes], bytes] | None = None
+    keepalive: float | None = None
+    json_array: bool = False
+    request_id: str | None = None
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    observer: Callable[[tuple[bytes | None, list[hub.Event]]], None] | None = None
+    on_end: Callable[[Exchange], None] | None = None
+
+
+_DEFAULTS = Options()
+
+
 class Exchange:
     """One upstream answer on its way to one client.
 
-    ``encoder_factory`` makes the client dialect's ``StreamEncoder``; with ``relay`` the
-    upstream bytes go out untouched (same dialect) while its decoder watches them.
-    ``relay_filter`` may rewrite whole relayed events (the chat usage chunk for a client that
-    did not ask for ``include_usage``).  ``observer`` sees each wake-up's raw bytes and hub
-    events (the console's Traffic page; a relay decodes few).  ``on_end`` is called once, with the exchange, when it is
-    over.  Attributes after the end: ``usage``, ``finish``, ``error`` (the error the client
-    got), ``events`` (hub events seen), ``started``/``first_byte_at`` (loop times).
+    ``encoder_factory`` makes the client dialect's ``StreamEncoder``; ``options`` (one frozen
+    :class:`Options`) says how the answer goes out: relayed or translated, keep-alives,
+    framing, caps, and who is told what.  Attributes after the end: ``usage``, ``finish``,
+    ``error`` (the error the client got), ``events`` (hub events seen), ``started``/``first_byte_at``
+    (loop times).
     """
 
-    def __init__(
-        self,
-        source: Source,
-        encoder_factory: Callable[[], StreamEncoder],
-        *,
-        dialect: str = "",
-        relay: bool = False,
-        relay_filter: Callable[[bytes], bytes] | None = None,
-        keepalive: float | None = None,
-        framing: Framing | None = None,
-        request_id: str | None = None,
-        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-        observer: Callable[[tuple[bytes | None, list[hub.Event]]], None] | None = None,
-        on_end: Callable[[Exchange], None] | None = None,
-    ):
+    def __init__(self, source: Source, encoder_factory: Callable[[], StreamEncoder], options: Options = _DEFAULTS):
+        dialect, relay = options.dialect, options.relay
+        self.options = options
         self.source = source
         self.inbox = source.inbox
         self._loop = asyncio.get_running_loop()
@@ -196,20 +188,21 @@ class Exchange:
         # written by a fresh encoder: _encode_end); a _NullEncoder keeps the type plain.
         self._encoder: StreamEncoder = _NullEncoder() if relay else encoder_factory()
         self.relay = relay
-        self._relay_filter = relay_filter
+        self._relay_filter = options.relay_filter
         self._relay_state = _RelayState()  # noted only while relaying
         self._relay_done = _RELAY_DONE.get(dialect) if relay else None
         self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
         self._relay_markers = RELAY_MARKERS.get(dialect) if relay else None
         self._saw_done = False
         self.dialect = dialect
-        self.keepalive = keepalive
+        self.keepalive = options.keepalive
         self._keepalive_bytes = KEEPALIVE_BYTES.get(dialect, KEEPALIVE_COMMENT)
-        self._framing = framing
-        self.request_id = request_id
-        self._on_end = on_end
-        self._observer = observer  # called once per wake-up with (raw bytes, hub events decoded)
-        self._boundaries = EventBoundaries(max_event_bytes) if source.decoder is not None else None
+        self._framing: Framing | None = JSONArrayFraming() if options.json_array else None
+        self.request_id = options.request_id
+        self._on_end = options.on_end
+        self._observer = options.observer  # called once per wake-up with (raw bytes, hub events decoded)
+        cap = options.max_event_bytes
+        self._boundaries = EventBoundaries(cap) if source.decoder is not None else None
         self._pending = bytearray()  # relay: the bytes of an event not complete yet
         self._held: list[bytes] = []  # client bytes made while priming
         self._held_events: list[hub.Event] = []  # and the hub events seen (for collect)

@@ -103,6 +103,16 @@ class Upstream(Protocol):
         answer over :data:`MAX_JSON_BYTES` or not JSON)."""
         ...
 
+    def endpoint(self, request: hub.Request) -> tuple[str, dict[str, str]]:
+        """The URL of ``request``'s generation endpoint and every header it is sent with
+        (authentication, the config's extra headers); a sibling call (token counting) is
+        made from it with :meth:`post_json_at`. Raises :class:`UpstreamFailed` without an API."""
+        ...
+
+    async def post_json_at(self, url: str, headers: dict[str, str], body: Any) -> Any:
+        """:meth:`post_json` at a full ``url`` with ``headers``."""
+        ...
+
     async def open_json(self, path: str, body: Any) -> _http.Response:
         """POST ``body`` as JSON; the OK response once its head is in (its body arrives in
         ``response.inbox``; close it after). Raises :class:`UpstreamFailed` before any byte."""
@@ -138,11 +148,15 @@ class HTTPUpstream:
         Reads are bounded by the gateway's own first-byte/idle/total clocks (streaming.py);
         here only connecting and the response head are timed.
         """
+        url, headers = self.endpoint(request)
+        return await self._post(url, headers, self.request_bytes(request))
+
+    def endpoint(self, request: hub.Request) -> tuple[str, dict[str, str]]:
         url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
         all_headers = {"content-type": "application/json"}
         all_headers.update({k.lower(): v for k, v in headers.items()})  # the dialect's own content-type wins
         all_headers.update(self._config_headers)
-        return await self._post(url, all_headers, self.request_bytes(request))
+        return url, all_headers
 
     async def open_stream(self, request: hub.Request, started: float) -> Source:
         response = await self.open(request)
@@ -210,8 +224,12 @@ class HTTPUpstream:
         return await self._post(url, headers, json_encode(body))
 
     async def post_json(self, path: str, body: Any) -> Any:
+        url, headers = self.url(path)
+        return await self.post_json_at(url, headers, body)
+
+    async def post_json_at(self, url: str, headers: dict[str, str], body: Any) -> Any:
         started = asyncio.get_running_loop().time()
-        response = await self.open_json(path, body)
+        response = await self._post(url, headers, json_encode(body))
         try:
             data = await read_body(response, self.config, started, MAX_JSON_BYTES)
         finally:
@@ -284,6 +302,12 @@ class InProcessUpstream:
 
     async def open_json(self, path: str, body: Any) -> _http.Response:
         raise UpstreamFailed(self._no_api(path))
+
+    def endpoint(self, request: hub.Request) -> tuple[str, dict[str, str]]:
+        raise UpstreamFailed(self._no_api("an HTTP API"))
+
+    async def post_json_at(self, url: str, headers: dict[str, str], body: Any) -> Any:
+        raise UpstreamFailed(self._no_api(url))
 
     def _no_api(self, path: str) -> hub.Error:
         message = f"upstream {self.name!r} ({self.format}) serves no {path.rsplit(':', 1)[-1]!r}"

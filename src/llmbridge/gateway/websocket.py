@@ -38,9 +38,9 @@ from ..bindings import (
 )
 from ..dialects import llm_stream
 from ..dialects.base import json_encode
-from . import replies
+from . import _origins, replies
 from .chat import Chat, Turn
-from .pipeline import Pipeline, Refused, presented_secret, request_id_of
+from .pipeline import Pipeline, Refused, request_id_of
 
 if TYPE_CHECKING:
     from .response import StreamResponse
@@ -76,16 +76,20 @@ class WebSocketEndpoint:
         self.max_message = max_message
 
     async def handle(self, ws: WebSocket) -> None:
-        secret = presented_secret(ws)
+        # A keyless gateway's WebSocket is not for other sites' pages (gateway/_origins.py).
+        if not _origins.allowed(ws.headers, ws.url.scheme, self.pipeline.config.gateway):
+            message = "this gateway takes WebSockets from its own pages only ([gateway] allowed_origins)"
+            await self._deny(ws, hub.Error(message, "permission", "origin_not_allowed", 403))
+            return
         try:  # static or virtual keys, as over HTTP; checked again at every turn
-            await self.pipeline.authenticate(secret)
-        except Refused:
-            await self._deny(ws)
+            await self.pipeline.authenticate(ws)
+        except Refused as exc:
+            await self._deny(ws, exc.error, exc.headers)
             return
         offered = ws.scope.get("subprotocols") or []
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
         cap = self.max_message or self.pipeline.config.gateway.max_body_bytes
-        conn = _Connection(self, ws, ServerSession(cap), secret)
+        conn = _Connection(self, ws, ServerSession(cap))
         try:
             await conn.run()
         except (WebSocketDisconnect, _SlowClient):
@@ -97,23 +101,22 @@ class WebSocketEndpoint:
         finally:
             await conn.stop()
 
-    async def _deny(self, ws: WebSocket) -> None:
-        """Refuse the upgrade with HTTP 401 where the server can (ASGI denial response), else close 4401."""
+    async def _deny(self, ws: WebSocket, error: hub.Error, headers: dict[str, str] | None = None) -> None:
+        """Refuse the upgrade with ``error``'s HTTP status where the server can (ASGI denial
+        response), else close 4401 / 4403 / 4429. Logged at INFO at most, never the key."""
+        status = error.status or 401
+        log.debug("websocket upgrade refused (%d %s)", status, error.type)
         if "websocket.http.response" in ws.scope.get("extensions", {}):
-            response = replies.error(STANDARD, "invalid or missing API key", "authentication")
-            await ws.send_denial_response(response)
+            await ws.send_denial_response(replies.error_response(STANDARD, error, headers))
             return
         await ws.accept()
-        await ws.close(CLOSE_UNAUTHORIZED, "invalid or missing API key")
+        await ws.close(CLOSE_UNAUTHORIZED if status == 401 else 4000 + status, error.message)
 
 
 class _Connection:
     """One accepted connection: the receive loop, the turn task, serialized sends."""
 
-    def __init__(self, endpoint: WebSocketEndpoint, ws: WebSocket, session: ServerSession, secret: str | None) -> None:
-        # The key presented at the upgrade: each turn is a request, authenticated and admitted
-        # anew, so a key revoked, rotated, expired or re-scoped stops at the next turn.
-        self.secret = secret
+    def __init__(self, endpoint: WebSocketEndpoint, ws: WebSocket, session: ServerSession) -> None:
         self.endpoint = endpoint
         self.ws = ws
         self.session = session
@@ -217,7 +220,9 @@ class _Turn:
         endpoint = self.conn.endpoint
         p, chat = endpoint.pipeline, endpoint.chat
         try:
-            who = await p.authenticate(self.conn.secret)
+            # The key presented at the upgrade, checked anew: each turn is a request, so a key
+            # revoked, rotated, expired or re-scoped stops at the next turn.
+            who = await p.authenticate(self.conn.ws)
             body = p.check_object(self.request)
             hreq = chat.decode(body, STANDARD)
             hreq.stream = True

@@ -12,19 +12,29 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import json_decode
+from ..base import Served, json_decode
 from ._common import ANTHROPIC_VERSION, ERROR_STATUS, NAME, error_body, error_from_body
 from ._decoder import StreamDecoder
 from ._encoder import StreamEncoder
-from ._request import DEFAULT_MAX_TOKENS, decode_request, encode_request
-from ._response import decode_response, encode_response
+from ._request import BETA, DEFAULT_MAX_TOKENS, decode_request, encode_request
+from ._response import decode_response, encode_response, model_body, models_body
 
 STREAM_CONTENT_TYPE = "text/event-stream"
 
+# How the gateway serves this dialect (dialects.base.Served).
+GATEWAY = Served(
+    paths=("/v1/messages",),
+    models=models_body,
+    model=model_body,
+    relay_markers=(b"message_", b"content_block_start", b"content_block_stop", b"error"),
+)
+
 __all__ = [
+    "GATEWAY",
     "NAME",
     "STREAM_CONTENT_TYPE",
     "DEFAULT_MAX_TOKENS",
+    "BETA",
     "decode_request",
     "encode_request",
     "endpoint",
@@ -46,6 +56,9 @@ def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tup
         headers["x-api-key"] = api_key
     if request.stream:
         headers["accept"] = STREAM_CONTENT_TYPE
+    beta = request.extensions.get(BETA)
+    if type(beta) is str and beta:  # the client's beta flags (context management, effort ...)
+        headers["anthropic-beta"] = beta
     return url, headers
 
 

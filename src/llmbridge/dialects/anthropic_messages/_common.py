@@ -79,6 +79,9 @@ def stop_from_finish(finish: hub.Finish) -> tuple[str, bool]:
 
 
 _USAGE_KNOWN = {"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}
+# Usage fields the API reference has as required but nullable: null when the source did not say
+# (and a null one read back says nothing).
+USAGE_NULLABLE = ("cache_creation", "server_tool_use", "service_tier")
 
 
 def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
@@ -91,7 +94,7 @@ def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
         total_in = (fresh or 0) + (read or 0) + (write or 0)
     details = raw.get("output_tokens_details")
     reasoning = details.get("thinking_tokens") if type(details) is dict else None
-    extras = {k: v for k, v in raw.items() if k not in _USAGE_KNOWN}
+    extras = {k: v for k, v in raw.items() if k not in _USAGE_KNOWN and not (v is None and k in USAGE_NULLABLE)}
     if reasoning is not None and len(details) == 1:
         del extras["output_tokens_details"]  # said by reasoning_tokens
     return hub.Usage(
@@ -121,6 +124,10 @@ def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any
     own = ext.get(NAME)
     if own:
         raw.update((k, v) for k, v in own.items() if k not in _USAGE_KNOWN)
+    for key in USAGE_NULLABLE:
+        raw.setdefault(key, None)
+    if type(raw["server_tool_use"]) is dict:  # each count is required; 0 is the documented default
+        raw["server_tool_use"] = {"web_fetch_requests": 0, "web_search_requests": 0, **raw["server_tool_use"]}
     if usage.reasoning_tokens is not None:
         details = raw.get("output_tokens_details")
         if type(details) is not dict or details.get("thinking_tokens") != usage.reasoning_tokens:
@@ -152,10 +159,11 @@ def error_body(error: hub.Error) -> dict[str, Any]:
     """Anthropic's error object for a hub error; its own body is replayed as it was."""
     body = error.body
     if type(body) is dict and body.get("type") == "error" and type(body.get("error")) is dict:
-        return body
+        return body if "request_id" in body else {**body, "request_id": None}
     out: dict[str, Any] = {
         "type": "error",
         "error": {"type": HUB_TO_ERROR.get(error.type, "api_error"), "message": error.message},
+        "request_id": None,  # required, nullable: the upstream's request id is not ours to make up
     }
     if ERROR_TO_HUB.get(out["error"]["type"]) != error.type or error.code or error.status or body is not None:
         ours = {"type": error.type, "code": error.code, "status": error.status, "body": body}
@@ -210,6 +218,8 @@ _TOOL_KEYS = frozenset(("type", "id", "name", "input", EXTENSION_KEY))
 MESSAGE_KEYS = frozenset(
     ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage", EXTENSION_KEY)
 )
+# Message fields the API reference has as required but nullable: null when the source did not say.
+MESSAGE_NULLABLE = ("context_management", "container")
 
 
 def _extras(block: dict[str, Any], known: frozenset[str]) -> dict[str, Any] | None:

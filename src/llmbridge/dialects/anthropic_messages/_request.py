@@ -14,8 +14,11 @@ from ._common import NAME
 DEFAULT_MAX_TOKENS = 4096
 # Room left for the answer when a thinking budget is at or above max_tokens.
 _ANSWER_ROOM = 1024
-# Thinking budgets for an effort word (OpenAI reasoning_effort) when no budget is given.
-EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32000, "max": 32000}
+# Thinking budgets for an effort word (OpenAI reasoning_effort) when no budget is given: the hub's table.
+EFFORT_BUDGET = hub.EFFORT_BUDGET
+# service_tier: Anthropic's words <-> the hub's (OpenAI's)
+_TIER_IN = {"auto": "auto", "standard_only": "default"}
+_TIER_OUT = {"auto": "auto", "default": "standard_only", "priority": "auto", "flex": "standard_only", "scale": "auto"}
 _MIN_BUDGET = 1024
 
 _BODY_KEYS = frozenset(
@@ -35,9 +38,15 @@ _BODY_KEYS = frozenset(
         "thinking",
         "output_config",
         "output_format",
+        "service_tier",
     )
 )
 _PREFIX = NAME + ":"
+# The body's keys in the client's order, so an Anthropic upstream gets the same bytes.
+ORDER = _PREFIX + "$order"
+# The client's anthropic-beta header (the gateway puts it here), sent on to an Anthropic upstream.
+BETA = _PREFIX + "$beta"
+_BLOCKS = "content_blocks"  # in a tool result's own extensions: its content was a list, not a string
 
 
 def _want(value: Any, kinds: type | tuple[type, ...], where: str, what: str) -> Any:
@@ -71,7 +80,7 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
         raise RequestError("expected a string", "model")
     system = body.get("system")
     if system is not None:
-        request.messages.append(hub.Message("system", _content(system, "system", "user")))
+        request.messages.append(hub.Message("system", _content(system, "system", "user"), None, _form(system)))
     messages = body.get("messages")
     if type(messages) is not list:
         raise RequestError("expected a list" if messages is not None else "field required", "messages")
@@ -79,14 +88,17 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
         where = f"messages[{n}]"
         _want(message, dict, where, "an object")
         role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise RequestError("expected 'user' or 'assistant'", f"{where}.role")
+        if role not in ("user", "assistant", "system"):
+            raise RequestError("expected 'user', 'assistant' or 'system'", f"{where}.role")
         if "content" not in message:
             raise RequestError("field required", f"{where}.content")
-        parts = _content(message["content"], f"{where}.content", role)
-        if role == "assistant":
-            request.messages.append(hub.Message("assistant", parts))
+        content = message["content"]
+        parts = _content(content, f"{where}.content", role)
+        if role != "user":  # a system message inside the conversation stays where it is
+            form = _form(content, in_messages=role == "system")
+            request.messages.append(hub.Message(role, parts, None, form))
             continue
+        first = len(request.messages)
         pending: list[hub.Part] = []  # tool results become "tool" messages, in order
         for part in parts:
             if type(part) is hub.ToolResultPart:
@@ -98,6 +110,8 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
                 pending.append(part)
         if pending or not parts:
             request.messages.append(hub.Message("user", pending))
+        # the turn's first hub message says where the turn began and how its content was spelled
+        request.messages[first].extensions = _form(content) if len(request.messages) == first + 1 else _form([])
     # exact bool: "stream": "false" is a truthy string, and must not start a stream
     stream = body.get("stream")
     request.stream = False if stream is None else _want(stream, bool, "stream", "a boolean")
@@ -133,13 +147,26 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
         rest = {k: v for k, v in config.items() if k not in ("effort", "format")}
         if rest:
             request.extensions[_PREFIX + "output_config"] = rest
+    tier = body.get("service_tier")
+    if tier is not None:
+        request.service_tier = _TIER_IN.get(_want(tier, str, "service_tier", "a string"), tier)
     if body.get("output_format") is not None:  # the structured-outputs beta's spelling
         request.response_format = _format(body["output_format"], "output_format")
         request.extensions[_PREFIX + "output_format"] = True
     for key, value in body.items():
         if key not in _BODY_KEYS:
             request.extensions[_PREFIX + key] = value
+    request.extensions[ORDER] = list(body)
     return request
+
+
+def _form(content: Any, *, in_messages: bool = False) -> dict[str, Any]:
+    """How a message was spelled (string or block content; a system message inside
+    ``messages``), so an Anthropic upstream gets it back the same."""
+    own: dict[str, Any] = {"content": "string" if type(content) is str else "blocks", "turn": True}
+    if in_messages:
+        own["in_messages"] = True
+    return {NAME: own}
 
 
 def _format(value: Any, where: str) -> dict[str, Any]:
@@ -226,7 +253,11 @@ def _part(block: Any, where: str, role: str) -> hub.Part:
         _want(block.get("tool_use_id"), str, f"{where}.tool_use_id", "a string")
         inner = block.get("content")
         parts = [] if inner is None else _content(inner, f"{where}.content", role)
-        return hub.ToolResultPart(block["tool_use_id"], parts, bool(block.get("is_error", False)))
+        extras = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
+        if type(inner) is list:
+            extras[_BLOCKS] = True  # a list, even of one text block: sent back as a list
+        error = bool(block.get("is_error", False))
+        return hub.ToolResultPart(block["tool_use_id"], parts, error, extensions={NAME: extras} if extras else None)
     if kind == "thinking":
         _want(block.get("thinking"), str, f"{where}.thinking", "a string")
         signature = block.get("signature")
@@ -245,22 +276,31 @@ def _part(block: Any, where: str, role: str) -> hub.Part:
 def encode_request(request: hub.Request) -> dict[str, Any]:
     body: dict[str, Any] = {"model": request.model or ""}
     system: list[dict[str, Any]] = []
+    system_form = None
     turns: list[dict[str, Any]] = []
     for n, message in enumerate(request.messages):
         where = f"messages[{n}]"
-        if message.role == "system":
+        form = _own(message.extensions)
+        if message.role == "system" and not turns and not form.get("in_messages"):
+            # leading system messages are the system prompt; later ones stay in the conversation
             system.extend(_blocks(message.parts, where, "user"))
+            system_form = system_form or form.get("content")
             continue
-        role = "assistant" if message.role == "assistant" else "user"
+        role = message.role if message.role in ("assistant", "system") else "user"
         blocks = _blocks(message.parts, where, role)
         if not blocks:
             continue
-        if turns and turns[-1]["role"] == role:  # Anthropic alternates roles: tool results join one user turn
-            turns[-1]["content"].extend(blocks)
+        if turns and turns[-1]["role"] == role and role != "system" and not form.get("turn"):
+            last = turns[-1]  # Anthropic alternates roles: tool results join one user turn
+            if type(last["content"]) is str:
+                last["content"] = [{"type": "text", "text": last["content"]}]
+            last["content"].extend(blocks)
+        elif form.get("content") == "string" and len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
+            turns.append({"role": role, "content": blocks[0]["text"]})
         else:
             turns.append({"role": role, "content": blocks})
     if system:
-        plain = all(set(b) == {"type", "text"} for b in system)
+        plain = all(set(b) == {"type", "text"} for b in system) and system_form != "blocks"
         body["system"] = "\n\n".join(b["text"] for b in system) if plain else system
     body["messages"] = turns
     thinking = dict(request.thinking or {})
@@ -298,8 +338,10 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     if thinking.get("type"):
         body["thinking"] = thinking
     config: dict[str, Any] = dict(request.extensions.get(_PREFIX + "output_config") or {})
-    if effort is not None:
-        config["effort"] = effort
+    if effort == "none":
+        body.setdefault("thinking", {"type": "disabled"})
+    elif effort is not None:
+        config["effort"] = hub.effort_for("anthropic", effort)
     fmt = request.response_format
     if fmt and fmt.get("type") == "json_schema" and type(fmt.get("schema")) is dict:
         if request.extensions.get(_PREFIX + "output_format"):
@@ -308,9 +350,16 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
             config["format"] = {"type": "json_schema", "schema": fmt["schema"]}
     if config:
         body["output_config"] = config
+    if request.service_tier is not None:
+        body["service_tier"] = _TIER_OUT.get(request.service_tier, request.service_tier)
     for key, value in request.extensions.items():
-        if key.startswith(_PREFIX) and key[len(_PREFIX) :] not in ("output_config", "output_format"):
-            body.setdefault(key[len(_PREFIX) :], value)
+        name = key[len(_PREFIX) :]
+        if key.startswith(_PREFIX) and not name.startswith("$") and name not in ("output_config", "output_format"):
+            body.setdefault(name, value)
+    order = request.extensions.get(ORDER)
+    if type(order) is list:  # the client's key order first, then what the hub added
+        rank = {key: n for n, key in enumerate(order)}
+        body = dict(sorted(body.items(), key=lambda item: rank.get(item[0], len(rank))))
     return body
 
 
@@ -356,7 +405,8 @@ def _blocks(parts: list[hub.Part], where: str, role: str) -> list[dict[str, Any]
             if part.text:  # Anthropic rejects empty text blocks
                 out.append({"type": "text", "text": part.text, **_own(part.extensions)})
         elif kind is hub.ImagePart or kind is hub.FilePart:
-            out.append(_media(part, f"{where}.content[{i}]"))
+            if not _audio(part):  # Anthropic takes no audio: left out (dialects.fields reports it)
+                out.append(_media(part, f"{where}.content[{i}]"))
         elif kind is hub.ToolCallPart:
             try:
                 args = json_decode(part.arguments) if part.arguments.strip() else {}
@@ -368,12 +418,15 @@ def _blocks(parts: list[hub.Part], where: str, role: str) -> list[dict[str, Any]
         elif kind is hub.ToolResultPart:
             content = _blocks(part.content, f"{where}.content[{i}]", role)
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": part.tool_call_id}
-            if len(content) == 1 and set(content[0]) == {"type", "text"}:
+            own = dict(_own(getattr(part, "extensions", None)))  # (mypy cannot narrow `kind is`)
+            as_list = own.pop(_BLOCKS, False)
+            if len(content) == 1 and set(content[0]) == {"type", "text"} and not as_list:
                 block["content"] = content[0]["text"]
-            elif content:
+            elif content or as_list:
                 block["content"] = content
             if part.is_error:
                 block["is_error"] = True
+            block.update((k, v) for k, v in own.items() if k not in block)
             out.append(block)
         elif kind is hub.ThinkingPart:
             own = _own(part.fidelity)
@@ -386,6 +439,12 @@ def _blocks(parts: list[hub.Part], where: str, role: str) -> list[dict[str, Any]
             out.append(part.data)
         # Another vendor's native blocks mean nothing to Anthropic and are left out.
     return out
+
+
+def _audio(part: hub.Part) -> bool:
+    media = getattr(part, "media_type", None) or ""
+    url = getattr(part, "url", None) or ""
+    return type(part) is hub.FilePart and (media.startswith("audio/") or url.startswith("data:audio/"))
 
 
 def _media(part: hub.ImagePart | hub.FilePart, where: str) -> dict[str, Any]:
@@ -418,8 +477,6 @@ def _media(part: hub.ImagePart | hub.FilePart, where: str) -> dict[str, Any]:
             source = {"type": "url", "url": url}
         else:
             raise RequestError("expected data or a url", where)
-    if not image and media and media.startswith("audio/"):
-        raise RequestError("audio input is not supported by anthropic-messages", where)
     block: dict[str, Any] = {"type": "image" if image else "document", "source": source}
     if not image and part.name:
         block["title"] = part.name

@@ -8,6 +8,7 @@ from ... import hub
 from ..base import EXTENSION_KEY, json_decode
 from ._common import (
     MESSAGE_KEYS,
+    MESSAGE_NULLABLE,
     NAME,
     apply_usage_extra,
     block_start,
@@ -36,7 +37,7 @@ def decode_response(body: dict[str, Any]) -> list[hub.Event]:
     if body.get("type") == "error":
         return [hub.ResponseStart(), error_from_body(body), hub.ResponseEnd()]
     ours = body.get(EXTENSION_KEY) if type(body.get(EXTENSION_KEY)) is dict else {}
-    extras = {k: v for k, v in body.items() if k not in MESSAGE_KEYS}
+    extras = {k: v for k, v in body.items() if k not in MESSAGE_KEYS and not (v is None and k in MESSAGE_NULLABLE)}
     extensions = {NAME: extras} if extras else None
     if ours.get("extensions"):
         extensions = {**(extensions or {}), **ours["extensions"]}
@@ -151,6 +152,10 @@ def encode_response(response: hub.Response) -> dict[str, Any]:
     ext = response.extensions or {}
     for key, value in (ext.get(NAME) or {}).items():
         body.setdefault(key, value)
+    for key in MESSAGE_NULLABLE:
+        body.setdefault(key, None)
+    if type(body["container"]) is dict and "skills" not in body["container"]:
+        body["container"] = {**body["container"], "skills": None}  # required, nullable
     foreign = {k: v for k, v in ext.items() if k != NAME}
     for key, value in (
         ("extensions", foreign),
@@ -203,6 +208,7 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
             out.update((k, v) for k, v in own_ext.items() if k not in out)
         if citations:
             out["citations"] = [*(out.get("citations") or []), *citations]
+        out.setdefault("citations", None)  # required, nullable
     elif kind == "thinking":
         notes = block.annotations
         if own_fid.get("redacted_data") is not None and not block.text:
@@ -247,3 +253,19 @@ def _block(block: hub.Block, n: int, message_id: str | None) -> dict[str, Any]:
     if ours:
         out[EXTENSION_KEY] = ours
     return out
+
+
+def model_body(name: str) -> dict[str, Any]:
+    """One model in Anthropic's shape (``GET /v1/models/{id}``); the gateway knows no dates."""
+    return {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z",
+            "lifecycle": "active"}  # fmt: skip
+
+
+def models_body(names: list[str]) -> dict[str, Any]:
+    """Anthropic's model list (``GET /v1/models``), one page."""
+    return {
+        "data": [model_body(n) for n in names],
+        "has_more": False,
+        "first_id": names[0] if names else None,
+        "last_id": names[-1] if names else None,
+    }

@@ -14,13 +14,15 @@ from __future__ import annotations
 import msgspec
 
 from ... import hub
+from ..base import Served
 from ._common import NAME, error_from_hub, error_to_hub
 from ._decoder import StreamDecoder
 from ._encoder import StreamEncoder
 from ._request import decode_request, encode_request
-from ._response import decode_response, encode_response
+from ._response import decode_response, encode_response, model_body, models_body
 
 __all__ = [
+    "GATEWAY",
     "NAME",
     "STREAM_CONTENT_TYPE",
     "StreamDecoder",
@@ -35,6 +37,14 @@ __all__ = [
 ]
 
 STREAM_CONTENT_TYPE = "text/event-stream"
+
+# How the gateway serves this dialect (dialects.base.Served).
+GATEWAY = Served(
+    paths=("/{version}/models/{model}:generateContent", "/{version}/models/{model}:streamGenerateContent"),
+    models=models_body,
+    model=model_body,
+    keepalive=b"\n",  # google-genai parses every non-empty line that is not data: as JSON
+)
 
 
 def encode_error(error: hub.Error) -> tuple[int, dict]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ... import hub
 from ...errors import RequestError
+from ..fields import server_tool_type
 from ._common import NAME
 
 _IMAGE = "image/"
@@ -86,15 +87,17 @@ def _schema_to_json_schema(schema: Any) -> Any:
 # --------------------------------------------------------------------------- decode
 
 
-def _text_of(content: Any, field: str) -> str:
+def _texts_of(content: Any, field: str) -> list[hub.Part]:
+    """The text parts of a ``Content`` (or a plain string), one hub part each, so a Gemini
+    upstream gets them back as they came (and other targets see where one ends)."""
     if isinstance(content, str):
-        return content
+        return [hub.TextPart(content)]
     if not isinstance(content, dict):
         raise RequestError("expected an object with parts", field)
     parts = content.get("parts")
     if not isinstance(parts, list):
         raise RequestError("expected a list", f"{field}.parts")
-    return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+    return [hub.TextPart(p["text"]) for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
 
 
 def _media(blob: Any, field: str, url: bool) -> hub.ImagePart | hub.FilePart:
@@ -144,7 +147,7 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         req.model = req.model[len("models/") :]
     system = body.get("systemInstruction")
     if system is not None:
-        req.messages.append(hub.Message("system", [hub.TextPart(_text_of(system, "systemInstruction"))]))
+        req.messages.append(hub.Message("system", _texts_of(system, "systemInstruction")))
     contents = body.get("contents")
     if not isinstance(contents, list):
         raise RequestError("expected a list", "contents")
@@ -189,6 +192,8 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
                     raise RequestError("expected an object", f"{pf}.functionCall.args")
                 n_calls += 1
                 call_id = fc.get("id") or f"call_{n_calls}"
+                if not fc.get("id"):  # an id of ours, for the hub: not sent back to Gemini
+                    fidelity = {NAME: {**(fidelity or {}).get(NAME, {}), "synthetic_id": True}}
                 calls.append((call_id, fc["name"]))
                 msg.parts.append(hub.ToolCallPart(call_id, fc["name"], json.dumps(args, ensure_ascii=False), fidelity))
             elif "functionResponse" in p:
@@ -201,7 +206,8 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
                     call_id = call_id or f"call_{fr['name']}"
                 answered.add(call_id)
                 content_parts, is_error = _response_content(fr.get("response"), fr, pf)
-                results.append(hub.ToolResultPart(call_id, content_parts, is_error, fr["name"]))
+                synthetic = None if fr.get("id") else {NAME: {"synthetic_id": True}}
+                results.append(hub.ToolResultPart(call_id, content_parts, is_error, fr["name"], synthetic))
             else:
                 msg.parts.append(hub.NativePart(NAME, p))
         if results:
@@ -332,8 +338,8 @@ def _decode_generation(body: dict, req: hub.Request) -> None:
         if isinstance(level, str):
             out["effort"] = level.lower()
         req.thinking = out or None
-        if "includeThoughts" in thinking:
-            req.extensions[f"{NAME}:includeThoughts"] = thinking["includeThoughts"]
+        # None: the client did not say, so a Gemini upstream is not told either
+        req.extensions[f"{NAME}:includeThoughts"] = thinking.get("includeThoughts")
         if budget == -1:
             req.extensions[f"{NAME}:dynamicBudget"] = True
     rest = {k: v for k, v in gen.items() if k not in _GEN_KEYS}
@@ -422,6 +428,8 @@ def encode_request(request: hub.Request) -> dict:
                 if not isinstance(args, dict):
                     raise RequestError("arguments must be a JSON object", f"messages[{i}].parts[{j}].arguments")
                 part = {"functionCall": {"name": p.name, "args": args, "id": p.id}}
+                if ((p.fidelity or {}).get(NAME) or {}).get("synthetic_id"):
+                    del part["functionCall"]["id"]  # the client sent none
                 sig = _sig_of(p.fidelity)
                 if sig is not None:
                     part["thoughtSignature"] = sig
@@ -435,6 +443,8 @@ def encode_request(request: hub.Request) -> dict:
                     )
                 response, media = _response_of(p)
                 fr: dict[str, Any] = {"name": name, "response": response, "id": p.tool_call_id}
+                if ((p.extensions or {}).get(NAME) or {}).get("synthetic_id"):
+                    del fr["id"]  # the client sent none
                 if media:
                     fr["parts"] = media
                 parts.append({"functionResponse": fr})
@@ -470,6 +480,8 @@ def encode_request(request: hub.Request) -> dict:
     if request.tools:
         decls = []
         for t in request.tools:
+            if server_tool_type(t, NAME) is not None:
+                continue  # another vendor's server tool (Anthropic web_search_...): left out, reported
             extra = dict((t.extensions or {}).get(NAME) or {})
             field = extra.pop("schemaField", "parametersJsonSchema")
             d: dict[str, Any] = {"name": t.name}
@@ -478,7 +490,8 @@ def encode_request(request: hub.Request) -> dict:
             d[field] = t.parameters
             d.update(extra)
             decls.append(d)
-        tools.append({"functionDeclarations": decls})
+        if decls:
+            tools.append({"functionDeclarations": decls})
     tools.extend(ext.get(f"{NAME}:tools") or ())
     if tools:
         body["tools"] = tools
@@ -557,12 +570,16 @@ def _encode_generation(request: hub.Request) -> dict:
     if th is not None:
         tc: dict[str, Any] = {}
         kind = th.get("type")
-        if kind == "disabled":
+        # Gemini takes a budget or a level, never both (400): a budget when the client gave one,
+        # else the effort word as a level (the hub's one effort table), else -1 (dynamic) for
+        # adaptive thinking.
+        effort = th.get("effort")
+        if kind == "disabled" or effort == "none":
             tc["thinkingBudget"] = 0
         elif th.get("budget_tokens") is not None:
             tc["thinkingBudget"] = th["budget_tokens"]
-        if th.get("effort") is not None:
-            tc["thinkingLevel"] = str(th["effort"]).upper()
+        elif type(effort) is str and effort:
+            tc["thinkingLevel"] = str(hub.effort_for("gemini", effort)).upper()
         elif kind == "adaptive" and (f"{NAME}:includeThoughts" not in ext or ext.get(f"{NAME}:dynamicBudget")):
             tc["thinkingBudget"] = -1
         include = ext.get(f"{NAME}:includeThoughts", kind != "disabled")

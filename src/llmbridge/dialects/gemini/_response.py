@@ -105,3 +105,18 @@ def encode_response(response: hub.Response) -> dict:
     if mine:
         body[EXTENSION_KEY] = mine
     return body
+
+
+def model_body(name: str) -> dict[str, Any]:
+    """One model in Google's shape (``GET /v1beta/models/{name}``)."""
+    return {
+        "name": f"models/{name}",
+        "version": "1",
+        "displayName": name,
+        "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"],
+    }
+
+
+def models_body(names: list[str]) -> dict[str, Any]:
+    """Google's model list (``GET /v1beta/models``)."""
+    return {"models": [model_body(n) for n in names]}

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from ... import hub
-from ..base import json_decode
+from ..base import Served, json_decode, openai_model, openai_models
 from ._common import (
     ACCEPT_STREAM,
     DELTA_KEY_BY_KIND,
@@ -50,6 +50,7 @@ from ._request import (
 from ._response import decode_response, encode_response
 
 __all__ = [
+    "GATEWAY",
     "ACCEPT_STREAM",
     "DELTA_KEY_BY_KIND",
     "KIND_BY_DELTA_KEY",
@@ -80,6 +81,13 @@ __all__ = [
 ]
 
 STREAM_CONTENT_TYPE = "text/event-stream"
+
+# How the gateway serves this dialect (dialects.base.Served).
+GATEWAY = Served(
+    paths=("/v1/stream",),
+    models=openai_models,
+    model=openai_model,
+)
 
 
 def endpoint(request: hub.Request, *, base_url: str, api_key: str | None = None) -> tuple[str, dict[str, str]]:

@@ -28,6 +28,7 @@ REQUEST_EXTENSIONS = {
     "llmbridge:parallel_tool_calls": "parallel_tool_calls",
     "llmbridge:response_format": "response_format",
     "llmbridge:thinking": "thinking",
+    "llmbridge:service_tier": "service_tier",
 }
 
 

@@ -21,14 +21,15 @@ from typing import Any
 import msgspec
 
 from ... import hub
-from ..base import json_decode
+from ..base import Served, json_decode
 from ._common import DONE, NAME, PATH, error_from_object, error_object, event_from_dict, event_to_dict
 from ._decoder import StreamDecoder
 from ._encoder import StreamEncoder
 from ._request import decode_request, encode_request
-from ._response import decode_response, encode_response
+from ._response import decode_response, encode_response, model_body, models_body
 
 __all__ = [
+    "GATEWAY",
     "DONE",
     "NAME",
     "PATH",
@@ -47,6 +48,14 @@ __all__ = [
 ]
 
 STREAM_CONTENT_TYPE = "text/event-stream"
+
+# How the gateway serves this dialect (dialects.base.Served).
+GATEWAY = Served(
+    paths=("/mmsp/v1/stream",),
+    models=models_body,
+    model=model_body,
+    relay_done=b"data: [DONE]\n\n",
+)
 
 
 def endpoint(request: hub.Request, *, base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:

@@ -34,6 +34,7 @@ _EXTRA_FIELDS = (
     "parallel_tool_calls",
     "response_format",
     "thinking",
+    "service_tier",
     "metadata",
     "extensions",
 )

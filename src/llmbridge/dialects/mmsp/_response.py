@@ -78,3 +78,13 @@ def encode_response(response: hub.Response) -> dict:
             obj = error_object(event) if type(event) is hub.Error else exception_object(exc)
             return {"error": obj}
     return assemble_message(events).to_dict()
+
+
+def model_body(name: str) -> dict[str, Any]:
+    """One model as MMSP's client reads it (``mmsp.mmsp.client.MmspClient.list_models``)."""
+    return {"id": name, "object": "model", "owned_by": "llmbridge"}
+
+
+def models_body(names: list[str]) -> dict[str, Any]:
+    """MMSP's model list: OpenAI-shaped."""
+    return {"object": "list", "data": [model_body(n) for n in names]}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import hub
-from ..base import EXTENSION_KEY, json_decode
+from ..base import EXTENSION_KEY, Served, json_decode, openai_model, openai_models
 from ._common import NAME, error_from_object, error_object, status_error_type
 from ._decoder import StreamDecoder
 from ._encoder import StreamEncoder, encode_events
@@ -21,6 +21,7 @@ from ._request import decode_request, encode_request
 from ._response import decode_response, encode_response
 
 __all__ = [
+    "GATEWAY",
     "NAME",
     "STREAM_CONTENT_TYPE",
     "StreamDecoder",
@@ -36,6 +37,17 @@ __all__ = [
 ]
 
 STREAM_CONTENT_TYPE = "text/event-stream"
+
+# How the gateway serves this dialect (dialects.base.Served).
+GATEWAY = Served(
+    paths=("/v1/chat/completions",),
+    models=openai_models,
+    model=openai_model,
+    relay_markers=(
+        b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usage": {', b"error", b"[DONE]", b"event:",
+    ),
+    relay_done=b"data: [DONE]\n\n",
+)
 
 
 def stream_encoder(request: hub.Request) -> StreamEncoder:

@@ -23,6 +23,9 @@ from ..base import EXTENSION_KEY, EncoderState, json_encode, not_a_hub_event
 from ._common import CONTENT_KEYS, FINISH_TO_WIRE, NAME, error_object, usage_to_wire
 
 _DONE = b"data: [DONE]\n\n"
+# A choice's finish_reason is required (null until it finishes): written into the precomputed
+# bytes of the hot path, so a delta costs nothing more.
+_EMPTY_CHOICE = b'{"index":0,"delta":{},"finish_reason":null}'
 # The states as globals for the per-event checks (see EncoderState).
 _IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 _CHOICE_NATIVE = ("logprobs", "content_filter_results")  # choice fields the SDK reads or ignores safely
@@ -128,10 +131,11 @@ class StreamEncoder:
             for earlier in range(n):  # the SDK's accumulator indexes choices by position
                 if earlier not in self._introduced:
                     self._introduced.add(earlier)
-                    out += self._chunk(json_encode({"index": earlier, "delta": {"role": "assistant", "content": ""}}))
+                    intro = {"index": earlier, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                    out += self._chunk(json_encode(intro))
             self._introduced.add(n)
             delta = {"role": "assistant", **delta}
-        obj = {"index": n, "delta": delta}
+        obj = {"index": n, "delta": delta, "finish_reason": None}  # required, null until the finish
         obj.update(fields)
         return out + self._chunk(json_encode(obj))
 
@@ -186,7 +190,7 @@ class StreamEncoder:
             return b""
         if self.include_usage:
             return self._top({"usage": usage_to_wire(self._usage)})
-        chunk = self._chunk(b'{"index":0,"delta":{}}')  # the prefix's top-level extras, if any, go first
+        chunk = self._chunk(_EMPTY_CHOICE)  # the prefix's top-level extras, if any, go first
         return chunk[:-3] + b',"usage":' + json_encode(usage_to_wire(self._usage)) + b"}\n\n"
 
     def _block_start(self, e: hub.BlockStart) -> bytes:
@@ -201,7 +205,7 @@ class StreamEncoder:
             block.tool = k
             block.fidelity, block.extensions = e.fidelity, e.extensions
             block.head = prefix + b',"delta":{"tool_calls":[{"index":' + str(k).encode() + b',"function":{"arguments":'
-            block.tail = b"}}]}}]}\n\n"
+            block.tail = b'}}]},"finish_reason":null}]}\n\n'
             self._seq_kind.pop(n, None)
             call = {
                 "index": k,
@@ -219,7 +223,7 @@ class StreamEncoder:
             field = b'"refusal":' if refusal else b'"content":' if e.kind == "text" else b'"reasoning_content":'
             block.head = prefix + b',"delta":{' + field
             block.field = field[1:-2].decode()
-            block.tail = b"}}]}\n\n"
+            block.tail = b'},"finish_reason":null}]}\n\n'
             wire_kind = "refusal" if refusal else e.kind
             needs_marker = bool(
                 e.fidelity

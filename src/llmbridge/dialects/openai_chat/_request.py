@@ -7,6 +7,7 @@ from typing import Any
 from ... import hub
 from ...errors import RequestError
 from ..base import EXTENSION_KEY, json_encode
+from ..fields import server_tool_type
 from ._common import NAME
 
 _KNOWN = frozenset(
@@ -30,6 +31,7 @@ _KNOWN = frozenset(
         "parallel_tool_calls",
         "response_format",
         "reasoning_effort",
+        "service_tier",
         "metadata",
         "user",
         "functions",
@@ -97,6 +99,9 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
         req.metadata.update(metadata)
     if body.get("user") is not None:
         req.metadata["user_id"] = body["user"]
+    tier = body.get("service_tier")
+    if tier is not None:
+        req.service_tier = _typed(body, "service_tier", str)
     if isinstance(body.get("stream_options"), dict):
         req.extensions[f"{NAME}:stream_options"] = body["stream_options"]
     for key, value in body.items():
@@ -347,7 +352,8 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     if request.model is not None:
         body["model"] = request.model
     body["messages"] = [m for message in request.messages for m in _encode_message(message)]
-    tools = [_encode_tool(t) for t in request.tools]
+    # another vendor's server tools (Anthropic web_search_...) are no functions: left out, reported
+    tools = [_encode_tool(t) for t in request.tools if server_tool_type(t, NAME) is None]
     tools.extend(request.extensions.get(f"{NAME}:tools") or [])
     if tools:
         body["tools"] = tools
@@ -387,15 +393,11 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
             body["response_format"] = {"type": "json_schema", "json_schema": spec}
         else:
             body["response_format"] = {"type": rf.get("type") or "json_object"}
-    thinking = request.thinking
-    if thinking:
-        if thinking.get("type") == "disabled":
-            body["reasoning_effort"] = "none"
-        elif thinking.get("effort"):
-            body["reasoning_effort"] = thinking["effort"]
-        elif thinking.get("budget_tokens"):
-            budget = thinking["budget_tokens"]
-            body["reasoning_effort"] = "low" if budget <= 2048 else "medium" if budget <= 16384 else "high"
+    effort = hub.effort_for("openai", hub.thinking_effort(request.thinking))  # the hub's one effort table
+    if effort is not None:
+        body["reasoning_effort"] = effort
+    if request.service_tier is not None:
+        body["service_tier"] = request.service_tier
     meta = {k: v for k, v in request.metadata.items() if k not in ("user_id", "request_id")}
     if request.metadata.get("user_id") is not None:
         body["user"] = request.metadata["user_id"]
@@ -467,7 +469,7 @@ def _plain(part: hub.Part) -> bool:
 
 
 def _content(parts: list[hub.Part]) -> str | list[dict[str, Any]]:
-    if all(_plain(p) for p in parts):
+    if len(parts) <= 1 and all(_plain(p) for p in parts):  # several text parts stay parts: not glued
         return "".join(p.text for p in parts)  # type: ignore[union-attr]
     return [e for p in parts if (e := _encode_part(p)) is not None]
 

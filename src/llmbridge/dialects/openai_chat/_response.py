@@ -45,13 +45,16 @@ def decode_response(body: Any) -> list[hub.Event]:
         chunk_choice = {k: v for k, v in choice.items() if k != "message"}
         chunk_choice["delta"] = {k: v for k, v in message.items() if k not in ("annotations", EXTENSION_KEY)}
         if isinstance(bridge, dict) and "finish" in bridge:
-            chunk_choice[EXTENSION_KEY] = {"finish": bridge["finish"], "raw": bridge.get("raw")}
+            if bridge["finish"] is None:  # our encoder's stand-in "stop": no finish was said
+                chunk_choice["finish_reason"] = None
+            else:
+                chunk_choice[EXTENSION_KEY] = {"finish": bridge["finish"], "raw": bridge.get("raw")}
         decoder._choice(chunk_choice)
         ch = decoder._choices.get(choice.get("index", 0))
         if message.get("annotations") and ch is not None:
             target = next((b for b in reversed(_text_blocks(decoder._out, ch.n))), None)
             decoder.emit(hub.Extension(NAME, {"annotations": message["annotations"]}, target))
-        if not choice.get("finish_reason") and ch is not None:
+        if not chunk_choice.get("finish_reason") and ch is not None:
             decoder._close_choice(ch)
     if isinstance(body.get("usage"), dict):
         decoder._usage(body["usage"])
@@ -109,7 +112,8 @@ def _replay_blocks(decoder: StreamDecoder, choice: dict, message: dict, blocks: 
             decoder.emit(hub.Extension(ext.get("namespace") or NAME, ext.get("data"), index))
         decoder.emit(hub.BlockStop(index, spec.get("fidelity")))
     reason = choice.get("finish_reason")
-    if reason:
+    unsaid = (message.get(EXTENSION_KEY) or {}).get("finish", "") is None  # our encoder's stand-in "stop"
+    if reason and not unsaid:
         ch = decoder._choices.setdefault(n, _new_choice(n))
         ch.refused = any(spec.get("refusal") for spec in blocks)
         ch.had_tools = any(spec.get("kind") == "tool_call" for spec in blocks)
@@ -217,6 +221,9 @@ def _encode_choice(response: hub.Response, n: int) -> dict[str, Any]:
         choice["finish_reason"] = word or ("content_filter" if finish.reason == "refusal" else "stop")
         if finish.stop_sequence:
             choice["stop_reason"] = finish.stop_sequence
+    else:  # finish_reason is required: a clean end that named no reason is the natural stop
+        choice["finish_reason"] = "stop"
+        message.setdefault(EXTENSION_KEY, {})["finish"] = None  # (our decoder: no finish was said)
     return choice
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from ... import hub
+from ..base import Served, openai_model, openai_models
 from ._common import ERROR_WORD, NAME, error_type
 from ._decoder import StreamDecoder
 from ._encoder import StreamEncoder
@@ -21,7 +22,19 @@ from ._response import decode_response, encode_response
 
 STREAM_CONTENT_TYPE = "text/event-stream"
 
+# How the gateway serves this dialect (dialects.base.Served).
+GATEWAY = Served(
+    paths=("/v1/responses",),
+    models=openai_models,
+    model=openai_model,
+    relay_markers=(
+        b"response.created", b"response.in_progress", b"response.completed", b"response.incomplete",
+        b"response.failed", b"output_item.", b"content_part.", b".done", b"error",
+    ),
+)
+
 __all__ = [
+    "GATEWAY",
     "NAME",
     "STREAM_CONTENT_TYPE",
     "StreamDecoder",

@@ -73,6 +73,7 @@ def usage_from(usage: Any) -> hub.Usage | None:
     if not isinstance(usage, dict):
         return None
     cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    written = (usage.get("input_tokens_details") or {}).get("cache_write_tokens")
     reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
     extra: dict[str, Any] = usage.get(EXTENSION_KEY) if isinstance(usage.get(EXTENSION_KEY), dict) else {}
     if extra.get("absent"):  # fields the source did not report, which Responses always has
@@ -86,23 +87,30 @@ def usage_from(usage: Any) -> hub.Usage | None:
                     ("cache_read_tokens", cached),
                     ("reasoning_tokens", reasoning),
                     ("total_tokens", usage.get("total_tokens")),
+                    ("cache_write_tokens", extra.get("cache_write_tokens", written)),
                 )
             },
-            cache_write_tokens=extra.get("cache_write_tokens"),
             extensions=extra.get("extensions"),
         )
     return hub.Usage(
         input_tokens=usage.get("input_tokens"),
         output_tokens=usage.get("output_tokens"),
         cache_read_tokens=cached,
-        cache_write_tokens=extra.get("cache_write_tokens"),
+        cache_write_tokens=extra.get("cache_write_tokens", written),
         reasoning_tokens=reasoning,
         total_tokens=usage.get("total_tokens"),
         extensions=extra.get("extensions"),
     )
 
 
-_REPORTED = ("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "total_tokens")
+_REPORTED = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "reasoning_tokens",
+    "total_tokens",
+    "cache_write_tokens",
+)
 
 
 def usage_to(usage: hub.Usage | None) -> dict[str, Any] | None:
@@ -111,7 +119,10 @@ def usage_to(usage: hub.Usage | None) -> dict[str, Any] | None:
     inp, out = usage.input_tokens or 0, usage.output_tokens or 0
     body: dict[str, Any] = {
         "input_tokens": inp,
-        "input_tokens_details": {"cached_tokens": usage.cache_read_tokens or 0},
+        "input_tokens_details": {
+            "cached_tokens": usage.cache_read_tokens or 0,
+            "cache_write_tokens": usage.cache_write_tokens or 0,
+        },
         "output_tokens": out,
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
         "total_tokens": usage.total_tokens if usage.total_tokens is not None else inp + out,
@@ -120,8 +131,6 @@ def usage_to(usage: hub.Usage | None) -> dict[str, Any] | None:
     absent = [n for n in _REPORTED if getattr(usage, n) is None]
     if absent:
         extra["absent"] = absent
-    if usage.cache_write_tokens is not None:
-        extra["cache_write_tokens"] = usage.cache_write_tokens
     if usage.extensions:
         extra["extensions"] = usage.extensions
     if extra:

@@ -224,7 +224,10 @@ class StreamDecoder(SSEStreamDecoder):
         response = response or {}
         self._response_id = response.get("id")
         own = response.get(EXTENSION_KEY) if isinstance(response.get(EXTENSION_KEY), dict) else {}
-        extras = {k: v for k, v in response.items() if k not in _RESPONSE_MODELED and v is not None}
+        filled = response[EXTENSION_KEY].get("filled") if own else None  # response fields our encoder filled in
+        if not isinstance(filled, list):
+            filled = []
+        extras = {k: v for k, v in response.items() if k not in _RESPONSE_MODELED and v is not None and k not in filled}
         extensions = {NAME: extras} if extras and not own.get("defaults") else {}
         if isinstance(own.get("extensions"), dict):
             extensions.update(own["extensions"])

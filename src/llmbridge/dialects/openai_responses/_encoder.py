@@ -27,24 +27,70 @@ _REQUIRED_RESPONSE: dict[str, Any] = {
     "output": [],
     "usage": None,
 }
+# The response object's fields that OpenAI's and the Open Responses schemas require: when the
+# source did not say them, the documented default of the request field each one echoes (1 for
+# temperature and top_p, 0 for the penalties and top_logprobs, "auto" for service_tier,
+# "disabled" for truncation), what is true of the gateway (nothing stored, nothing run in the
+# background), or null where the schemas allow it. Never a value the source did not imply.
 _BASE_RESPONSE: dict[str, Any] = {
     **_REQUIRED_RESPONSE,
+    "completed_at": None,
     "instructions": None,
     "max_output_tokens": None,
+    "max_tool_calls": None,
     "output": [],
     "parallel_tool_calls": True,
     "previous_response_id": None,
     "reasoning": None,
     "store": False,
-    "temperature": None,
+    "background": False,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "top_logprobs": 0,
     "text": {"format": {"type": "text"}},
     "tool_choice": "auto",
     "tools": [],
-    "top_p": None,
     "truncation": "disabled",
+    "service_tier": "auto",
+    "user": None,
+    "safety_identifier": None,
+    "prompt_cache_key": None,
     "usage": None,
     "metadata": {},
 }
+# Response.error.code is one of OpenAI's ResponseErrorCode words; the error event before it
+# carries the exact code.
+_FAILED_CODES = frozenset(
+    (
+        "server_error",
+        "rate_limit_exceeded",
+        "invalid_prompt",
+        "vector_store_timeout",
+        "invalid_image",
+        "invalid_image_format",
+        "invalid_base64_image",
+        "invalid_image_url",
+        "image_too_large",
+        "image_too_small",
+        "image_parse_error",
+        "image_content_policy_violation",
+        "invalid_image_mode",
+        "image_file_too_large",
+        "unsupported_image_media_type",
+        "empty_image_file",
+        "failed_to_download_image",
+        "image_file_not_found",
+    )
+)
+
+
+def _failed_code(error: hub.Error, code: str) -> str:
+    """The ``response.failed`` response's ``error.code`` for ``error`` (sent with ``code``)."""
+    if code in _FAILED_CODES:
+        return code
+    return "rate_limit_exceeded" if error.type == "rate_limit" else "server_error"
 
 
 def _split(mapping: dict | None) -> tuple[Any, dict]:
@@ -187,8 +233,10 @@ class StreamEncoder(EncoderDispatch):
 
     def on_response_start(self, event: hub.ResponseStart) -> bytes:
         own, foreign = _split(event.extensions)
+        filled: list[str] = []
         if isinstance(own, dict):  # the source's own response fields stand in for our defaults
-            response = {**_REQUIRED_RESPONSE, **own}
+            filled = [k for k in _BASE_RESPONSE if k not in own and k not in _REQUIRED_RESPONSE]
+            response = {**_BASE_RESPONSE, **_REQUIRED_RESPONSE, **own}
         else:
             response = dict(_BASE_RESPONSE)
         response_id = event.id or "resp_llmbridge"
@@ -205,6 +253,8 @@ class StreamEncoder(EncoderDispatch):
             extra["created_at"] = None  # so is the time
         if not isinstance(own, dict):
             extra["defaults"] = True  # the response fields above are ours, not the source's
+        elif filled:
+            extra["filled"] = filled  # these ones are
         if extra:
             response[EXTENSION_KEY] = extra
         self._response = response
@@ -326,7 +376,8 @@ class StreamEncoder(EncoderDispatch):
         block.fidelity, block.extensions = event.fidelity, event.extensions
         own = (event.extensions or {}).get(NAME)
         item_id = event.id if event.id and event.id.startswith("ig_") else self._id("ig")
-        item: dict[str, Any] = {"id": item_id, "type": "image_generation_call", "status": "in_progress"}
+        # result: required, null until the image is whole
+        item: dict[str, Any] = {"id": item_id, "type": "image_generation_call", "status": "in_progress", "result": None}
         if not isinstance(own, dict):  # another dialect's image: mark what we made up, for our decoder
             item[EXTENSION_KEY] = {"image": "foreign", **({} if item_id == event.id else {"id": None})}
         out = self._new_item(block, item)
@@ -517,12 +568,15 @@ class StreamEncoder(EncoderDispatch):
                         "type": "response.function_call_arguments.done",
                         "item_id": item["id"],
                         "output_index": block.output_index,
+                        "name": item["name"],
                         "arguments": text,
                         EXTENSION_KEY: {"arguments": ""},
                     }
                     out += self._write(done)
                 else:
-                    out += self._item_event("response.function_call_arguments.done", block, arguments=text)
+                    out += self._item_event(
+                        "response.function_call_arguments.done", block, name=item["name"], arguments=text
+                    )
                 item["arguments"] = text
             if foreign_fid:
                 extra["fidelity"] = foreign_fid
@@ -647,7 +701,7 @@ class StreamEncoder(EncoderDispatch):
             response[EXTENSION_KEY] = {**response.get(EXTENSION_KEY, {}), "finish": _finish_record(self._finish)}
         response.update(
             status="failed",
-            error={"code": code, "message": error.message},
+            error={"code": _failed_code(error, code), "message": error.message},
             output=self._output(),
             usage=usage_to(self._usage),
         )

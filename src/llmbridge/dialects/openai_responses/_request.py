@@ -13,6 +13,7 @@ from typing import Any
 from ... import hub
 from ...errors import RequestError
 from ..base import EXTENSION_KEY, json_decode, json_encode
+from ..fields import server_tool_type
 from ._common import NAME
 
 PREFIX = NAME + ":"
@@ -31,10 +32,13 @@ _HANDLED = frozenset(
         "text",
         "reasoning",
         "metadata",
+        "service_tier",
         EXTENSION_KEY,
     )
 )
 _CARRIED = ("top_k", "stop", "seed", "n", "presence_penalty", "frequency_penalty")
+_OWN_KEYS = ("hosted_tools", "tool_choice", "text", "reasoning")  # extensions the encoder writes itself
+HOSTED_AT = PREFIX + "$hosted_at"  # the built-in tools' places in the client's tools list
 _EFFORTS = ("low", "medium", "high")
 
 # ------------------------------------------------------------------------------------ decode
@@ -106,10 +110,18 @@ def _input_item(item: Any, where: str, messages: list[hub.Message]) -> None:
         if role not in ("user", "assistant", "system", "developer"):
             raise RequestError(f"unknown role {role!r}", f"{where}.role")
         parts = _content(item.get("content"), f"{where}.content")
+        # how the item was spelled, so a Responses upstream gets it back the same
+        form: dict[str, Any] = {"role": role, "in_input": True}
+        if "type" not in item:
+            form["untyped"] = True
+        if isinstance(item.get("content"), str):
+            form["string"] = True
         if role == "assistant":
+            fresh = not messages or messages[-1].role != "assistant"
             _assistant(messages).parts.extend(parts)
+            messages[-1].extensions = {NAME: form} if fresh else None  # (said once: one item, one spelling)
         else:
-            messages.append(hub.Message("system" if role == "developer" else role, parts))
+            messages.append(hub.Message("system" if role == "developer" else role, parts, None, {NAME: form}))
         return
     if kind == "function_call":
         fidelity = {NAME: {"id": item["id"]}} if item.get("id") else None
@@ -213,15 +225,17 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
         for n, item in enumerate(items):
             _input_item(item, f"input[{n}]", messages)
     request.messages = messages
-    hosted = []
+    hosted, hosted_at = [], []
     for n, tool in enumerate(_expect(body.get("tools") or [], list, "tools", "a list")):
         converted = _tool(tool, f"tools[{n}]")
         if converted is None:
             hosted.append(tool)
+            hosted_at.append(n)
         else:
             request.tools.append(converted)
     if hosted:
         request.extensions[PREFIX + "hosted_tools"] = hosted
+        request.extensions[HOSTED_AT] = hosted_at  # where they were among the tools
     if body.get("tool_choice") is not None:
         request.tool_choice, raw_choice = _tool_choice(body["tool_choice"], "tool_choice")
         if raw_choice is not None:
@@ -275,6 +289,8 @@ def decode_request(body: dict, *, model: str | None = None) -> hub.Request:
             request.extensions[PREFIX + "reasoning"] = extras
     if body.get("metadata") is not None:
         request.metadata = dict(_expect(body["metadata"], dict, "metadata", "an object"))
+    if body.get("service_tier") is not None:
+        request.service_tier = _expect(body["service_tier"], str, "service_tier", "a string")
     carried = body.get(EXTENSION_KEY)
     if isinstance(carried, dict):
         for name in _CARRIED:
@@ -384,23 +400,47 @@ def _encode_message(message: hub.Message, items: list[dict]) -> None:
     flush()
 
 
+def _form(message: hub.Message) -> dict[str, Any]:
+    own = (message.extensions or {}).get(NAME)
+    return own if isinstance(own, dict) else {}
+
+
+def _respell(items: list[dict], n: int, form: dict[str, Any]) -> None:
+    """The message item ``items[n]`` as the client spelled it (role word, no ``type``, string content)."""
+    item = items[n]
+    content = item["content"]
+    if form.get("string") and len(content) == 1 and set(content[0]) == {"type", "text"}:
+        content = content[0]["text"]
+    role = form.get("role") if item["role"] in ("developer", "system") else item["role"]
+    out = {} if form.get("untyped") else {"type": "message"}
+    items[n] = {**out, "role": role or item["role"], "content": content}
+
+
 def encode_request(request: hub.Request) -> dict:
     body: dict[str, Any] = {}
     if request.model is not None:
         body["model"] = request.model
     messages = request.messages
-    lead = 0
-    while lead < len(messages) and messages[lead].role == "system":
+    lead = 0  # leading system messages are the instructions, unless the client put them in input
+    while lead < len(messages) and messages[lead].role == "system" and not _form(messages[lead]).get("in_input"):
         lead += 1
     if lead:
-        body["instructions"] = "\n\n".join(m.text for m in messages[:lead])
+        # one string: the system messages and their text blocks, a blank line between each
+        texts = [p.text for m in messages[:lead] for p in m.parts if isinstance(p, hub.TextPart) and p.text]
+        body["instructions"] = "\n\n".join(texts)
     items: list[dict] = []
     for message in messages[lead:]:
+        start = len(items)
         _encode_message(message, items)
+        form = _form(message)
+        if form and len(items) == start + 1 and items[start].get("type") == "message":
+            _respell(items, start, form)
     body["input"] = items
     ext = request.extensions
     tools: list[dict] = []
     for tool in request.tools:
+        if server_tool_type(tool, NAME) is not None:
+            continue  # another vendor's server tool (Anthropic web_search_...): left out, reported
         own = (tool.extensions or {}).get(NAME) or {}
         if own.get("type") == "custom":
             tools.append({"name": tool.name, **({"description": tool.description} if tool.description else {}), **own})
@@ -411,7 +451,13 @@ def encode_request(request: hub.Request) -> dict:
         if tool.strict is not None:
             out["strict"] = tool.strict
         tools.append({**out, **own})
-    tools.extend(ext.get(PREFIX + "hosted_tools") or ())
+    hosted = list(ext.get(PREFIX + "hosted_tools") or ())
+    at = ext.get(HOSTED_AT)
+    if isinstance(at, list) and len(at) == len(hosted) and all(isinstance(n, int) for n in at):
+        for n, tool in sorted(zip(at, hosted, strict=True), key=lambda pair: pair[0]):
+            tools.insert(n, tool)  # back where the client had them
+    else:
+        tools.extend(hosted)
     if tools:
         body["tools"] = tools
     if PREFIX + "tool_choice" in ext:
@@ -449,15 +495,11 @@ def encode_request(request: hub.Request) -> dict:
     if text:
         body["text"] = text
     reasoning: dict[str, Any] = {}
-    thinking = request.thinking
-    if thinking is not None:
-        if thinking.get("type") == "disabled":
-            reasoning["effort"] = "none"
-        elif thinking.get("effort"):
-            reasoning["effort"] = thinking["effort"]
-        elif thinking.get("budget_tokens"):  # a token budget, roughly as an effort
-            budget = thinking["budget_tokens"]
-            reasoning["effort"] = "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+    effort = hub.effort_for("openai", hub.thinking_effort(request.thinking))  # the hub's one effort table
+    if effort is not None:
+        reasoning["effort"] = effort
+    if request.service_tier is not None:
+        body["service_tier"] = request.service_tier
     reasoning.update(ext.get(PREFIX + "reasoning") or {})
     if reasoning:
         body["reasoning"] = reasoning
@@ -466,7 +508,8 @@ def encode_request(request: hub.Request) -> dict:
             k: v if isinstance(v, str) else json_encode(v).decode() for k, v in request.metadata.items()
         }
     for key, value in ext.items():
-        if key.startswith(PREFIX) and key[len(PREFIX) :] not in ("hosted_tools", "tool_choice", "text", "reasoning"):
+        name = key[len(PREFIX) :]
+        if key.startswith(PREFIX) and not name.startswith("$") and name not in _OWN_KEYS:
             body[key[len(PREFIX) :]] = value
     carried: dict[str, Any] = {
         name: getattr(request, name) for name in _CARRIED if getattr(request, name) not in (None, [])

@@ -6,11 +6,12 @@ On when ``[gateway] master_key`` is set (keys, limits, ledger); ``/metrics`` unl
 
 from __future__ import annotations
 
-from .core import MASTER, OPEN, STATIC, VIRTUAL, Principal, Refusal, Teams, Ticket, create, presented_key
+from .core import Teams, Ticket, create, presented_key
 from .keys import KeyInputError, KeyRecord, hash_secret
 from .ledger import Ledger
 from .limits import Admission, LocalLimiter, RedisLimiter
 from .pricing import Price, cost
+from .principal import MASTER, OPEN, STATIC, VIRTUAL, Principal, Refusal
 from .settings import TeamsSettings
 from .store import LedgerRow, PostgresStore, SQLiteStore, Store, connect
 

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -24,6 +25,7 @@ from starlette.routing import Route
 from ...dialects.base import json_decode
 from .. import replies
 from . import keys as _keys
+from ._guesses import client_of
 from .core import Principal, Teams, presented_key
 from .metrics import CONTENT_TYPE
 from .store import BY, Store
@@ -32,6 +34,7 @@ __all__ = ["Handler", "MAX_ADMIN_BODY", "routes"]
 
 log = logging.getLogger("llmbridge.gateway.teams")
 MAX_ADMIN_BODY = 64 * 1024
+MAX_KEY_ID = 64
 Handler = Callable[[Teams, Request], Awaitable[Response]]
 
 
@@ -67,7 +70,8 @@ def routes(teams: Teams | None) -> list[Route]:
         async def endpoint(request: Request) -> Response:
             if teams is None or not teams.accounts:
                 return _error("team features are off: set gateway.master_key", "not_found", 404)
-            who = await teams.authenticate(presented_key(request.headers, request.query_params))
+            secret = presented_key(request.headers, {})  # a secret in a URL ends up in logs and histories
+            who = await teams.guesses.check(client_of(request), partial(teams.authenticate, secret))
             if not isinstance(who, Principal):
                 return replies.error_response("openai-chat", who.error)
             if who.key is None:
@@ -105,14 +109,25 @@ def routes(teams: Teams | None) -> list[Route]:
 
 
 async def _check_master(teams: Teams, request: Request) -> Response | None:
-    secret = presented_key(request.headers, request.query_params)
+    """``None`` for the master key in a header (never ``?key=``: a URL ends up in logs); else the refusal.
+
+    Wrong keys count as guesses (``teams/_guesses.py``): past the limit, 429 before any check."""
+    client = client_of(request)
+    wait = teams.guesses.wait(client)
+    if wait is not None:
+        refusal = teams.guesses.refusal(wait)
+        return replies.error_response("openai-chat", refusal.error, refusal.headers)
+    secret = presented_key(request.headers, {})
     if teams.is_master(secret):
         return None
     if secret is None:
-        return _error("the admin API needs the master key (Authorization: Bearer …)", "authentication", 401)
+        teams.guesses.failed(client)
+        message = "the admin API needs the master key in a header (Authorization: Bearer …); never ?key="
+        return _error(message, "authentication", 401)
     who = await teams.authenticate(secret)
-    if hasattr(who, "kind"):  # a working client key, but not the master key
+    if isinstance(who, Principal):  # a working client key, but not the master key
         return _error("the admin API needs the master key, not a client key", "permission", 403, "not_admin")
+    teams.guesses.failed(client)
     return _error("invalid API key", "authentication", 401, "invalid_api_key")
 
 
@@ -127,6 +142,8 @@ async def _body(request: Request) -> Any:
         return json_decode(raw)
     except msgspec.DecodeError as exc:
         raise _keys.KeyInputError(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec's own guard, near 1,000 levels
+        raise _keys.KeyInputError("the body nests arrays and objects too deeply") from None
 
 
 def _store(teams: Teams) -> Store:
@@ -137,7 +154,8 @@ def _store(teams: Teams) -> Store:
 async def _found(teams: Teams, request: Request) -> _keys.KeyRecord | Response:
     key = await _store(teams).get_key(request.path_params["id"])
     if key is None:
-        return _error(f"no key with id {request.path_params['id']!r}", "not_found", 404, "key_not_found")
+        shown = request.path_params["id"][:64]  # (a client's string: quoted, never at length)
+        return _error(f"no key with id {shown!r}", "not_found", 404, "key_not_found")
     return key
 
 
@@ -221,9 +239,12 @@ async def _usage(teams: Teams, request: Request, only: str | None = None) -> Res
     q = request.query_params
     by = q.get("by", "key")
     if by not in BY:
-        raise _keys.KeyInputError(f"by: must be one of {', '.join(BY)}")
+        raise _keys.KeyInputError(f"by: must be one of {', '.join(BY)}")  # (never echoes the value)
     since = _keys.parse_since(q["since"]) if q.get("since") else 0.0
+    key_id = only or q.get("key_id") or None
+    if key_id is not None and len(key_id) > MAX_KEY_ID:
+        raise _keys.KeyInputError(f"key_id: a key id has at most {MAX_KEY_ID} characters (like key_0123456789abcdef)")
     assert teams.ledger is not None
     await teams.ledger.flush()  # this replica's buffered rows count too
-    rows = await _store(teams).usage(by, since, only or q.get("key_id") or None)
+    rows = await _store(teams).usage(by, since, key_id)
     return replies.json_response({"object": "list", "by": by, "since": _keys.rfc3339(since), "data": rows})

@@ -18,21 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import logging
 import math
+import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import hub
 from . import keys as _keys
 from . import redact, tracing
+from ._guesses import Guesses
 from .ledger import Ledger
 from .limits import Admission, LocalLimiter, RedisLimiter
 from .metrics import Metrics
 from .pricing import Price, cost
+from .principal import MASTER, OPEN, STATIC, VIRTUAL, Principal, Refusal
 from .settings import TeamsSettings
 from .store import LedgerRow, Store, connect
 
@@ -46,7 +50,9 @@ if TYPE_CHECKING:
 __all__ = ["Answer", "Principal", "Refusal", "Teams", "Ticket", "create", "presented_key"]
 
 log = logging.getLogger("llmbridge.gateway.teams")
-MASTER, STATIC, VIRTUAL, OPEN = "master", "static", "virtual", "open"
+UNKNOWN_MODEL = "(unknown)"  # what metrics and the ledger say for a model the config does not name
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+_ERROR_TYPES = frozenset({*hub.ERROR_TYPES, "client_disconnected", "cancelled"})  # error_type values stored
 _NEGATIVE_CACHE = 10_000  # unknown secrets remembered (briefly) so guessing does not hit the store each time
 _TOKENS_PER_BYTE = 0.25  # the up-front TPM estimate: ~4 bytes of request JSON per prompt token
 _LIMITER_BACKOFF = 1.0  # seconds: after a failed limiter call, apply rate_limit_failure without calling
@@ -82,30 +88,6 @@ class Answer(Protocol):
     def first_byte_at(self) -> float | None: ...  # loop time of a stream's first client bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who sent a request; ``key`` for a virtual key."""
-
-    kind: str  # MASTER, STATIC, VIRTUAL or OPEN (no auth configured)
-    key: _keys.KeyRecord | None = None
-
-    def visible(self, models: list[str]) -> list[str]:
-        """The models this caller may use (a virtual key with a model list sees only those)."""
-        if self.key is None or self.key.models is None:
-            return models
-        allowed = self.key.models
-        return [m for m in models if m in allowed]
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A request refused before routing: the error for the client's dialect and extra headers."""
-
-    error: hub.Error
-    headers: dict[str, str] = field(default_factory=dict)
-    reason: str = "auth"
-
-
 @dataclass(slots=True)
 class Ticket:
     """An admitted request until it is settled."""
@@ -126,6 +108,14 @@ class Ticket:
     upstream_format: str | None = None
     upstream_model: str | None = None
     settled: bool = False
+
+
+def bounded_request_id(value: str) -> str:
+    """A request id as the ledger may store it: at most 128 printable ASCII characters (as the
+    ``x-request-id`` header is checked in app.py), whatever a body's ``metadata.request_id`` held."""
+    if _REQUEST_ID.fullmatch(value) or not value:
+        return value
+    return "".join(c for c in value[:4096] if "!" <= c <= "~")[:128]
 
 
 def presented_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
@@ -149,6 +139,8 @@ class Teams:
         # the upstream to blame when every route failed before an exchange began (no on_end)
         self._last_route = {name: m.routes[-1].upstream for name, m in config.models.items() if m.routes}
         self.metrics = Metrics() if settings.metrics else None
+        throttled = self.metrics.rejections.labels("auth_throttled").inc if self.metrics is not None else None
+        self.guesses = Guesses(config.gateway.auth_failures_per_minute, on_refused=throttled)  # wrong keys per address
         self.store: Store | None = connect(settings.database_url) if self.accounts else None
         self.ledger: Ledger | None = None
         if self.store is not None:
@@ -314,12 +306,18 @@ class Teams:
         A refusal is a ledger row too (status 429/403/503, no tokens): "who was throttled" is
         part of "who used what".
         """
-        model = hreq.model or ""
+        asked = hreq.model or ""
+        # Bounded strings only past this point (metrics labels, ledger rows, span names): a model
+        # the config does not name is UNKNOWN_MODEL, a request id is cut to 128 printable characters.
+        model = asked if asked in self._prices else UNKNOWN_MODEL
+        if model is UNKNOWN_MODEL and hreq.model is not None:
+            hreq = dataclasses.replace(hreq, model=UNKNOWN_MODEL)  # (a copy for the span: the caller keeps its own)
+        request_id = bounded_request_id(request_id)
         key = principal.key
         started = asyncio.get_running_loop().time(), time.time()  # TTFT and duration include the admission
         if key is None:
             return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, Admission(True), started)
-        verdict = await self._check(key, model, body_bytes)
+        verdict = await self._check(key, asked, body_bytes)
         if isinstance(verdict, Refusal):
             if self.ledger is not None:
                 error = verdict.error
@@ -335,8 +333,9 @@ class Teams:
 
     async def _check(self, key: _keys.KeyRecord, model: str, body_bytes: int) -> Admission | Refusal:
         if key.models is not None and model not in key.models:
+            shown = repr(model) if len(model) <= 64 else repr(model[:64]) + "…"
             return self._refuse(
-                hub.Error(f"this API key may not use model {model!r}", "permission", "model_not_allowed", 403),
+                hub.Error(f"this API key may not use model {shown}", "permission", "model_not_allowed", 403),
                 "model",
             )
         estimate = math.ceil(body_bytes * _TOKENS_PER_BYTE)
@@ -443,7 +442,7 @@ class Teams:
         if status == 499:
             error_type = "client_disconnected"
         elif exchange is not None and exchange.error is not None and (status >= 400 or ticket.streaming):
-            error_type = exchange.error.type
+            error_type = exchange.error.type if exchange.error.type in _ERROR_TYPES else "api_error"  # bounded
         elif status >= 400:
             error_type = hub.error_type_for_status(status)
         elif ticket.streaming and exchange is not None and not exchange.ended:

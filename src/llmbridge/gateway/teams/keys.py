@@ -48,6 +48,7 @@ MAX_TPM = 100_000_000_000
 MAX_BUDGET = 1_000_000_000.0
 MAX_MODELS = 1000
 MAX_METADATA_BYTES = 16 * 1024
+MAX_TIMESTAMP = 253402300799.0  # 9999-12-31T23:59:59Z: the last second rfc3339() can write
 _FIELDS = ("name", "models", "rpm_limit", "tpm_limit", "budget_usd", "budget_period", "expires_at", "metadata")
 
 
@@ -174,8 +175,10 @@ def _name(v: Any) -> str:
 def _models(v: Any) -> tuple[str, ...] | None:
     if v is None:
         return None
-    if not isinstance(v, list) or len(v) > MAX_MODELS or not all(isinstance(m, str) and m for m in v):
-        raise KeyInputError(f"models: must be a list of at most {MAX_MODELS} model names, or null for all")
+    if not isinstance(v, list) or len(v) > MAX_MODELS or not all(isinstance(m, str) and 0 < len(m) <= 256 for m in v):
+        raise KeyInputError(
+            f"models: must be a list of at most {MAX_MODELS} model names (1 to 256 characters), or null for all"
+        )
     return tuple(v)
 
 
@@ -193,7 +196,9 @@ def _count(name: str, most: int) -> Callable[[Any], int | None]:
 def _budget(v: Any) -> float | None:
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= MAX_BUDGET:
+    # (an int is compared exactly: math.isfinite(10**400) would raise OverflowError)
+    number = not isinstance(v, bool) and (isinstance(v, int) or (isinstance(v, float) and math.isfinite(v)))
+    if not number or not 0 <= v <= MAX_BUDGET:
         raise KeyInputError(f"budget_usd: must be a number of USD in [0, {MAX_BUDGET:g}], or null for no budget")
     return float(v)
 
@@ -214,10 +219,26 @@ def _expires(v: Any) -> float | None:
     try:
         when = datetime.fromisoformat(v)
     except ValueError:
-        raise KeyInputError(f"expires_at: {v!r} is not an RFC 3339 date-time") from None
+        raise KeyInputError(f"expires_at: {_shown(v)} is not an RFC 3339 date-time") from None
     if when.tzinfo is None:
         raise KeyInputError("expires_at: needs a time zone (Z or +hh:mm)")
-    return when.timestamp()
+    t = _timestamp(when)
+    if t is None or not 0 <= t <= MAX_TIMESTAMP:
+        raise KeyInputError("expires_at: must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z")
+    return t
+
+
+def _timestamp(when: datetime) -> float | None:
+    """``when`` as epoch seconds, or None when its UTC time is outside years 1..9999."""
+    try:
+        return when.timestamp()
+    except (OverflowError, ValueError):
+        return None
+
+
+def _shown(value: str) -> str:
+    """A client's string for an error message: quoted, at most 64 characters of it."""
+    return repr(value) if len(value) <= 64 else repr(value[:64]) + "…"
 
 
 def _metadata(v: Any) -> dict[str, Any]:
@@ -273,16 +294,24 @@ def parse_since(value: str, now: float | None = None) -> float:
     """``--since`` / ``?since=``: RFC 3339, a date (``2026-12-01``) or a span back (``24h``, ``7d``, ``30m``).
 
     Raises :class:`KeyInputError`.
+    Any answer is clamped to [1970-01-01, 9999-12-31] UTC (a span longer than the epoch means
+    "everything"); a span of more than nine digits is refused.
     """
     now = time.time() if now is None else now
     v = value.strip()
     units = {"m": 60, "h": 3600, "d": 86400}
-    if v[-1:] in units and v[:-1].isdigit():
-        return now - int(v[:-1]) * units[v[-1]]
+    digits = v[:-1]
+    if v[-1:] in units and digits.isascii() and digits.isdigit():
+        if len(digits) > 9:
+            raise KeyInputError(f"since: {_shown(value)}: a span has at most 9 digits (like 24h, 7d, 90d)")
+        return min(max(0.0, now - int(digits) * units[v[-1]]), MAX_TIMESTAMP)
     try:
         when = datetime.fromisoformat(v)
     except ValueError:
-        raise KeyInputError(f"since: {value!r} is not a date, an RFC 3339 time or a span like 24h / 7d") from None
+        raise KeyInputError(f"since: {_shown(value)} is not a date, an RFC 3339 time or a span like 24h / 7d") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+    t = _timestamp(when)
+    if t is None:
+        raise KeyInputError(f"since: {_shown(value)} is outside years 1..9999 (UTC)")
+    return min(max(0.0, t), MAX_TIMESTAMP)

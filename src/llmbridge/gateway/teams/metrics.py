@@ -54,7 +54,7 @@ class Metrics:
         )  # fmt: skip
         self.rejections = Counter(
             "llmbridge_limit_rejections", "Requests refused by a key's limits, by reason (rpm, tpm, budget, "
-            "model, auth, limiter_unavailable)", ["reason"], registry=r,
+            "model, auth, auth_throttled, limiter_unavailable)", ["reason"], registry=r,
         )  # fmt: skip
         self.limiter_errors = Counter("llmbridge_limiter_errors", "Redis calls that failed", registry=r)
         self.ledger_written = Counter("llmbridge_ledger_rows_written", "Ledger rows written", registry=r)

@@ -84,6 +84,12 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX llmb_usage_key_ts ON llmb_usage (key_id, ts)",
         ],
     ),
+    (
+        2,
+        [  # console sessions (gateway/ui/_sessions.py): the token's SHA-256 and when it ends (epoch seconds)
+            "CREATE TABLE llmb_sessions (digest TEXT PRIMARY KEY, ends_at DOUBLE PRECISION NOT NULL)",
+        ],
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -118,6 +124,15 @@ class Store(Protocol):
 
     async def rows(self, since: float = 0.0, limit: int = 10_000) -> list[LedgerRow]:
         """Ledger rows, oldest first (tests, exports)."""
+
+    async def insert_session(self, digest: str, ends_at: float, now: float, keep: int) -> None:
+        """Store a console session; first drop the ended ones and, past ``keep``, the oldest."""
+
+    async def session_ends_at(self, digest: str) -> float | None:
+        """When the console session ``digest`` ends (epoch seconds), or None if there is none."""
+
+    async def delete_session(self, digest: str) -> None:
+        """End a console session (logout)."""
 
 
 def connect(url: str) -> Store:
@@ -180,6 +195,14 @@ def _usage_sql(by: str, day_expr: str, ph: Any) -> tuple[str, str]:
         f"{base} WHERE u.ts >= {ph(1)}{tail}",
         f"{base} WHERE u.ts >= {ph(1)} AND u.key_id = {ph(2)}{tail}",
     )
+
+
+_SESSIONS_ENDED = "DELETE FROM llmb_sessions WHERE ends_at <= $1"
+# all but the newest N sessions ("LIMIT ALL" is Postgres's "no limit", SQLite's is "LIMIT -1")
+_SESSIONS_OLDEST = (
+    "DELETE FROM llmb_sessions WHERE digest IN "
+    "(SELECT digest FROM llmb_sessions ORDER BY ends_at DESC LIMIT ALL OFFSET $1)"
+)
 
 
 # --------------------------------------------------------------------------- SQLite
@@ -299,6 +322,29 @@ class SQLiteStore:
         sql = f"SELECT {', '.join(ROW_COLUMNS)} FROM llmb_usage WHERE ts >= ? ORDER BY ts, rowid LIMIT ?"
         return [LedgerRow(*r) for r in await self._run(lambda: self._conn().execute(sql, (since, limit)).fetchall())]
 
+    async def insert_session(self, digest: str, ends_at: float, now: float, keep: int) -> None:
+        def write() -> None:
+            db = self._conn()
+            db.execute("BEGIN")
+            try:
+                db.execute(_SESSIONS_ENDED.replace("$1", "?"), (now,))
+                db.execute(_SESSIONS_OLDEST.replace("ALL", "-1").replace("$1", "?"), (max(0, keep - 1),))
+                db.execute("INSERT INTO llmb_sessions (digest, ends_at) VALUES (?, ?)", (digest, ends_at))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+        await self._run(write)
+
+    async def session_ends_at(self, digest: str) -> float | None:
+        sql = "SELECT ends_at FROM llmb_sessions WHERE digest = ?"
+        row = await self._run(lambda: self._conn().execute(sql, (digest,)).fetchone())
+        return float(row[0]) if row else None
+
+    async def delete_session(self, digest: str) -> None:
+        await self._run(lambda: self._conn().execute("DELETE FROM llmb_sessions WHERE digest = ?", (digest,)))
+
 
 # --------------------------------------------------------------------------- Postgres
 
@@ -382,3 +428,16 @@ class PostgresStore:
     async def rows(self, since: float = 0.0, limit: int = 10_000) -> list[LedgerRow]:
         sql = f"SELECT {', '.join(ROW_COLUMNS)} FROM llmb_usage WHERE ts >= $1 ORDER BY ts, ctid LIMIT $2"
         return [LedgerRow(*tuple(r)) for r in await self._p().fetch(sql, since, limit)]
+
+    async def insert_session(self, digest: str, ends_at: float, now: float, keep: int) -> None:
+        async with self._p().acquire() as db, db.transaction():
+            await db.execute(_SESSIONS_ENDED, now)
+            await db.execute(_SESSIONS_OLDEST, max(0, keep - 1))
+            await db.execute("INSERT INTO llmb_sessions (digest, ends_at) VALUES ($1, $2)", digest, ends_at)
+
+    async def session_ends_at(self, digest: str) -> float | None:
+        value = await self._p().fetchval("SELECT ends_at FROM llmb_sessions WHERE digest = $1", digest)
+        return float(value) if value is not None else None
+
+    async def delete_session(self, digest: str) -> None:
+        await self._p().execute("DELETE FROM llmb_sessions WHERE digest = $1", digest)
