@@ -92,7 +92,8 @@ class Refused(Exception):
 
 def presented_secret(connection: HTTPConnection) -> str | None:
     """The caller's secret from its headers (or Gemini's ``?key=``)."""
-    return presented_key(connection.headers, connection.query_params)
+    query = connection.query_params if connection.scope.get("query_string") else {}  # (none: no parse)
+    return presented_key(connection.headers, query)
 
 
 def request_id_of(request: hub.Request) -> str | None:

@@ -121,6 +121,9 @@ class StreamResponse:
     """
 
     timing: Callable[[], str] | None = None
+    # true once the body has yielded its last chunk (checked after each): that chunk ends the
+    # response, saving the empty write of the end (must be reset by whoever wraps ``body``)
+    last: Callable[[], bool] | None = None
 
     def __init__(
         self,
@@ -147,7 +150,11 @@ class StreamResponse:
             if self.timing is not None:
                 headers = [*headers, (b"server-timing", self.timing().encode("latin-1"))]
             await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            last = self.last
             async for chunk in self.body:
+                if last is not None and last():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                    return
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -217,6 +217,9 @@ class Exchange:
         self.finish: hub.Finish | None = None
         self.events = 0
         self.closed = False
+        # body() has yielded its last bytes (set just before that yield): the response can end
+        # with them (StreamResponse.last) instead of an empty write of its own
+        self.finished = False
 
     # -- phase 1
 
@@ -282,6 +285,12 @@ class Exchange:
 
     async def _body(self) -> AsyncIterator[bytes]:
         held, self._held = b"".join(self._held), []
+        if self.upstream_done or self.ended:  # the whole answer came while priming: one write, the last
+            self.finished = True
+            out = held + self._finish()
+            if out:
+                yield out
+            return
         if held:
             yield held
         if self.relay:
@@ -306,10 +315,17 @@ class Exchange:
                     out = self._keepalive_bytes
                 if timer is not None:  # (always: only the timer raises this alarm)
                     timer.rearm()
+            if self.upstream_done or self.ended:  # the last bytes and the terminal event: one write
+                out += self._finish()
+                self.finished = True
+                if out:
+                    yield out
+                return
             if out:
                 self._last_write = loop.time()
                 yield out
         tail = self._finish()
+        self.finished = True
         if tail:
             yield tail
 
