@@ -232,10 +232,12 @@ class Exchange:
         inbox = self.inbox
         patience = None
         keepalive = self.keepalive
-        if keepalive is not None:
-            patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
         try:
             while True:
+                if patience is None and keepalive is not None and not inbox.ready:
+                    # (only once there is something to wait for: a quick upstream's answer is often
+                    # in the inbox already; the due time counts from the exchange's start either way)
+                    patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
                 await inbox.wait()
                 self.upstream_at = time.perf_counter()
                 if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
