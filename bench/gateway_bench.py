@@ -12,8 +12,10 @@ Targets: direct (client -> upstream), llmbridge and LiteLLM at ``/v1/chat/comple
 dialect: llmbridge relays the bytes) and at ``/v1/messages`` (translated to Anthropic).
 Unpaced and paced runs at 1, 10, 100 and 1,000 concurrent streams, then 1,000 open slow
 streams for memory. Nothing is asserted: issue 11's targets are printed as met or not.
+Then 2-token streams, the cost of starting a request (issue 23).
 ``python -m bench gateway``; env: GATEWAY_BENCH_TOKENS (200), GATEWAY_BENCH_LEVELS (1,10,100,1000),
-GATEWAY_BENCH_PEERS (0 = skip LiteLLM).
+GATEWAY_BENCH_SHORT (2000; 0 = skip), GATEWAY_BENCH_PEERS (0 = skip LiteLLM), GATEWAY_BENCH_LITELLM
+(the ``litellm`` executable, default: beside this Python).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ PACE_MS = 10  # per token in the paced runs
 OPEN_TOKENS, OPEN_PACE_MS = 10, 500  # 1,000 open streams of 5 s each, for memory per open stream
 UPSTREAM_EVENTS = TOKENS + 4  # role chunk, tokens, finish chunk, usage chunk, [DONE]
 BIN = Path(sys.executable).parent
+# LiteLLM's proxy: the bench environment's own, or one installed elsewhere (its pins clash with ours)
+LITELLM = os.environ.get("GATEWAY_BENCH_LITELLM") or str(BIN / "litellm")
 
 
 def _port() -> int:
@@ -404,7 +408,7 @@ def run() -> str:
                 litellm = _start(
                     "litellm",
                     [
-                        str(BIN / "litellm"),
+                        LITELLM,
                         "--config",
                         str(_litellm_config(tmp, up_url, models, key)),
                         "--host",
