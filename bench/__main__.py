@@ -20,6 +20,8 @@ BENCHES = {
     "embed": "bench.embed_bench",
     "images": "bench.image_bench",
     "bindings": "bench.bindings_bench",
+    "routing": "bench.routing_bench",
+    "cache": "bench.cache_bench",
 }
 
 

@@ -1,8 +1,8 @@
 """What the request-side hardening costs, as ratios against the work it guards (same run).
 
-- The nesting bound (``gateway.limits.check_nesting``) against reading the same body: JSON
+- The nesting bound (``gateway.checks.check_nesting``) against reading the same body: JSON
   decode plus the dialect's ``decode_request``.
-- The range check (``gateway.limits.validate_request``) against the same.
+- The range check (``gateway.checks.validate_request``) against the same.
 - ``gateway.extensions.PlainEncoder`` (no ``llmbridge`` data in vendor answers) against the
   bare stream encoder, per hub event of a corpus stream.
 """
@@ -15,8 +15,8 @@ import msgspec
 
 from llmbridge import dialects
 from llmbridge.dialects.base import decode_all
+from llmbridge.gateway.checks import check_nesting, validate_request
 from llmbridge.gateway.extensions import PlainEncoder
-from llmbridge.gateway.limits import check_nesting, validate_request
 
 from .common import CORPUS, best_of, table
 

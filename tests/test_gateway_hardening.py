@@ -19,7 +19,7 @@ from llmbridge import dialects, hub, replay
 from llmbridge.dialects.base import decode_all
 from llmbridge.errors import RequestError
 from llmbridge.gateway import config, create_app
-from llmbridge.gateway.limits import nesting_exceeds, validate_request
+from llmbridge.gateway.checks import nesting_exceeds, validate_request
 from tests.conftest import CORPUS
 from tests.gateway_util import replay_config, serving
 from tests.test_gateway_faults import ALL, assert_error_shape, request_for

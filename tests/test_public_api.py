@@ -64,6 +64,7 @@ SURFACE: dict[str, list[str]] = {
         "CHUNK",
         "CLIError",
         "build_parser",
+        "cmd_deployments",
         "cmd_dialects",
         "cmd_replay",
         "cmd_serve",

@@ -361,6 +361,8 @@ def test_traffic_shows_requests_and_their_timeline(driver, gateway):
     except TimeoutException:
         pytest.fail(f"no timeline: {detail.text}")
     assert "ResponseStart" in detail.text and "Delta" in detail.text
+    deployments = driver.find_elements(By.CSS_SELECTOR, '[data-test="deployment-row"]')
+    assert any(d.text.startswith("markup ") and " ok " in f" {d.text} " for d in deployments)  # routing state
     shoot(driver, "ui-traffic.png")
     assert console_errors(driver) == []
 

@@ -1,4 +1,4 @@
-"""The ``llmbridge`` command: translate, validate, serve, replay, dialects.
+"""The ``llmbridge`` command: translate, validate, serve, replay, usage, deployments, dialects.
 
 Exit codes: 0 success; 1 ``validate`` found violations; 2 the input is malformed or
 truncated (``translate``), or bad usage; 3 a dialect or subsystem is not available.
@@ -20,6 +20,7 @@ __all__ = [
     "CHUNK",
     "CLIError",
     "build_parser",
+    "cmd_deployments",
     "cmd_dialects",
     "cmd_replay",
     "cmd_serve",
@@ -161,6 +162,44 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+DEPLOYMENT_COLUMNS = (
+    "model_name", "deployment", "state", "in_flight", "latency_ewma_ms", "failures", "requests", "errors",
+    "cooling_for_s", "retry_after_s",
+)  # fmt: skip
+
+
+def cmd_deployments(args: argparse.Namespace) -> int:
+    """``GET /admin/deployments`` of a running gateway, as a table (or its JSON)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = args.url.rstrip("/") + "/admin/deployments"
+    key = args.key or os.environ.get("LLMBRIDGE_ADMIN_KEY")
+    request = urllib.request.Request(url, headers={"authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+            rows = json.loads(response.read())["data"]
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read())["error"]["message"]
+        except Exception:
+            message = exc.reason
+        raise CLIError(f"{url}: HTTP {exc.code}: {message}", EXIT_UNAVAILABLE) from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise CLIError(f"cannot read {url} ({type(exc).__name__}: {exc})", EXIT_UNAVAILABLE) from None
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = [list(DEPLOYMENT_COLUMNS)] + [
+        ["-" if r.get(c) is None else str(r.get(c)) for c in DEPLOYMENT_COLUMNS] for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(DEPLOYMENT_COLUMNS))]
+    for row in table:
+        print("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    return EXIT_OK
+
+
 def cmd_usage(args: argparse.Namespace) -> int:
     from .gateway.teams import keys, report
 
@@ -238,6 +277,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", default=None, help="RFC 3339 time, a date, or a span back like 24h or 7d")
     p.add_argument("--json", action="store_true", help="JSON rows, as GET /admin/usage serves them")
     p.set_defaults(func=cmd_usage)
+
+    p = sub.add_parser(
+        "deployments",
+        help="a running gateway's deployments: state, requests in flight, latency (GET /admin/deployments)",
+    )
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the gateway's base URL")
+    p.add_argument("--key", default=None, help="the master key (or a gateway key); default $LLMBRIDGE_ADMIN_KEY")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds")
+    p.add_argument("--json", action="store_true", help="the JSON rows, as the endpoint serves them")
+    p.set_defaults(func=cmd_deployments)
 
     from .conformance._cli import add_parser as add_conformance
 

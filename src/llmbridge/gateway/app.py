@@ -23,6 +23,7 @@ from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
 from .hotpath import ChatEndpoints, GatewayApp, request_id_header
 from .images import Images
+from .memory import Memory
 from .pipeline import Pipeline, Refused
 from .response import StreamResponse
 from .teams.admin import routes as admin_routes
@@ -73,7 +74,8 @@ class Gateway:
         self.pipeline = Pipeline(config, self.upstreams, self.teams, self.traffic)
         self.embeddings = Embeddings(self.pipeline)  # /v1/embeddings, :embedContent, MMSP vectors
         self.images = Images(self.pipeline)  # /v1/images
-        self.chat = Chat(self.pipeline, self.embeddings)  # every dialect's generation endpoint
+        self.memory = Memory(self.pipeline, self.embeddings)  # stored responses, response caches
+        self.chat = Chat(self.pipeline, self.embeddings, self.memory)  # every dialect's generation endpoint
         self.counter = TokenCounter(self.pipeline)  # count_tokens, input_tokens, :countTokens
 
     # -- endpoints
@@ -123,7 +125,20 @@ class Gateway:
             request, GEMINI, url_model=model.removeprefix("models/"), stream=stream, json_array=json_array
         )
 
+    async def deployments(self, request: Request) -> Response:
+        """``GET /admin/deployments``: every deployment's state, requests in flight, latency.
+        With team keys on it needs the master key; otherwise a gateway key when ``api_keys``
+        is set, else nothing (as ``/metrics``)."""
+        if isinstance(who := await self._caller(request, "openai-chat"), Response):
+            return who
+        if self.teams is not None and self.teams.accounts and who.kind != teams.MASTER:
+            return replies.error("openai-chat", "the admin API needs the master key", "permission", 403, "not_admin")
+        return replies.json_response({"object": "list", "data": self.pipeline.router.snapshot()})
+
     async def aclose(self) -> None:
+        await self.memory.stop()  # (before teams: it may share the ledger's database)
+        with contextlib.suppress(Exception):
+            await self.pipeline.router.aclose()
         if self.teams is not None:
             await self.teams.stop()
         for upstream in self.upstreams.values():
@@ -196,6 +211,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if gateway.teams is not None:
             await gateway.teams.start()
+        await gateway.pipeline.router.start()
+        await gateway.memory.start()
         yield
         await gateway.aclose()
 
@@ -211,6 +228,8 @@ def create_app(
         Route("/mmsp/v1/models", gateway.models, methods=["GET"]),
         Route("/healthz", gateway.healthz, methods=["GET"]),
         *admin_routes(gateway.teams),
+        Route("/admin/deployments", gateway.deployments, methods=["GET"]),
+        *gateway.memory.routes(),  # GET/DELETE /v1/responses/{id}, .../input_items
         Route("/v1/embeddings", gateway.embeddings.openai, methods=["POST"]),
         Route("/v1/images", gateway.images.generate, methods=["POST"]),
         Route("/v1/images/generations", gateway.images.generate, methods=["POST"]),

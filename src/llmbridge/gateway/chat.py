@@ -26,20 +26,20 @@ from starlette.responses import Response
 from .. import dialects, hub
 from ..dialects.base import DialectModule, StreamEncoder
 from ..errors import RequestError
-from . import acceptance, binding, extensions, limits, negotiation, replies
+from . import acceptance, binding, checks, extensions, negotiation, replies, routing
 from .config import ModelConfig
-from .config import Route as ModelRoute
 from .embeddings import Embeddings
 from .failures import UpstreamFailed
-from .media import check_images
+from .memory import Memo, Memory
 from .metering import Meter
 from .pipeline import Pipeline, Refused, request_id_of, unless_disconnected
 from .record import Recorder
 from .relay import relay_filter
 from .response import STARTED, StreamResponse
+from .routing import Attempt
 from .streaming import Exchange, Options
 from .teams import Principal
-from .upstream import Upstream
+from .upstream import Upstream, adopt
 
 __all__ = ["Chat", "Turn"]
 
@@ -64,6 +64,9 @@ class Turn:
     media_type: str | None = None
     # (upstream, error) of each try that failed before the client saw anything
     failures: list[tuple[str, hub.Error]] = dataclasses.field(default_factory=list)
+    # the body as the client sent it and its headers: what stored responses and caches read
+    body: dict[str, Any] | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # perf_counter() when the request reached the app, and when its first upstream try began
     # (Server-Timing: Pipeline.timing)
     arrived: float = 0.0
@@ -73,10 +76,11 @@ class Turn:
 class Chat:
     """The chat endpoints of one gateway; ``embeddings`` serves embedding models named at them."""
 
-    def __init__(self, pipeline: Pipeline, embeddings: Embeddings) -> None:
+    def __init__(self, pipeline: Pipeline, embeddings: Embeddings, memory: Memory) -> None:
         self.pipeline = pipeline
         self.config = pipeline.config
         self.embeddings = embeddings
+        self.memory = memory  # stored responses (previous_response_id) and response caches
         gw = pipeline.config.gateway
         self.record_dir = Path(gw.record_dir) if gw.record_dir else None
         self._recorded = 0
@@ -137,6 +141,8 @@ class Chat:
             binary=out_dialect == negotiation.STANDARD and binding.wants_binary(accept),
             with_extensions=extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions),
             request_id=request_id_of(hreq),
+            body=body,
+            headers=request.headers,
             arrived=arrived,
         )
         ledger_id = turn.request_id or request.scope.get("state", {}).get("request_id", "")
@@ -158,14 +164,14 @@ class Chat:
             raise
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
             raise Refused.of(f"malformed request: {type(exc).__name__}: {exc}", "invalid_request") from None
-        limits.validate_request(hreq, request_dialect)
+        checks.validate_request(hreq, request_dialect)
         if url_model and not hreq.model:
             hreq.model = url_model
         default_max_tokens = self.config.gateway.anthropic_default_max_tokens
         refused = acceptance.refusal(body, hreq, request_dialect, default_max_tokens, headers)
         if refused is not None:  # only what the client's vendor refuses
             raise refused
-        bad_image = check_images(hreq, self.config.gateway.max_image_bytes)
+        bad_image = checks.check_images(hreq, self.config.gateway.max_image_bytes)
         if bad_image is not None:
             raise Refused.of(bad_image, "invalid_request")
         return hreq
@@ -179,19 +185,30 @@ class Chat:
         hreq = turn.request
         model = p.model(hreq.model)
         meter = await p.admit(who, hreq, turn.size, turn.request_dialect, turn.out_dialect, ledger_id)
+        memo: Memo | None = None
         try:
             if model.kind == "embedding":  # vectors over MMSP's stream, metered like chat
                 response: Response | StreamResponse = await self.embeddings.stream_endpoint(
                     hreq, model, turn.out_dialect, turn.request_id, meter
                 )
             else:
-                work = self.routes(turn, model, meter)
+                # a previous_response_id's conversation rebuilt, the model's cache asked (memory.py)
+                found = await self.memory.begin(
+                    turn.headers, who, turn.body or {}, hreq, model, turn.request_dialect, meter.ticket
+                )
+                if isinstance(found, Response):  # refused: an unknown previous_response_id, the store down
+                    meter.responded(found)
+                    return found
+                memo = found
+                work = self.routes(turn, model, meter, memo)
                 response = await (unless_disconnected(request, work) if request is not None else work)
         except UpstreamFailed as exc:
             response = self.error_response(turn, exc.error, exc.headers)
+            routing.named(response, exc.deployment)  # which deployment failed last
         except BaseException:  # cancelled before the answer began: the ledger still gets its row
             meter.cancelled()
             raise
+        self.memory.mark(memo, response)  # x-llmbridge-cache: hit | miss
         meter.responded(response)
         return binding.as_binary(response) if turn.binary else response
 
@@ -209,21 +226,23 @@ class Chat:
 
     # -- routing and the exchange
 
-    async def routes(self, turn: Turn, model: ModelConfig, meter: Meter) -> Response | StreamResponse:
-        """Try the model's upstreams (the pipeline's fallback); the answer of the first that
-        starts. Raises :class:`UpstreamFailed` when none does."""
+    async def routes(
+        self, turn: Turn, model: ModelConfig, meter: Meter, memo: Memo | None = None
+    ) -> Response | StreamResponse:
+        """The model's deployments as the pipeline routes them; the answer of the first that
+        starts, naming its deployment. Raises :class:`UpstreamFailed` when none does. A cache
+        hit (``memo.hit``) answers instead, through the same exchange and encoder."""
         hreq = turn.request
+        if memo is not None and memo.hit is not None:
+            return await self._replay(turn, memo, meter)
 
-        served: list[Upstream] = []
-
-        async def attempt(route: ModelRoute) -> Exchange:
-            upstream = self.pipeline.upstreams[route.upstream]
-            served[:] = [upstream]
+        async def attempt(deployment: Attempt) -> Exchange:
+            upstream = self.pipeline.upstreams[deployment.upstream]
             # a shallow copy, as dataclasses.replace makes, at a fraction of its cost
             upstream_request = object.__new__(hub.Request)
             upstream_request.__dict__.update(hreq.__dict__)
-            upstream_request.model, upstream_request.stream = route.upstream_model, True
-            exchange = await self.open(upstream, upstream_request, turn, meter)
+            upstream_request.model, upstream_request.stream = deployment.model, True
+            exchange = await self.open(upstream, upstream_request, turn, meter, memo)
             try:
                 error = await exchange.prime()
             except BaseException:  # cancelled or broken: never leave the upstream request open
@@ -234,21 +253,40 @@ class Chat:
                 raise UpstreamFailed(error)
             return exchange
 
-        def failed(route: ModelRoute, error: hub.Error) -> None:
-            turn.failures.append((route.upstream, error))
+        def failed(deployment: Attempt, error: hub.Error) -> None:
+            turn.failures.append((deployment.upstream, error))
 
-        exchange = await self.pipeline.fallback(model.routes, attempt, what=f"model {model.name}", failed=failed)
+        exchange, deployment = await self.pipeline.route(model, attempt, body_bytes=turn.size, failed=failed)
+        meter.also(deployment.on_end)  # the router hears how the answer ended
         try:
             response = await self.answer(exchange, turn)
         except BaseException:
             await exchange.aclose()
             raise
         if turn.encoder is None:  # what the upstream's dialect had no place for: a header
-            acceptance.report(response, hreq, turn.request_dialect, served[0].format)
-        return response
+            served = self.pipeline.upstreams[deployment.upstream]
+            acceptance.report(response, hreq, turn.request_dialect, served.format)
+        return routing.named(response, deployment)
 
-    async def open(self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter) -> Exchange:
-        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client."""
+    async def _replay(self, turn: Turn, memo: Memo, meter: Meter) -> Response | StreamResponse:
+        """A cache hit: its stored events as an in-process upstream, through an exchange."""
+        assert memo.hit is not None
+        upstream = adopt(memo.hit)
+        exchange = await self.open(upstream, dataclasses.replace(turn.request, stream=True), turn, meter, memo)
+        try:
+            error = await exchange.prime()
+            if error is not None:  # (never filed: a cache keeps only answers that ended well)
+                raise UpstreamFailed(error)
+            return await self.answer(exchange, turn)
+        except BaseException:
+            await exchange.aclose()
+            raise
+
+    async def open(
+        self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter, memo: Memo | None = None
+    ) -> Exchange:
+        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client
+        (its events tapped for the response store and the cache when ``memo`` asks)."""
         started = asyncio.get_running_loop().time()
         if turn.upstream_started is None:
             turn.upstream_started = time.perf_counter()
@@ -258,8 +296,9 @@ class Chat:
         entry = self.pipeline.traffic.begin(
             upstream.name, hreq, out_dialect, upstream_format=upstream.format, stream=stream
         )
+        tap = memo.tap(upstream) if memo is not None else None
         try:
-            source = await upstream.open_stream(hreq, started)
+            source = await upstream.open_stream(hreq, started, tap)
         except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
             entry.fail(exc)
             raise
@@ -269,6 +308,7 @@ class Chat:
             source.record = recorder.write
         # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
         relay = stream and not turn.json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
+        relay = relay and (tap is None or not tap.needs_events)  # keeping the answer needs every event
         keepalive = self.config.gateway.keepalive_seconds if stream else None
         encoder: Callable[[], StreamEncoder]
         if turn.encoder is not None:  # a console turn: its lines, no SSE keep-alive comments

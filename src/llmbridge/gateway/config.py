@@ -15,16 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from .. import dialects
+from . import cache as _cache
+from . import responses_store as _store
 from .teams import pricing as _pricing
 from .teams import settings as _teams
 
 __all__ = [
     "Config",
     "ConfigError",
+    "Cooldown",
+    "Deployment",
     "FORMATS",
     "GatewayConfig",
     "LOCAL",
     "ModelConfig",
+    "ROUTING",
+    "Retries",
     "Route",
     "Timeouts",
     "UpstreamConfig",
@@ -38,6 +44,7 @@ MIN_UI_KEY = 16  # characters: the console key guards traffic and the playground
 LOCAL = "local"  # the format of the in-process local model upstream
 LOCAL_EMBED = "local-embed"  # the in-process embedding model, served by any "local" upstream
 MODEL_KINDS = ("chat", "embedding")
+ROUTING = ("ordered", "weighted", "least-busy", "latency")  # how a model picks among its deployments
 FORMATS = (*dialects.NAMES, LOCAL)
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -81,11 +88,60 @@ class Route:
 
 
 @dataclass(frozen=True)
+class Deployment:
+    """One place a model runs: an upstream and the model name it knows (gateway/routing.py)."""
+
+    upstream: str
+    model: str
+    weight: float = 1.0  # routing = "weighted": share of the requests
+    rpm: int | None = None  # requests per minute sent to it (a sliding 60 s window); at the limit it is skipped
+    tpm: int | None = None  # tokens per UTC minute (estimated up front, corrected at the end)
+    fallback: bool = False  # only when the other deployments cannot serve
+
+
+@dataclass(frozen=True)
+class Retries:
+    """Tries before the client's first byte: ``attempts`` in all (1: no retry), with
+    exponential backoff and full jitter (``backoff_ms`` * 2^(n-1), capped at ``max_backoff_ms``)."""
+
+    attempts: int = 1
+    backoff_ms: float = 100.0
+    max_backoff_ms: float = 4000.0
+
+
+@dataclass(frozen=True)
+class Cooldown:
+    """A deployment that failed ``failures`` times in a row is out for ``seconds``, then gets
+    one probe request; ``failures = 0`` turns cooldowns off."""
+
+    failures: int = 3
+    seconds: float = 30.0
+
+
+NO_COOLDOWN = Cooldown(0, 30.0)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str  # what clients ask for
-    routes: tuple[Route, ...]  # tried in order (fallback)
+    routes: tuple[Route, ...]  # the deployments' (upstream, model), in config order
     price: _pricing.Price | None = None  # USD per million tokens, for the ledger's cost
     kind: str = "chat"  # "chat" | "embedding": an embedding model answers MMSP's stream with vectors
+    routing: str = "ordered"  # one of ROUTING
+    deployments: tuple[Deployment, ...] = ()  # () : one plain deployment per route
+    retries: Retries | None = None  # None: one attempt per (non-fallback) deployment, 100 ms backoff
+    cooldown: Cooldown = NO_COOLDOWN  # off unless configured (the deployments form defaults to 3 / 30 s)
+    cache: _cache.CachePolicy | None = None  # the model's response cache (gateway/cache.py); None: off
+
+    def __post_init__(self) -> None:
+        if not self.deployments:  # built in code from routes alone: plain deployments
+            plain = tuple(Deployment(r.upstream, r.upstream_model) for r in self.routes)
+            object.__setattr__(self, "deployments", plain)
+        regular = max(1, sum(not d.fallback for d in self.deployments))
+        if self.retries is None:
+            object.__setattr__(self, "retries", Retries(attempts=regular))
+        elif self.retries.attempts == 0:  # a retries table without attempts: one per deployment
+            object.__setattr__(self, "retries", Retries(regular, self.retries.backoff_ms, self.retries.max_backoff_ms))
 
 
 @dataclass(frozen=True)
@@ -97,7 +153,7 @@ class GatewayConfig:
     # One upstream event (the bytes between two blank lines) larger than this ends the answer
     # with an error: big enough for base64 images, small enough to bound a stream's memory.
     max_event_bytes: int = 32 * 1024 * 1024
-    max_json_depth: int = 128  # request bodies nested deeper get 400 (see gateway/limits.py)
+    max_json_depth: int = 128  # request bodies nested deeper get 400 (see gateway/checks.py)
     # Our "llmbridge" extension data in vendor-dialect answers: off unless asked (the
     # x-llmbridge-extensions request header, or this), so users' tools never see it.
     extensions: bool = False
@@ -120,6 +176,7 @@ class GatewayConfig:
     auth_failures_per_minute: int = 10
     # Browser origins (besides the gateway's own) that may open the WebSocket of a keyless gateway.
     allowed_origins: tuple[str, ...] = ()
+    store: _store.StoreSettings = field(default_factory=_store.StoreSettings)  # stored responses, cache backend
 
 
 @dataclass(frozen=True)
@@ -173,6 +230,13 @@ def parse(raw: dict[str, Any], env: Mapping[str, str] | None = None) -> Config:
         if model.name in models:
             raise ConfigError(f"models[{i}].name", f"model {model.name!r} is defined twice")
         models[model.name] = model
+    for i, model in enumerate(models.values()):
+        embed = model.cache.embed_model if model.cache is not None else None
+        if embed is not None and (embed not in models or models[embed].kind != "embedding"):
+            known = ", ".join(n for n, m in models.items() if m.kind == "embedding") or "none defined"
+            raise ConfigError(
+                f"models[{i}].cache.embed_model", f'{embed!r} is not a model of kind "embedding" (known: {known})'
+            )
     return Config(gateway, upstreams, models)
 
 
@@ -203,6 +267,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
             "auth_failures_per_minute",
             "allowed_origins",
             *_teams.KEYS,
+            *_store.KEYS,
         },
     )
     keepalive = _number(t, "keepalive_seconds", "gateway", 15.0)
@@ -251,6 +316,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
         raise ConfigError("gateway.ui_traffic", "must be an integer from 0 to 100000")
     try:
         teams = _teams.parse(t, lambda value, key: _expand(value, key, env))
+        store = _store.parse(t)
     except ValueError as exc:
         raise ConfigError(*exc.args) from None
     if ui_key and ui_key == teams.master_key:
@@ -261,6 +327,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
         max_event_bytes=max_event_bytes, max_image_bytes=max_image_bytes, header_timeout=header_timeout,
         idle_timeout=idle_timeout, anthropic_default_max_tokens=default_max_tokens,
         ui_session_hours=float(session_hours), auth_failures_per_minute=failures, allowed_origins=origins,
+        store=store,
     )
 
 
@@ -312,15 +379,44 @@ def _upstream(name: str, t: dict[str, Any], env: Mapping[str, str]) -> UpstreamC
 
 
 def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
-    _known(t, where, {"name", "upstream", "upstreams", "upstream_model", "price", "kind"})
+    _known(
+        t,
+        where,
+        {"name", "upstream", "upstreams", "upstream_model", "price", "kind", "routing", "deployments", "retries",
+         "cooldown", "cache", "cache_scope"},
+    )  # fmt: skip
     kind = t.get("kind", "chat")
     if kind not in MODEL_KINDS:
         raise ConfigError(f"{where}.kind", f"must be one of {', '.join(MODEL_KINDS)}")
     name = t.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name", "missing (the model name clients ask for)")
+    routing = t.get("routing", "ordered")
+    if routing not in ROUTING:
+        raise ConfigError(f"{where}.routing", f"must be one of {', '.join(repr(r) for r in ROUTING)}, not {routing!r}")
+    retries = _retries(t["retries"], f"{where}.retries") if "retries" in t else None
+    try:
+        price = _pricing.parse_price(t["price"], f"{where}.price") if "price" in t else None
+        if "cache_scope" in t and "cache" not in t:
+            raise ValueError(f"{where}.cache_scope", "applies to a model with a cache: set cache = { ... } too")
+        cache = _cache.parse_policy(t["cache"], t.get("cache_scope"), where) if "cache" in t else None
+    except ValueError as exc:
+        raise ConfigError(*exc.args) from None
+    if cache is not None and kind != "chat":
+        raise ConfigError(f"{where}.cache", "a response cache applies to chat models only")
+    if "deployments" in t:
+        for other in ("upstream", "upstreams", "upstream_model"):
+            if other in t:
+                raise ConfigError(f"{where}.{other}", "set either deployments = [...] or upstream(s), not both")
+        deployments = _deployments(t["deployments"], f"{where}.deployments", name, upstreams)
+        cooldown = _cooldown(t["cooldown"], f"{where}.cooldown") if "cooldown" in t else Cooldown()
+        routes = tuple(Route(d.upstream, d.model) for d in deployments)
+        return ModelConfig(name, routes, price, kind, routing, deployments, retries, cooldown, cache)
+    cooldown = _cooldown(t["cooldown"], f"{where}.cooldown") if "cooldown" in t else NO_COOLDOWN
     if ("upstream" in t) == ("upstreams" in t):
-        raise ConfigError(f"{where}.upstream", 'set exactly one of upstream = "NAME" or upstreams = ["A", "B"]')
+        raise ConfigError(
+            f"{where}.upstream", 'set exactly one of upstream = "NAME", upstreams = ["A", "B"] or deployments = [...]'
+        )
     if "upstream" in t:
         key, names = f"{where}.upstream", [t["upstream"]]
     else:
@@ -328,7 +424,7 @@ def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) 
         if not isinstance(names, list) or not names:
             raise ConfigError(key, "must be a non-empty array of upstream names")
     upstream_model = t.get("upstream_model", name)
-    routes = []
+    plain: list[Route] = []
     for i, up in enumerate(names):
         k = key if "upstream" in t else f"{key}[{i}]"
         if not isinstance(up, str):
@@ -342,12 +438,77 @@ def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) 
             target = upstream_model
         if not isinstance(target, str):
             raise ConfigError(f"{where}.upstream_model", "must be a string or a table of strings by upstream")
-        routes.append(Route(up, target))
-    try:
-        price = _pricing.parse_price(t["price"], f"{where}.price") if "price" in t else None
-    except ValueError as exc:
-        raise ConfigError(*exc.args) from None
-    return ModelConfig(name, tuple(routes), price, kind)
+        plain.append(Route(up, target))
+    return ModelConfig(name, tuple(plain), price, kind, routing, retries=retries, cooldown=cooldown, cache=cache)
+
+
+def _deployments(value: Any, key: str, name: str, upstreams: dict[str, UpstreamConfig]) -> tuple[Deployment, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(key, "must be a non-empty array of tables ({ upstream = ..., model = ... })")
+    out = []
+    for i, entry in enumerate(value):
+        where = f"{key}[{i}]"
+        t = _as_table(entry, where)
+        _known(t, where, {"upstream", "model", "weight", "rpm", "tpm", "fallback"})
+        up = t.get("upstream")
+        if not isinstance(up, str):
+            raise ConfigError(f"{where}.upstream", "missing (an upstream name)")
+        if up not in upstreams:
+            known = ", ".join(upstreams) or "none defined"
+            raise ConfigError(f"{where}.upstream", f"unknown upstream {up!r} (known: {known})")
+        model = t.get("model", name)
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"{where}.model", "must be a non-empty string (the upstream's model name)")
+        weight = t.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < 1e9:
+            raise ConfigError(f"{where}.weight", f"must be a positive number, not {weight!r}")
+        limits = []
+        for k in ("rpm", "tpm"):
+            v = t.get(k)
+            if v is not None and (type(v) is not int or v <= 0):
+                raise ConfigError(f"{where}.{k}", f"must be a positive integer, not {v!r}")
+            limits.append(v)
+        fallback = t.get("fallback", False)
+        if not isinstance(fallback, bool):
+            raise ConfigError(f"{where}.fallback", "must be true or false")
+        out.append(Deployment(up, model, float(weight), limits[0], limits[1], fallback))
+    if all(d.fallback for d in out):
+        raise ConfigError(key, "at least one deployment must not be a fallback")
+    return tuple(out)
+
+
+def _retries(value: Any, key: str) -> Retries:
+    t = _as_table(value, key)
+    _known(t, key, {"attempts", "backoff_ms", "max_backoff_ms"})
+    attempts = t.get("attempts")
+    if attempts is None:
+        attempts = 0  # one per (non-fallback) deployment: ModelConfig fills it in
+    elif type(attempts) is not int or not 1 <= attempts <= 20:
+        raise ConfigError(f"{key}.attempts", f"must be an integer from 1 to 20 (1: no retry), not {attempts!r}")
+    backoff = _milliseconds(t, "backoff_ms", key, 100.0)
+    most = _milliseconds(t, "max_backoff_ms", key, max(4000.0, backoff))
+    if most < backoff:
+        raise ConfigError(f"{key}.max_backoff_ms", f"must be at least backoff_ms ({backoff:g})")
+    return Retries(attempts, backoff, most)
+
+
+def _milliseconds(t: dict[str, Any], name: str, where: str, default: float) -> float:
+    value = t.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3_600_000:
+        raise ConfigError(f"{where}.{name}", f"must be a number of milliseconds from 0 to 3600000, not {value!r}")
+    return float(value)
+
+
+def _cooldown(value: Any, key: str) -> Cooldown:
+    t = _as_table(value, key)
+    _known(t, key, {"failures", "seconds"})
+    failures = t.get("failures", 3)
+    if type(failures) is not int or not 0 <= failures <= 1000:
+        raise ConfigError(f"{key}.failures", f"must be an integer from 0 (off) to 1000, not {failures!r}")
+    seconds = t.get("seconds", 30)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 86400:
+        raise ConfigError(f"{key}.seconds", f"must be a number of seconds in (0, 86400], not {seconds!r}")
+    return Cooldown(failures, float(seconds))
 
 
 # --------------------------------------------------------------------------- helpers

@@ -35,10 +35,11 @@ from starlette.responses import Response
 from .. import dialects, hub
 from ..errors import RequestError
 from . import replies
-from .config import LOCAL, LOCAL_EMBED, ModelConfig, Route
+from .config import LOCAL, LOCAL_EMBED, ModelConfig
 from .failures import UpstreamFailed, as_hub_error
 from .metering import Meter, Outcome
 from .pipeline import Pipeline, unless_disconnected
+from .routing import Attempt
 from .teams import Principal
 from .upstream import OPENAI_FORMATS, Upstream
 
@@ -481,29 +482,31 @@ class Embeddings:
         model = self.pipeline.config.models.get(req.model)
         if model is None:
             return hub.Error(f"model {req.model!r} not found", "not_found", status=404)
-        tried: list[Route] = []
+        tried: list[Attempt] = []
 
-        async def attempt(route: Route) -> tuple[Route, EmbedResult]:
-            tried.append(route)
-            result = await self._call(route.upstream, route.upstream_model, req)
+        async def attempt(deployment: Attempt) -> EmbedResult:
+            tried.append(deployment)
+            result = await self._call(deployment.upstream, deployment.model, req)
             if any(not all(math.isfinite(x) for x in v) for v in result.vectors):
-                raise UpstreamFailed(
-                    hub.Error(f"upstream {route.upstream!r} sent a vector with NaN/inf", "protocol_error", status=502)
-                )
-            return route, result
+                error = hub.Error(f"upstream {deployment.upstream!r} sent a vector with NaN/inf", "protocol_error")
+                error.status = 502
+                raise UpstreamFailed(error)
+            return result
 
+        size = sum(len(t) for t in req.inputs)
         try:
-            route, result = await self.pipeline.fallback(model.routes, attempt, what="embeddings")
+            result, deployment = await self.pipeline.route(model, attempt, body_bytes=size)
         except UpstreamFailed as exc:
             if meter is not None:
                 last = tried[-1] if tried else None
-                upstream, upstream_model = (last.upstream, last.upstream_model) if last else (None, None)
+                upstream, upstream_model = (last.upstream, last.model) if last else (None, None)
                 meter.ended(upstream, upstream_model, Outcome(error=exc.error))
             return exc.error
+        tokens = result.input_tokens
+        outcome = Outcome(hub.Usage(input_tokens=tokens, output_tokens=0, total_tokens=tokens), ended=True)
+        deployment.on_end(outcome)
         if meter is not None:
-            tokens = result.input_tokens
-            usage = hub.Usage(input_tokens=tokens, output_tokens=0, total_tokens=tokens)
-            meter.ended(route.upstream, route.upstream_model, Outcome(usage, ended=True))
+            meter.ended(deployment.upstream, deployment.model, outcome)
         return result
 
     async def _call(self, upstream: str, upstream_model: str, req: EmbedRequest) -> EmbedResult:

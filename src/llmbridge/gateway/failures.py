@@ -3,16 +3,18 @@
 :class:`UpstreamFailed` carries the failure already translated to the hub (status, type,
 message — never a credential), plus the upstream's headers a client should honour
 (``retry-after``). :func:`as_hub_error` is the one translation of whatever went wrong while
-talking to an upstream; :func:`retryable` the one rule for whether the next upstream may
-serve the request instead.
+talking to an upstream. Whether another deployment may serve the request instead is the
+router's one table (``routing.RETRY_STATUS``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import errors, hub
 from . import _http
 
-__all__ = ["UpstreamFailed", "as_hub_error", "retryable"]
+__all__ = ["UpstreamFailed", "as_hub_error"]
 
 
 class UpstreamFailed(errors.UpstreamError):
@@ -21,6 +23,8 @@ class UpstreamFailed(errors.UpstreamError):
     def __init__(self, error: hub.Error, headers: dict[str, str] | None = None):
         self.error = error
         self.headers = headers or {}  # upstream response headers worth passing on (retry-after)
+        # the deployment (routing.Attempt) that failed last, when routing gave up: named in the answer
+        self.deployment: Any = None
         super().__init__(error.message, status=error.status, body=error.body, type=error.type)
 
 
@@ -40,8 +44,3 @@ def as_hub_error(exc: BaseException, upstream: str) -> hub.Error:
     return hub.Error(f"upstream {upstream!r} failed: {type(exc).__name__}", "api_error", status=502)
 
 
-def retryable(error: hub.Error) -> bool:
-    """Worth trying the next upstream (only ever before the client saw a byte): 429 and 5xx,
-    which covers connect errors (502) and missed first-byte deadlines (504)."""
-    status = error.status or hub.ERROR_STATUS.get(error.type, 500)
-    return status == 429 or status >= 500

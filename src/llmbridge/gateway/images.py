@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,13 +52,14 @@ from ..media import (
     image_problem,
     sniff,
 )
-from . import _http, replies
+from . import _http, replies, routing
 from ._http import HIGH_WATER, Inbox
-from .config import LOCAL, Route, Timeouts, UpstreamConfig
+from .config import LOCAL, ModelConfig, Timeouts, UpstreamConfig
 from .failures import UpstreamFailed, as_hub_error
 from .metering import Meter, Outcome
 from .pipeline import Pipeline, unless_disconnected
 from .response import StreamResponse
+from .routing import Attempt
 from .timers import Deadlines, LazyTimer
 from .upstream import OPENAI_FORMATS, Upstream
 
@@ -609,34 +610,38 @@ class Images:
         ledger_id = str(request.scope.get("state", {}).get("request_id", ""))
         meter = await p.admit(who, hreq, size, OPENAI, OPENAI, ledger_id, "image_generation")
         try:
-            response = await unless_disconnected(request, self._route(model.routes, req, meter))
+            response = await unless_disconnected(request, self._route(model, req, meter))
         except BaseException:
             meter.cancelled()
             raise
         meter.responded(response)
         return response
 
-    async def _route(self, routes: Sequence[Route], req: ImageRequest, meter: Meter) -> Response | StreamResponse:
-        tried: list[Route] = []
+    async def _route(self, model: ModelConfig, req: ImageRequest, meter: Meter) -> Response | StreamResponse:
+        tried: list[Attempt] = []
 
-        async def attempt(route: Route) -> tuple[Route, ImageSource]:
-            tried.append(route)
-            return route, await self._open(route.upstream, route.upstream_model, req)
+        async def attempt(deployment: Attempt) -> ImageSource:
+            tried.append(deployment)
+            return await self._open(deployment.upstream, deployment.model, req)
 
         try:
-            route, source = await self.pipeline.fallback(routes, attempt, what="images")
+            source, deployment = await self.pipeline.route(model, attempt, body_bytes=len(req.prompt.encode()))
         except UpstreamFailed as exc:
             last = tried[-1] if tried else None
-            upstream, upstream_model = (last.upstream, last.upstream_model) if last else (None, None)
+            upstream, upstream_model = (last.upstream, last.model) if last else (None, None)
             meter.ended(upstream, upstream_model, Outcome(error=exc.error))
-            return replies.error_response(OPENAI, exc.error)
+            return routing.named(replies.error_response(OPENAI, exc.error, exc.headers), exc.deployment)
+        meter.also(deployment.on_end)  # the router hears how the answer ended
+        response: Response | StreamResponse
         if req.stream:
             tally = _Tally()
-            settle = _settler(source, meter, route.upstream, route.upstream_model, tally)
+            settle = _settler(source, meter, deployment.upstream, deployment.model, tally)
             body = self._stream(source, tally, settle)
             # settle on close too: a client gone before the body started leaves it unrun
-            return StreamResponse(body, media_type="text/event-stream", on_close=settle)
-        return await self._collect(source, req, meter, route.upstream, route.upstream_model)
+            response = StreamResponse(body, media_type="text/event-stream", on_close=settle)
+        else:
+            response = await self._collect(source, req, meter, deployment.upstream, deployment.model)
+        return routing.named(response, deployment)
 
     async def _open(self, upstream: str, upstream_model: str, req: ImageRequest) -> ImageSource:
         """The image events of one upstream; :class:`UpstreamFailed` when it cannot start."""

@@ -9,6 +9,7 @@ limits, the ledger row, the metrics and the span are written by the same
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +35,16 @@ class Outcome:
 class Meter:
     """One admitted request until it is settled; a no-op when the team features are off."""
 
-    __slots__ = ("teams", "ticket")
+    __slots__ = ("_then", "teams", "ticket")
 
     def __init__(self, teams: Teams | None = None, ticket: Ticket | None = None) -> None:
         self.teams, self.ticket = teams, ticket
+        self._then: list[Callable[[Answer], None]] = []
+
+    def also(self, then: Callable[[Answer], None]) -> None:
+        """Tell ``then`` too what the answer came to when it is over (the router's attempt:
+        its deployment's requests in flight, latency and tokens)."""
+        self._then.append(then)
 
     def ended(self, upstream: str | None, upstream_model: str | None, outcome: Answer) -> None:
         """The answer is over (a stream's last byte, or the result of a call): note it.
@@ -46,6 +53,10 @@ class Meter:
         otherwise :meth:`responded` settles it."""
         if self.teams is not None and self.ticket is not None:
             self.teams.exchange_ended(self.ticket, upstream or "", upstream_model, outcome)
+        if self._then:
+            then, self._then = self._then, []
+            for call in then:
+                call(outcome)
 
     def responded(self, response: Any) -> None:
         """The response the handler returns; anything but a 200 stream settles now."""

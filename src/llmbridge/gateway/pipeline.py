@@ -10,14 +10,15 @@ MMSP embedding streams, each WebSocket turn and each console turn — is the sam
    object — or, for a body that arrived another way (a WebSocket message, a console
    turn), :meth:`Pipeline.check_object` with the same depth rule;
 3. **validate** it in the client's dialect (the entry point's own parser; ranges with
-   :func:`~.limits.validate_request`, the request id with :func:`request_id_of`);
+   :func:`~.checks.validate_request`, the request id with :func:`request_id_of`);
 4. **find the model** (:meth:`Pipeline.model`): missing → 400, unknown → 404, *before*
    anything is admitted, so no string a client made up becomes a metric label or a ledger
    value;
 5. **admit** (:meth:`Pipeline.admit`): the key's model scope, budget, RPM and TPM; a
    :class:`~.metering.Meter` that settles the request exactly once (ledger, metrics, span);
-6. **route with fallback** (:meth:`Pipeline.fallback`): the model's upstreams in order,
-   the next one only while the client has seen nothing and the failure is retryable;
+6. **route** (:meth:`Pipeline.route`): the model's deployments as its router plans them
+   (``routing.py``: strategy, retries with backoff, cooldowns), the next one only while the
+   client has seen nothing and the failure is retryable;
 7. **exchange** under the client-disconnect race (:func:`unless_disconnected`);
 8. and one **catch-all** (:meth:`Pipeline.answer`): a step that refuses raises
    :class:`Refused`, a dialect parser raises :class:`~llmbridge.errors.RequestError`, and
@@ -40,7 +41,7 @@ import hmac
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -50,11 +51,12 @@ from starlette.responses import Response
 from .. import hub
 from ..dialects.base import json_decode
 from ..errors import RequestError
-from . import limits, replies
-from .config import Config, ModelConfig, Route
-from .failures import UpstreamFailed, retryable
+from . import checks, replies, routing
+from .config import Config, ModelConfig
+from .failures import UpstreamFailed
 from .metering import Meter
 from .response import until_disconnected
+from .routing import Attempt
 from .teams import OPEN, STATIC, Principal, Refusal, Teams, presented_key
 from .teams._guesses import Guesses, client_of
 from .traffic import TrafficLog
@@ -129,6 +131,7 @@ class Pipeline:
         self._static = [k.encode() for k in config.gateway.api_keys]
         # failed keys per client address: the teams' table (shared with /admin), else our own
         self.guesses = teams.guesses if teams is not None else Guesses(config.gateway.auth_failures_per_minute)
+        self.router = routing.create(config, upstreams, teams)  # deployments, retries, cooldowns
 
     # -- 1. who
 
@@ -188,7 +191,7 @@ class Pipeline:
     def check_object(self, body: Any) -> dict[str, Any]:
         """``body`` (already decoded) if it is a JSON object nested at most ``max_json_depth``
         levels; raises :class:`Refused` (400)."""
-        if limits.nesting_exceeds(body, self.config.gateway.max_json_depth):
+        if checks.nesting_exceeds(body, self.config.gateway.max_json_depth):
             raise self._too_deep()
         if not isinstance(body, dict):
             raise Refused.of("request body must be a JSON object", "invalid_request")
@@ -240,38 +243,51 @@ class Pipeline:
 
     # -- 6. routing
 
-    async def fallback(
+    async def route(
         self,
-        routes: Sequence[Route],
-        attempt: Callable[[Route], Awaitable[T]],
+        model: ModelConfig,
+        attempt: Callable[[Attempt], Awaitable[T]],
         *,
-        what: str = "request",
-        failed: Callable[[Route, hub.Error], None] | None = None,
-    ) -> T:
-        """``attempt(route)`` for the model's routes in order until one succeeds: its result.
+        body_bytes: int = 0,
+        failed: Callable[[Attempt, hub.Error], None] | None = None,
+    ) -> tuple[T, Attempt]:
+        """``attempt`` on the model's deployments as its router plans them (``routing.py``:
+        which one, after what backoff, never sooner than a ``retry-after``, around cooling
+        ones), until one starts an answer: its result and the router's :class:`Attempt`, whose
+        ``on_end`` the caller calls with what the answer came to (an exchange, an outcome).
 
         An attempt fails by raising :class:`UpstreamFailed` before the client has seen
-        anything; the next route is tried when the error is retryable (429, 5xx, timeouts,
-        connection errors). Raises the last :class:`UpstreamFailed` (its error with a
-        status) when none succeeds. ``failed(route, error)`` is told of each failure.
+        anything; the next one follows while the failure is retryable (the one table,
+        ``routing.RETRY_STATUS``) and attempts and the request's deadline remain. Raises the
+        last :class:`UpstreamFailed` (its error with a status; ``deployment`` names the one
+        that failed last) when none starts. ``failed(attempt, error)`` hears each failure.
         """
-        last: UpstreamFailed | None = None
-        for n, route in enumerate(routes):
+        router = self.router
+        clock = router.clock
+        plan = router.plan(model.name, model.routes, deadline=self._deadline(model), body_bytes=body_bytes)
+        while (next_try := await router.next(plan)) is not None:
             try:
-                return await attempt(route)
+                result = await attempt(next_try)
             except UpstreamFailed as exc:
-                last = exc
+                next_try.failed(clock(), exc.error, exc.headers)
                 if failed is not None:
-                    failed(route, exc.error)
-                if not retryable(exc.error) or n == len(routes) - 1:
-                    break
-                log.info("%s: upstream %s failed (%s), trying %s", what, route.upstream, exc.error.message,
-                         routes[n + 1].upstream)  # fmt: skip
-        if last is None:
-            last = UpstreamFailed(hub.Error("the model has no upstream", "api_error", status=502))
-        if last.error.status is None:
-            last.error.status = hub.ERROR_STATUS.get(last.error.type, 502)
-        raise last
+                    failed(next_try, exc.error)
+                log.info("model %s: deployment %s failed (%s)", model.name, next_try.name, exc.error.message[:200])
+                continue
+            except BaseException:  # cancelled (the client left) or a bug: the attempt is over
+                next_try.finished(clock())
+                raise
+            next_try.answered(clock())
+            return result, next_try
+        error = plan.error or hub.Error("the model has no deployment to route to", "api_error", status=502)
+        if error.status is None:
+            error.status = hub.ERROR_STATUS.get(error.type, 502)
+        failure = UpstreamFailed(error, plan.headers)
+        failure.deployment = plan.last
+        raise failure
+
+    def _deadline(self, model: ModelConfig) -> float | None:
+        return routing.deadline(self.router, self.upstreams, model.routes)
 
     # -- the gateway's own time (Server-Timing, the overhead histogram)
 
@@ -305,7 +321,9 @@ class Pipeline:
             error = exc.error
             if error.status is None:
                 error.status = hub.ERROR_STATUS.get(error.type, 502)
-            return replies.error_response(_name(dialect), error, exc.headers)
+            response = replies.error_response(_name(dialect), error, exc.headers)
+            routing.named(response, exc.deployment)  # (its headers: which deployment failed last)
+            return response
         except ClientDisconnect:  # gone (or cut off by the server's body timeout) mid-body
             return Response(status_code=499)
         except Exception:  # a bug must still answer in the client's dialect

@@ -194,6 +194,7 @@ class Entry:
             "time": round(self.wall, 3),
             "model": self.model,
             "upstream": self.upstream,
+            "deployment": f"{self.upstream}/{self.model}",  # as x-llmbridge-deployment names it (routing.py)
             "upstream_format": self.upstream_format,
             "dialect": self.dialect,
             "stream": self.stream,

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .. import dialects, hub
-from ..dialects.base import EXTENSION_KEY, json_decode, json_encode, strip_extensions
+from ..dialects.base import EXTENSION_KEY, StreamDecoder, json_decode, json_encode, strip_extensions
 from . import _http
 from .config import LOCAL, ConfigError, Timeouts, UpstreamConfig
 from .failures import UpstreamFailed, as_hub_error
@@ -45,6 +45,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "OPENAI_FORMATS",
     "PASSED_HEADERS",
+    "Tap",
     "EventUpstream",
     "HTTPUpstream",
     "InProcessUpstream",
@@ -63,6 +64,16 @@ MAX_JSON_BYTES = 256 * 1024 * 1024  # a JSON answer larger than this is refused 
 PASSED_HEADERS = ("retry-after", "retry-after-ms")  # on an upstream error the client's SDK should honour
 OPENAI_FORMATS = ("openai-chat", "openai-responses")
 _EXTENSION_BYTES = f'"{EXTENSION_KEY}"'.encode()  # our key, as it appears in an encoded body
+
+
+class Tap(Protocol):
+    """What watches (and may stamp) an answer's hub events as they are read: a response kept
+    for ``previous_response_id``, an answer filed in the cache (``memory.py``). An HTTP
+    answer is tapped at its decoder, an in-process one at its event iterator."""
+
+    def decoder(self, inner: StreamDecoder) -> StreamDecoder: ...
+
+    def stream(self, source: AsyncIterator[hub.Event]) -> AsyncIterator[hub.Event]: ...
 
 
 @runtime_checkable
@@ -87,10 +98,11 @@ class Upstream(Protocol):
     config: UpstreamConfig
     timeouts: Timeouts
 
-    async def open_stream(self, request: hub.Request, started: float) -> Source:
-        """Send a generation request; its answer as a :class:`Source` once it is under way.
-        Raises :class:`UpstreamFailed` before any byte of an OK answer. ``started``: the
-        loop time the request began (the deadlines count from it)."""
+    async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
+        """Send a generation request; its answer as a :class:`Source` once it is under way,
+        its hub events seen by ``tap`` if one is given. Raises :class:`UpstreamFailed` before
+        any byte of an OK answer. ``started``: the loop time the request began (the
+        deadlines count from it)."""
         ...
 
     def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
@@ -158,9 +170,10 @@ class HTTPUpstream:
         all_headers.update(self._config_headers)
         return url, all_headers
 
-    async def open_stream(self, request: hub.Request, started: float) -> Source:
+    async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
         response = await self.open(request)
-        return HTTPSource(response, self.dialect.StreamDecoder(), self.name, self.timeouts, started)
+        decoder = self.dialect.StreamDecoder()
+        return HTTPSource(response, tap.decoder(decoder) if tap else decoder, self.name, self.timeouts, started)
 
     def request_bytes(self, request: hub.Request) -> bytes:
         """The upstream request body, encoded. Encoded once: only a body whose bytes hold our
@@ -291,8 +304,9 @@ class InProcessUpstream:
         self.format = self.config.format
         self.timeouts = self.config.timeouts
 
-    async def open_stream(self, request: hub.Request, started: float) -> Source:
-        return EventSource(self.inner.stream(request), self.name, self.timeouts, started)
+    async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
+        events = self.inner.stream(request)
+        return EventSource(tap.stream(events) if tap else events, self.name, self.timeouts, started)
 
     def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
         return self.inner.stream(request)

@@ -108,6 +108,7 @@ class Ticket:
     upstream_format: str | None = None
     upstream_model: str | None = None
     settled: bool = False
+    cache: str | None = None  # "hit" (answered from the response cache: no upstream tokens, cost 0) or "miss"
 
 
 def bounded_request_id(value: str) -> str:
@@ -438,6 +439,8 @@ class Teams:
         loop = asyncio.get_running_loop()
         now = loop.time()
         usage = exchange.usage if exchange is not None else None
+        if ticket.cache == "hit":
+            usage = None  # the stored answer's tokens were paid for once, by the request that filled the entry
         error_type = None
         if status == 499:
             error_type = "client_disconnected"
@@ -474,6 +477,7 @@ class Teams:
                     duration_ms=round(duration * 1000, 3),
                     status=status,
                     error_type=error_type,
+                    cache=ticket.cache,
                 )
             )
         if key is not None and ticket.admission.ok and ticket.admission.counted:
@@ -497,6 +501,8 @@ class Teams:
             if ttft is not None:
                 m.child(m.ttft, ticket.model).observe(ttft)
             m.child(m.duration, ticket.model).observe(duration)
+            if ticket.cache is not None:
+                m.child(m.cache, ticket.model, ticket.cache).inc()
             if error_type is not None and error_type != "client_disconnected":
                 m.child(m.upstream_errors, ticket.upstream or "", error_type).inc()
             if self.ledger is not None:

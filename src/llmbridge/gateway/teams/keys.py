@@ -49,7 +49,10 @@ MAX_BUDGET = 1_000_000_000.0
 MAX_MODELS = 1000
 MAX_METADATA_BYTES = 16 * 1024
 MAX_TIMESTAMP = 253402300799.0  # 9999-12-31T23:59:59Z: the last second rfc3339() can write
-_FIELDS = ("name", "models", "rpm_limit", "tpm_limit", "budget_usd", "budget_period", "expires_at", "metadata")
+_FIELDS = (
+    "name", "models", "rpm_limit", "tpm_limit", "budget_usd", "budget_period", "expires_at", "metadata",
+    "response_store", "cache",
+)  # fmt: skip
 
 
 class KeyInputError(ValueError):
@@ -88,6 +91,9 @@ class KeyRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     revoked_at: float | None = None
+    # false forces `store = false` on /v1/responses for this key (docs/gateway.md, "Stored responses")
+    response_store: bool = True
+    cache: bool = True  # false: this key's requests never read or fill a model's response cache
 
     def usable(self, now: float) -> str | None:
         """Why the key cannot be used at ``now`` (revoked, expired), or None."""
@@ -114,6 +120,8 @@ class KeyRecord:
             "updated_at": rfc3339(self.updated_at),
             "revoked": self.revoked_at is not None,
             "revoked_at": rfc3339(self.revoked_at),
+            "response_store": self.response_store,
+            "cache": self.cache,
         }
 
 
@@ -251,6 +259,17 @@ def _metadata(v: Any) -> dict[str, Any]:
     return v
 
 
+def _switch(name: str) -> Callable[[Any], bool]:
+    def check(v: Any) -> bool:
+        if v is None:
+            return True
+        if not isinstance(v, bool):
+            raise KeyInputError(f"{name}: must be true or false")
+        return v
+
+    return check
+
+
 _CHECK = {
     "name": _name,
     "models": _models,
@@ -260,6 +279,8 @@ _CHECK = {
     "budget_period": _period,
     "expires_at": _expires,
     "metadata": _metadata,
+    "response_store": _switch("response_store"),
+    "cache": _switch("cache"),
 }
 
 

@@ -61,6 +61,10 @@ class Metrics:
         self.ledger_dropped = Counter(
             "llmbridge_ledger_rows_dropped", "Ledger rows shed: the database was down and the buffer full", registry=r
         )
+        self.cache = Counter(
+            "llmbridge_cache", "Response cache lookups (gateway/cache.py), by model and result (hit, miss)",
+            ["model", "result"], registry=r,
+        )  # fmt: skip
         self.ledger_pending = Gauge("llmbridge_ledger_rows_pending", "Ledger rows waiting to be written", registry=r)
 
     def child(self, metric: _M, *labels: str) -> _M:

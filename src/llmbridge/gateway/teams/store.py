@@ -57,6 +57,7 @@ class LedgerRow(NamedTuple):
     duration_ms: float
     status: int  # the HTTP status the client got
     error_type: str | None  # a hub error type, or "client_disconnected"
+    cache: str | None = None  # "hit" / "miss": the model's response cache answered / was asked (gateway/cache.py)
 
 
 ROW_COLUMNS = LedgerRow._fields
@@ -88,6 +89,26 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         2,
         [  # console sessions (gateway/ui/_sessions.py): the token's SHA-256 and when it ends (epoch seconds)
             "CREATE TABLE llmb_sessions (digest TEXT PRIMARY KEY, ends_at DOUBLE PRECISION NOT NULL)",
+        ],
+    ),
+    (
+        # Stored responses (gateway/responses_store.py) and response caches (gateway/cache.py);
+        # per-key switches for both; the ledger's cache flag.
+        3,
+        [
+            """CREATE TABLE llmb_responses (
+                id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+                expires_at DOUBLE PRECISION NOT NULL, previous_id TEXT, upstream TEXT,
+                input TEXT NOT NULL, response TEXT NOT NULL)""",
+            "CREATE INDEX llmb_responses_expires ON llmb_responses (expires_at)",
+            """CREATE TABLE llmb_cache (
+                key TEXT PRIMARY KEY, part TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+                expires_at DOUBLE PRECISION NOT NULL, vector TEXT, events TEXT NOT NULL)""",
+            "CREATE INDEX llmb_cache_part ON llmb_cache (part, expires_at)",
+            "CREATE INDEX llmb_cache_expires ON llmb_cache (expires_at)",
+            "ALTER TABLE llmb_keys ADD COLUMN response_store INTEGER",
+            "ALTER TABLE llmb_keys ADD COLUMN cache INTEGER",
+            "ALTER TABLE llmb_usage ADD COLUMN cache TEXT",
         ],
     ),
 ]
@@ -134,6 +155,12 @@ class Store(Protocol):
     async def delete_session(self, digest: str) -> None:
         """End a console session (logout)."""
 
+    async def execute(self, sql: str, *args: Any) -> int:
+        """One statement with ``?`` placeholders (the stored responses and caches); rows it changed."""
+
+    async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """One query with ``?`` placeholders; its rows as tuples."""
+
 
 def connect(url: str) -> Store:
     """The store for a ``database_url``: ``sqlite:///path`` or ``postgresql://…``."""
@@ -144,10 +171,15 @@ def connect(url: str) -> Store:
     raise ValueError(f"unsupported database_url {url.split(':', 1)[0]!r}: use sqlite:/// or postgresql://")
 
 
+_SWITCHES = ("response_store", "cache")  # booleans kept as INTEGER (one type in both engines)
+
+
 def _key_row(key: KeyRecord) -> tuple[Any, ...]:
     values = list(astuple(key))
     values[KEY_COLUMNS.index("models")] = json_encode(list(key.models)).decode() if key.models is not None else None
     values[KEY_COLUMNS.index("metadata")] = json_encode(key.metadata).decode()
+    for name in _SWITCHES:
+        values[KEY_COLUMNS.index(name)] = int(getattr(key, name))
     return tuple(values)
 
 
@@ -155,7 +187,15 @@ def _key_of(row: Sequence[Any]) -> KeyRecord:
     d = dict(zip(KEY_COLUMNS, row, strict=True))
     d["models"] = tuple(json_decode(d["models"])) if d["models"] is not None else None
     d["metadata"] = json_decode(d["metadata"])
+    for name in _SWITCHES:
+        d[name] = d[name] is None or bool(d[name])  # NULL: a key made before the switch existed (on)
     return KeyRecord(**d)
+
+
+def _numbered(sql: str) -> str:
+    """``?`` placeholders as Postgres's ``$1, $2, ...`` (the statements here hold no literal ``?``)."""
+    parts = sql.split("?")
+    return "".join(p + (f"${n}" if n < len(parts) else "") for n, p in enumerate(parts, start=1))
 
 
 def _usage_rows(by: str, records: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
@@ -345,6 +385,12 @@ class SQLiteStore:
     async def delete_session(self, digest: str) -> None:
         await self._run(lambda: self._conn().execute("DELETE FROM llmb_sessions WHERE digest = ?", (digest,)))
 
+    async def execute(self, sql: str, *args: Any) -> int:
+        return await self._run(lambda: self._conn().execute(sql, args).rowcount)
+
+    async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        return await self._run(lambda: self._conn().execute(sql, args).fetchall())
+
 
 # --------------------------------------------------------------------------- Postgres
 
@@ -441,3 +487,11 @@ class PostgresStore:
 
     async def delete_session(self, digest: str) -> None:
         await self._p().execute("DELETE FROM llmb_sessions WHERE digest = $1", digest)
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        status = await self._p().execute(_numbered(sql), *args)  # e.g. "DELETE 3"
+        tail = str(status).rsplit(" ", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in await self._p().fetch(_numbered(sql), *args)]

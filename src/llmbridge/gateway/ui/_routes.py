@@ -308,6 +308,7 @@ class Console:
             "prompts": self.traffic.keep_prompts,
             "entries": [e.summary() for e in self.traffic.recent(after)],
             "totals": self.traffic.totals(),
+            "deployments": self.pipeline.router.snapshot(),  # state, in flight, latency EWMA (gateway/routing.py)
         })
 
     async def traffic_entry(self, request: Request) -> Response:

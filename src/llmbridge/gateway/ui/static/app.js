@@ -580,6 +580,7 @@ const Traffic = {
       if (!data.entries.some((e) => e.id === id)) { row.remove(); this.rows.delete(id); }
     }
     this.totals(data.totals);
+    this.deployments(data.deployments || []);
     if (this.selected !== null && data.entries.some((e) => e.id === this.selected && e.status === "open")) this.detail(this.selected);
   },
 
@@ -604,6 +605,19 @@ const Traffic = {
     row.addEventListener("click", open);
     row.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); open(); } });
     return row;
+  },
+
+  deployments(rows) {  // routing state per deployment (docs/gateway.md, "Routing across deployments")
+    $("tf-deployments").replaceChildren(...rows.map((d) => el("tr", { "data-test": "deployment-row" },
+      el("td", { text: d.model_name }),
+      el("td", { text: d.deployment + (d.fallback ? " (fallback)" : "") }),
+      el("td", { class: d.state === "ok" ? "status-ok" : "status-error",
+                 text: d.state + (d.cooling_for_s ? ` ${Math.ceil(d.cooling_for_s)} s` : "") }),
+      el("td", { text: String(d.in_flight) }),
+      el("td", { text: fmtMs(d.latency_ewma_ms) }),
+      el("td", { text: String(d.failures) }),
+      el("td", { text: String(d.requests) }),
+      el("td", { text: String(d.errors) }))));
   },
 
   totals(rows) {

@@ -1,5 +1,5 @@
-"""What the gateway refuses before it forwards anything: bodies nested too deeply, and
-request parameters outside the ranges that no upstream would accept.
+"""What the gateway refuses before it forwards anything: bodies nested too deeply, request
+parameters outside the ranges that no upstream would accept, and broken inline images.
 
 Both checks are sans-I/O functions that raise :class:`~llmbridge.errors.RequestError` (a 400
 in the client's dialect, naming the field), so one place serves all six endpoints:
@@ -21,9 +21,11 @@ from typing import Any
 
 from .. import hub
 from ..errors import RequestError
+from ..media import image_problem
 
 __all__ = [
     "DEFAULT_MAX_JSON_DEPTH",
+    "check_images",
     "FIELD_NAMES",
     "INT32",
     "INT64",
@@ -153,3 +155,17 @@ def validate_request(request: hub.Request, dialect: str) -> None:
     # -1 is Gemini's "dynamic" budget
     if budget is not None and (type(budget) is not int or not -1 <= budget <= INT32):
         raise RequestError(f"must be an integer from -1 to {INT32}", "thinking.budget_tokens")
+
+
+def check_images(request: hub.Request, limit: int) -> str | None:
+    """The first problem with an inline image of ``request`` (tool results included), as a
+    message naming where it is, or ``None`` (the checks themselves: ``llmbridge.media``)."""
+    for m, message in enumerate(request.messages):
+        for p, part in enumerate(message.parts):
+            parts = part.content if isinstance(part, hub.ToolResultPart) else [part]
+            for part_ in parts:
+                if isinstance(part_, hub.ImagePart) and part_.data is not None:
+                    problem = image_problem(part_.data, part_.media_type, limit)
+                    if problem:
+                        return f"messages[{m}].content[{p}]: {problem}"
+    return None
