@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 BENCHES = {
@@ -12,6 +13,7 @@ BENCHES = {
     "local": "bench.local_bench",
     "http": "bench.http_client_bench",
     "profile": "bench.gateway_profile",
+    "request": "bench.request_profile",
     "limits": "bench.limits_bench",
     "ui": "bench.ui_bench",
     "teams": "bench.teams_bench",
@@ -24,6 +26,10 @@ BENCHES = {
 
 
 def main(argv: list[str]) -> int:
+    # The servers the benchmarks start run in temporary directories: a relative PYTHONPATH
+    # (PYTHONPATH=src) would silently measure the installed package instead of this tree.
+    if path := os.environ.get("PYTHONPATH"):
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in path.split(os.pathsep))
     names = argv or list(BENCHES)
     for name in names:
         if name not in BENCHES:

@@ -12,8 +12,10 @@ Targets: direct (client -> upstream), llmbridge and LiteLLM at ``/v1/chat/comple
 dialect: llmbridge relays the bytes) and at ``/v1/messages`` (translated to Anthropic).
 Unpaced and paced runs at 1, 10, 100 and 1,000 concurrent streams, then 1,000 open slow
 streams for memory. Nothing is asserted: issue 11's targets are printed as met or not.
+Then 2-token streams, the cost of starting a request (issue 23).
 ``python -m bench gateway``; env: GATEWAY_BENCH_TOKENS (200), GATEWAY_BENCH_LEVELS (1,10,100,1000),
-GATEWAY_BENCH_PEERS (0 = skip LiteLLM).
+GATEWAY_BENCH_SHORT (2000; 0 = skip), GATEWAY_BENCH_PEERS (0 = skip LiteLLM), GATEWAY_BENCH_LITELLM
+(the ``litellm`` executable, default: beside this Python).
 """
 
 from __future__ import annotations
@@ -37,10 +39,14 @@ PEERS = os.environ.get("GATEWAY_BENCH_PEERS", "1") != "0"
 OPEN = os.environ.get("GATEWAY_BENCH_OPEN", "1") != "0"  # 0 = skip the 1,000 open streams run
 PACED_1000 = os.environ.get("GATEWAY_BENCH_PACED_1000", "1") != "0"
 WORKERS = int(os.environ.get("GATEWAY_BENCH_WORKERS", "1"))  # llmbridge serve --workers N
+SHORT = int(os.environ.get("GATEWAY_BENCH_SHORT", "2000"))  # 2-token streams per target (issue 23); 0 = skip
+SHORT_MODEL = "fast-2-0"
 PACE_MS = 10  # per token in the paced runs
 OPEN_TOKENS, OPEN_PACE_MS = 10, 500  # 1,000 open streams of 5 s each, for memory per open stream
 UPSTREAM_EVENTS = TOKENS + 4  # role chunk, tokens, finish chunk, usage chunk, [DONE]
 BIN = Path(sys.executable).parent
+# LiteLLM's proxy: the bench environment's own, or one installed elsewhere (its pins clash with ours)
+LITELLM = os.environ.get("GATEWAY_BENCH_LITELLM") or str(BIN / "litellm")
 
 
 def _port() -> int:
@@ -360,7 +366,7 @@ def log(s: str) -> None:
 def run() -> str:
     tmp = Path(tempfile.mkdtemp(prefix="gwbench-"))
     key = "sk-bench-5f0c1e9a7b3d42c88e61f0a4d2b79c35"  # = fast_upstream.KEY
-    models = [f"fast-{TOKENS}-0", f"fast-{TOKENS}-{PACE_MS}", f"fast-{OPEN_TOKENS}-{OPEN_PACE_MS}"]
+    models = [f"fast-{TOKENS}-0", f"fast-{TOKENS}-{PACE_MS}", f"fast-{OPEN_TOKENS}-{OPEN_PACE_MS}", SHORT_MODEL]
     up_port, gw_port, ll_port = _port(), _port(), _port()
     up_url = f"http://127.0.0.1:{up_port}"
     quiet = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "PYTHONUNBUFFERED": "1"}
@@ -402,7 +408,7 @@ def run() -> str:
                 litellm = _start(
                     "litellm",
                     [
-                        str(BIN / "litellm"),
+                        LITELLM,
                         "--config",
                         str(_litellm_config(tmp, up_url, models, key)),
                         "--host",
@@ -450,6 +456,13 @@ def run() -> str:
                 for t in targets:
                     if t.server is server:
                         measure(t, models[0], TOKENS, 2, 6, 60)  # warm up again
+        # Issue 23: the cost of starting a request, with 2-token streams (almost all of it per request).
+        short = []
+        for t in targets if SHORT else []:
+            if t.server.proc.poll() is None:
+                n = SHORT if not t.label.startswith("litellm") else 40  # (LiteLLM: a few streams a second)
+                short.append(measure(t, SHORT_MODEL, 2, 10, n, 30))
+                log(f"short {t.label}: {short[-1].streams_per_s:.0f} streams/s")
         unpaced = _series(targets, False, tmp)
         paced = _series(targets, True, tmp)
         hwm = {s.name: s.memory("VmHWM") for s in servers}
@@ -459,10 +472,10 @@ def run() -> str:
     for r in open_runs + unpaced + paced:
         if r.errors:
             notes.append(f"errors, {r.target} x{r.concurrency}: {r.error_samples}")
-    return _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, os.getloadavg())
+    return _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, os.getloadavg(), short)
 
 
-def _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, load_after) -> str:
+def _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, load_after, short=()) -> str:
     out = [
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after; {os.cpu_count()} cores; {TOKENS} tokens a stream "
@@ -479,6 +492,24 @@ def _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, load_after
         direct = {r.concurrency: r for r in runs if r.target == "direct"}
         out += ["", title, table(HEADERS, _rows(runs, direct))]
         by[title] = {(r.target, r.concurrency): r for r in runs}
+    if short:
+        d = next((r for r in short if r.target == "direct"), None)
+        rows = [
+            [
+                r.target,
+                f"{r.streams}/{r.errors}/{r.cut}",
+                r.streams_per_s,
+                r.streams_per_s / d.streams_per_s if d and d.streams_per_s else "",
+                _ms(r.pct(0.5)),
+                _ms(r.pct(0.5) - d.pct(0.5)) if d and d is not r else "",
+                r.server_cpu * 1e6 / max(1, r.streams),
+            ]
+            for r in short
+        ]
+        head = ["target", "ok/err/cut", "streams/s", "vs direct", "TTFT p50 ms", "+p50 ms", "CPU µs/stream"]
+        title = "short streams (2 tokens, 10 concurrent, unpaced): the cost of starting a request"
+        out += ["", title, table(head, rows)]
+        by["short"] = {(r.target, r.concurrency): r for r in short}
     # memory per open stream
     rows = []
     for r in open_runs:
@@ -516,8 +547,47 @@ def _report(unpaced, paced, open_runs, idle, hwm, notes, load_before, load_after
         "RSS idle / peak (VmHWM) MB: "
         + ", ".join(f"{name} {idle.get(name, 0) / 1e6:.0f} / {hwm.get(name, 0) / 1e6:.0f}" for name in hwm),
     ]
-    out += ["", "targets (issue 11)", *_targets(by)]
+    out += ["", "targets (issue 11)", *_targets({k: v for k, v in by.items() if k != "short"})]
+    out += ["", "targets (issue 23)", *_targets_23(by)]
     return "\n".join(out)
+
+
+def _targets_23(by: dict) -> list[str]:
+    """Issue 23's targets (and moonshots), from this run's figures: met or not, never asserted."""
+
+    def verdict(value: float, target: float, moonshot: float, lower_is_better: bool = True) -> str:
+        ok = (lambda v, t: v <= t) if lower_is_better else (lambda v, t: v >= t)
+        return "moonshot met" if ok(value, moonshot) else "met" if ok(value, target) else "NOT met"
+
+    lines = []
+    short = by.get("short", {})
+    unpaced = next((v for k, v in by.items() if k.startswith("unpaced")), {})
+    paced = next((v for k, v in by.items() if k.startswith("paced")), {})
+    direct = short.get(("direct", 10))
+    for label in ("llmbridge chat (relay)", "llmbridge messages (transl.)"):
+        r = short.get((label, 10))
+        if r and r.streams:
+            us = r.server_cpu * 1e6 / r.streams
+            lines.append(f"gateway CPU per request (2-token stream), {label}: {us:.0f} µs "
+                         f"(target <= 250, moonshot <= 100: {verdict(us, 250, 100)})")  # fmt: skip
+            if direct and direct.streams_per_s:
+                x = r.streams_per_s / direct.streams_per_s
+                lines.append(f"short streams/s vs direct, {label}: {x:.2f}x "
+                             f"(target >= 0.6, moonshot >= 0.9: {verdict(x, 0.6, 0.9, False)})")  # fmt: skip
+        for conc, target, moonshot in ((10, 1.0, 0.3), (100, 10.0, 3.0)):
+            r, d = paced.get((label, conc)), paced.get(("direct", conc))
+            if r and d:
+                added = _ms(r.pct(0.5) - d.pct(0.5))
+                met = verdict(added, target, moonshot)
+                lines.append(f"added TTFT p50, {conc} paced streams, {label}: {added:.2f} ms "
+                             f"(target <= {target:g}, moonshot <= {moonshot:g}: {met})")  # fmt: skip
+        r, d = unpaced.get((label, 1)), unpaced.get(("direct", 1))
+        if r and d and d.streams_per_s:
+            x = r.streams_per_s / d.streams_per_s
+            lines.append(f"one unpaced {TOKENS}-token stream alone, streams/s vs direct, {label}: {x:.2f}x "
+                         f"(target >= 0.7, moonshot >= 0.9: {verdict(x, 0.7, 0.9, False)})")  # fmt: skip
+    lines.append("with team features on: python -m bench request (CPU and instructions per request, on - off)")
+    return lines
 
 
 def _targets(by: dict) -> list[str]:

@@ -386,6 +386,7 @@ class HTTPClient:
         self._all: set[_Connection] = set()
         self._max_idle = max_idle_per_origin
         self._ssl = ssl_context
+        self._heads: dict[tuple[object, ...], tuple[_Origin, bytes]] = {}  # see request()
         self.closed = False
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -464,16 +465,16 @@ class HTTPClient:
         """
         if self.closed:
             raise UpstreamHTTPError("the HTTP client is closed")
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
-            raise UpstreamHTTPError(f"not an http(s) URL: {parts.scheme}://{parts.hostname or ''}")
-        origin = _Origin(scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
-        if ":" in parts.hostname and not parts.hostname.startswith("["):  # an IPv6 literal
-            host = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port else "")
-        head = _request_head(method, target, host, headers, len(body))
+        # The head of a request to the same URL with the same headers is the same but for its
+        # length: made once (the upstream's few URLs and header sets), then one concatenation.
+        key: tuple[object, ...] = (method, url, *headers.items())
+        cached = self._heads.get(key)
+        if cached is None:
+            if len(self._heads) >= _MAX_HEADS:
+                self._heads.clear()
+            cached = self._heads[key] = _head_for(method, url, headers)
+        origin, prefix = cached
+        head = b"%s%d\r\n\r\n" % (prefix, len(body))
         for attempt in (0, 1):
             connection = self._checkout(origin) if attempt == 0 else None
             if connection is None:
@@ -504,8 +505,26 @@ class HTTPClient:
         self._idle.clear()
 
 
+_MAX_HEADS = 256  # distinct (method, URL, headers) heads kept per client
+
+
+def _head_for(method: str, url: str, headers: dict[str, str]) -> tuple[_Origin, bytes]:
+    """The origin of ``url`` and the request head up to the ``content-length`` value."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise UpstreamHTTPError(f"not an http(s) URL: {parts.scheme}://{parts.hostname or ''}")
+    origin = _Origin(scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80))
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+    if ":" in parts.hostname and not parts.hostname.startswith("["):  # an IPv6 literal
+        host = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port else "")
+    head = _request_head(method, target, host, headers, 0)
+    return origin, head[: -len(b"content-length: 0\r\n\r\n")] + b"content-length: "
+
+
 def _request_head(method: str, target: str, host: str, headers: dict[str, str], length: int) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", f"host: {host}", f"content-length: {length}"]
+    lines = [f"{method} {target} HTTP/1.1", f"host: {host}"]
     names = {"host", "content-length", "transfer-encoding", "connection"}
     given = {k.lower() for k in headers}
     if "accept-encoding" not in given:
@@ -519,4 +538,5 @@ def _request_head(method: str, target: str, host: str, headers: dict[str, str], 
             # Header injection: never send a line break from config or a client into a request.
             raise UpstreamHTTPError(f"header {name!r} holds a line break")
         lines.append(f"{name}: {value}")
+    lines.append(f"content-length: {length}")  # last: _head_for cuts it off
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,9 +21,10 @@ from .config import Config, default_config
 from .count_tokens import TokenCounter
 from .embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from .embeddings import Embeddings
+from .hotpath import ChatEndpoints, GatewayApp, request_id_header
 from .images import Images
 from .memory import Memory
-from .pipeline import REQUEST_ID, Pipeline, Refused
+from .pipeline import Pipeline, Refused
 from .response import StreamResponse
 from .teams.admin import routes as admin_routes
 from .traffic import TrafficLog
@@ -167,15 +167,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = None
-        for k, v in scope["headers"]:
-            if k == b"x-request-id":
-                rid = v.decode("latin-1")
-                break
-        if rid is None or not REQUEST_ID.fullmatch(rid):
-            rid = "req_" + uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = rid
-        header = (b"x-request-id", rid.encode())
+        header = (b"x-request-id", request_id_header(scope))
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -253,9 +245,13 @@ def create_app(
         return replies.error(dialect_of_path(request), message, kind, status)
 
     handlers = {404: no_route, 405: no_route}
+    # (A middleware added here must also wrap the hot path below, which does not pass through these.)
     middleware = [Middleware(RequestIdMiddleware)]
     middleware.append(Middleware(extensions.AskedMiddleware, configured=config.gateway.extensions))  # issue 22
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
+    app = GatewayApp(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
+    # POSTs to the chat endpoints skip Starlette's stack and router (hotpath.py), not the pipeline
+    hot = ChatEndpoints(ENDPOINTS, gateway.chat.handle)  # sets x-request-id as RequestIdMiddleware does
+    app.serve_hot(ENDPOINTS, extensions.AskedMiddleware(hot, configured=config.gateway.extensions))
     app.state.gateway = gateway
     app.state.websocket = websocket
     return app

@@ -81,6 +81,7 @@ def as_binary(response: Response | StreamResponse) -> Response | StreamResponse:
                 return response
             headers[n] = (b"content-type", BINARY_MEDIA_TYPE.encode())
     response.body = _reframed(response.body)
+    response.last = None  # the framing's close follows the body's last chunk
     return response
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -93,7 +94,8 @@ class Refused(Exception):
 
 def presented_secret(connection: HTTPConnection) -> str | None:
     """The caller's secret from its headers (or Gemini's ``?key=``)."""
-    return presented_key(connection.headers, connection.query_params)
+    query = connection.query_params if connection.scope.get("query_string") else {}  # (none: no parse)
+    return presented_key(connection.headers, query)
 
 
 def request_id_of(request: hub.Request) -> str | None:
@@ -286,6 +288,23 @@ class Pipeline:
 
     def _deadline(self, model: ModelConfig) -> float | None:
         return routing.deadline(self.router, self.upstreams, model.routes)
+
+    # -- the gateway's own time (Server-Timing, the overhead histogram)
+
+    def timing(self, arrived: float, upstream_started: float | None, upstream_at: float | None) -> str:
+        """The ``Server-Timing`` value of an answer whose first byte leaves now, and the
+        gateway's share observed in ``llmbridge_gateway_overhead_seconds`` (metrics on).
+
+        ``arrived``: ``perf_counter()`` when the request reached the app; the upstream's
+        share runs from its first request (``upstream_started``) to the wake-up that brought
+        the answer's start (``upstream_at``); the gateway's is the rest."""
+        now = time.perf_counter()
+        upstream = upstream_at - upstream_started if upstream_at is not None and upstream_started is not None else 0.0
+        gateway = max(0.0, now - arrived - max(0.0, upstream))
+        metrics = self.teams.metrics if self.teams is not None else None
+        if metrics is not None:
+            metrics.overhead.observe(gateway)
+        return f"gateway;dur={gateway * 1000:.3f}, upstream;dur={max(0.0, upstream) * 1000:.3f}"
 
     # -- 8. the catch-all
 

@@ -3,8 +3,14 @@
 A client may leave at any moment: while the gateway waits for an upstream to start (then
 nothing has been sent: the work is dropped, and with it the upstream request) or while a
 stream flows (then the body stops at once, not at its next write, which can be a keep-alive
-interval away). Both are :func:`until_disconnected`: the work and a watch on ``receive``,
-whichever ends first cancels the other.
+interval away). Both are :func:`until_disconnected`: the work, and a watch on ``receive``
+that cancels it when the client leaves.
+
+Cheap for the common case (issue 23): the work runs in the task serving the request (no
+task of its own), and the watch on ``receive`` is a task only once the work has taken
+longer than :data:`WATCH_AFTER` — a short answer ends before that and costs one timer
+handle, not two tasks and an ``asyncio.wait``. A client gone earlier is still seen: the
+watch, once started, finds ``http.disconnect`` waiting on ``receive`` at once.
 """
 
 from __future__ import annotations
@@ -15,38 +21,86 @@ from typing import Any, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["StreamResponse", "until_disconnected"]
+__all__ = ["STARTED", "WATCH_AFTER", "StreamResponse", "until_disconnected"]
 
 T = TypeVar("T")
+
+STARTED = "llmbridge.started"  # scope key: time.perf_counter() when the request reached the app (hotpath.py)
+
+# Seconds of work before the disconnect watch becomes a task: short answers never start one.
+WATCH_AFTER = 0.02
+
+
+class _Watch:
+    """Watches ``receive`` for ``http.disconnect`` and cancels ``task`` while it is inside the work."""
+
+    __slots__ = ("_handle", "_receive", "_task", "_watcher", "active", "gone")
+
+    def __init__(self, receive: Receive, task: asyncio.Task[Any], delay: float) -> None:
+        self._receive = receive
+        self._task = task
+        self._watcher: asyncio.Task[None] | None = None
+        self.active = True  # the task is inside the work: a cancel lands there
+        self.gone = False
+        self._handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(delay, self._start)
+
+    def _start(self) -> None:
+        self._handle = None
+        if self.active:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        if self.active:
+            self.gone = True
+            self._task.cancel()
+
+    async def close(self) -> None:
+        self.active = False
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        watcher = self._watcher
+        if watcher is not None:
+            self._watcher = None
+            if not watcher.done():
+                watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
 
 
 async def until_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) -> tuple[bool, T | None]:
     """Run ``work`` until it ends or the client disconnects (``http.disconnect`` on
-    ``receive``), cancelling the other. Returns ``(finished, result)``: ``finished`` is
-    false when the client left first. ``work``'s exception is raised, except ``OSError``
-    (a client gone mid-write), which counts as the client leaving."""
+    ``receive``), whichever comes first. Returns ``(finished, result)``: ``finished`` is
+    false when the client left first (the work was cancelled). ``work``'s exception is
+    raised, except ``OSError`` (a client gone mid-write), which counts as the client leaving.
 
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(watch())
+    ``work`` runs in the calling task; the watch cancels that task while it is inside
+    ``work`` (and takes its own cancellation back), so the caller sees a return, not a
+    ``CancelledError``."""
+    task = asyncio.current_task()
+    assert task is not None
+    watch = _Watch(receive, task, WATCH_AFTER)
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in (task, watcher):
-            if not t.done():
-                t.cancel()
-        await asyncio.gather(task, watcher, return_exceptions=True)
-    if task.cancelled():
+        result = await work
+    except asyncio.CancelledError:
+        watch.active = False
+        if watch.gone and task.uncancel() == 0:  # ours, and nobody else's: the client left
+            await watch.close()
+            return False, None
+        await watch.close()
+        raise
+    except OSError:
+        await watch.close()
         return False, None
-    exc = task.exception()
-    if isinstance(exc, OSError):
-        return False, None
-    if exc is not None:
-        raise exc
-    return True, task.result()
+    except BaseException:
+        await watch.close()
+        raise
+    watch.active = False
+    if watch.gone:  # the work swallowed the watch's cancel and finished anyway
+        task.uncancel()
+    await watch.close()
+    return True, result
 
 
 class StreamResponse:
@@ -61,7 +115,15 @@ class StreamResponse:
     unstarted generator's ``aclose`` runs none of its code -- the upstream would stay open and
     the request unsettled.  ``on_close`` must therefore be safe to call after the body's own
     cleanup ran.
+
+    ``timing``, when set, is called as the head goes out: its value is the answer's
+    ``Server-Timing`` header (the gateway's and the upstream's time to this first byte).
     """
+
+    timing: Callable[[], str] | None = None
+    # true once the body has yielded its last chunk (checked after each): that chunk ends the
+    # response, saving the empty write of the end (must be reset by whoever wraps ``body``)
+    last: Callable[[], bool] | None = None
 
     def __init__(
         self,
@@ -84,8 +146,15 @@ class StreamResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def pump() -> None:
-            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+            headers = self.headers
+            if self.timing is not None:
+                headers = [*headers, (b"server-timing", self.timing().encode("latin-1"))]
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            last = self.last
             async for chunk in self.body:
+                if last is not None and last():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                    return
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 

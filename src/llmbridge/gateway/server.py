@@ -232,6 +232,8 @@ def log_config() -> dict[str, Any]:
     config.setdefault("filters", {})["redact_secrets"] = {"()": f"{__name__}.RedactSecrets"}
     for handler in config["handlers"].values():
         handler.setdefault("filters", []).append("redact_secrets")
+    # the access lines of one event-loop turn in one write, after the turn (accesslog.py)
+    config["handlers"]["access"]["class"] = "llmbridge.gateway.accesslog.BatchedStreamHandler"
     # WARNING as before (the per-exchange INFO lines stay off), but through a filtered handler
     config["loggers"]["llmbridge"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
     return config

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -179,6 +180,9 @@ class Exchange:
         self._loop = asyncio.get_running_loop()
         self.started = source.started  # loop time the upstream request was sent
         self.first_byte_at: float | None = None  # loop time the first client bytes were produced
+        # perf_counter() of the wake-up that brought the answer's start (prime), or its end
+        # (collect): where the upstream's share of the time to the first byte ends (Server-Timing)
+        self.upstream_at: float | None = None
         self._encoder_factory = encoder_factory
         # A relay never encodes through this one (its end, if the upstream breaks off, is
         # written by a fresh encoder: _encode_end); a _NullEncoder keeps the type plain.
@@ -213,6 +217,9 @@ class Exchange:
         self.finish: hub.Finish | None = None
         self.events = 0
         self.closed = False
+        # body() has yielded its last bytes (set just before that yield): the response can end
+        # with them (StreamResponse.last) instead of an empty write of its own
+        self.finished = False
 
     # -- phase 1
 
@@ -225,11 +232,14 @@ class Exchange:
         inbox = self.inbox
         patience = None
         keepalive = self.keepalive
-        if keepalive is not None:
-            patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
         try:
             while True:
+                if patience is None and keepalive is not None and not inbox.ready:
+                    # (only once there is something to wait for: a quick upstream's answer is often
+                    # in the inbox already; the due time counts from the exchange's start either way)
+                    patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
                 await inbox.wait()
+                self.upstream_at = time.perf_counter()
                 if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
                     inbox.alarms.discard("keepalive")
                     return None
@@ -277,6 +287,12 @@ class Exchange:
 
     async def _body(self) -> AsyncIterator[bytes]:
         held, self._held = b"".join(self._held), []
+        if self.upstream_done or self.ended:  # the whole answer came while priming: one write, the last
+            self.finished = True
+            out = held + self._finish()
+            if out:
+                yield out
+            return
         if held:
             yield held
         if self.relay:
@@ -301,10 +317,17 @@ class Exchange:
                     out = self._keepalive_bytes
                 if timer is not None:  # (always: only the timer raises this alarm)
                     timer.rearm()
+            if self.upstream_done or self.ended:  # the last bytes and the terminal event: one write
+                out += self._finish()
+                self.finished = True
+                if out:
+                    yield out
+                return
             if out:
                 self._last_write = loop.time()
                 yield out
         tail = self._finish()
+        self.finished = True
         if tail:
             yield tail
 
@@ -558,6 +581,7 @@ class Exchange:
                         assembler.feed(event)
                     break
                 await inbox.wait()
+                self.upstream_at = time.perf_counter()
                 inbox.alarms.discard("keepalive")
                 events, _ = self._step()
                 for event in events:

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .. import dialects, hub
-from ..dialects.base import StreamDecoder, json_decode, json_encode, strip_extensions
+from ..dialects.base import EXTENSION_KEY, StreamDecoder, json_decode, json_encode, strip_extensions
 from . import _http
 from .config import LOCAL, ConfigError, Timeouts, UpstreamConfig
 from .failures import UpstreamFailed, as_hub_error
@@ -63,6 +63,7 @@ MAX_ERROR_BYTES = 1 << 20
 MAX_JSON_BYTES = 256 * 1024 * 1024  # a JSON answer larger than this is refused (n=10 4K images fit)
 PASSED_HEADERS = ("retry-after", "retry-after-ms")  # on an upstream error the client's SDK should honour
 OPENAI_FORMATS = ("openai-chat", "openai-responses")
+_EXTENSION_BYTES = f'"{EXTENSION_KEY}"'.encode()  # our key, as it appears in an encoded body
 
 
 class Tap(Protocol):
@@ -149,6 +150,7 @@ class HTTPUpstream:
         self.dialect = dialects.get(config.format)
         self.timeouts = config.timeouts
         self.client = client or _http.HTTPClient()
+        self._config_headers = {k.lower(): v for k, v in config.headers.items()}
 
     # -- generation
 
@@ -159,13 +161,13 @@ class HTTPUpstream:
         here only connecting and the response head are timed.
         """
         url, headers = self.endpoint(request)
-        return await self._post(url, headers, json_encode(self.request_body(request)))
+        return await self._post(url, headers, self.request_bytes(request))
 
     def endpoint(self, request: hub.Request) -> tuple[str, dict[str, str]]:
         url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
         all_headers = {"content-type": "application/json"}
         all_headers.update({k.lower(): v for k, v in headers.items()})  # the dialect's own content-type wins
-        all_headers.update({k.lower(): v for k, v in self.config.headers.items()})
+        all_headers.update(self._config_headers)
         return url, all_headers
 
     async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
@@ -173,9 +175,19 @@ class HTTPUpstream:
         decoder = self.dialect.StreamDecoder()
         return HTTPSource(response, tap.decoder(decoder) if tap else decoder, self.name, self.timeouts, started)
 
-    def request_body(self, request: hub.Request) -> dict[str, Any]:
+    def request_bytes(self, request: hub.Request) -> bytes:
+        """The upstream request body, encoded. Encoded once: only a body whose bytes hold our
+        extension key (rare) is walked, stripped and encoded again (:meth:`request_body`)."""
+        body: dict[str, Any] = self.dialect.encode_request(request)
+        data = json_encode(body)
+        if self.config.extensions or _EXTENSION_BYTES not in data:
+            return data
+        return json_encode(self.request_body(request, body))
+
+    def request_body(self, request: hub.Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """The upstream request body; without our extension key unless the upstream takes it."""
-        body: dict[str, Any] = self.dialect.encode_request(request)  # (declared: strip_extensions gives Any)
+        if body is None:
+            body = self.dialect.encode_request(request)  # (declared: strip_extensions gives Any)
         if self.config.extensions:
             return body
         body, left_out = strip_extensions(body)

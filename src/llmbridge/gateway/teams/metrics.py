@@ -16,6 +16,7 @@ __all__ = ["CONTENT_TYPE", "Metrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _M = TypeVar("_M", bound=MetricWrapperBase)
+_OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -40,6 +41,11 @@ class Metrics:
         self.duration = Histogram(
             "llmbridge_request_duration_seconds", "Request start to the end of the answer",
             ["model"], buckets=_LATENCY, registry=r,
+        )  # fmt: skip
+        self.overhead = Histogram(
+            "llmbridge_gateway_overhead_seconds", "The gateway's own time before an answer's first byte "
+            "(request arrival to first byte, less the upstream's time to its answer): Server-Timing gateway;dur",
+            buckets=_OVERHEAD, registry=r,
         )  # fmt: skip
         self.open_streams = Gauge("llmbridge_open_streams", "Requests admitted and not over yet", registry=r)
         self.upstream_errors = Counter(

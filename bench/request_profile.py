@@ -1,0 +1,313 @@
+"""Issue 23: what *starting* a request costs the gateway — CPU per request, and where it goes.
+
+Two parts, both with 2-token streams (``fast-2-0``: a role chunk, two tokens, finish, usage,
+``[DONE]``), so nearly all of the gateway's work is per request, not per event:
+
+1. **CPU per request, no profiler**: the fast upstream (``bench/fast_upstream.py serve``) and
+   ``llmbridge serve`` (as shipped: uvicorn, httptools, uvloop, access log on) each in their
+   own process; the load generator (another process) runs ``REQUEST_PROFILE_N`` streams at 10
+   concurrent; the gateway's utime+stime from ``/proc`` over the run ÷ streams.  The upstream's
+   own CPU per stream (the "direct" server's cost) is shown beside it.  CPU time, not wall
+   time, because the machine is shared; each figure is the median of ``REQUEST_PROFILE_ROUNDS``
+   rounds, with the spread.  Relayed (chat → chat), translated (Messages → chat), and with the
+   team features on (a virtual key with RPM/TPM/budget, SQLite ledger, metrics).
+2. **Where it goes, under cProfile**: the gateway served *in this process* (thread CPU time as
+   the clock), grouped by step of a request.  Profiling inflates every figure several times;
+   the shares are the point.
+
+``python -m bench request``; env REQUEST_PROFILE_N (2000), REQUEST_PROFILE_ROUNDS (3),
+REQUEST_PROFILE_PARTS (cpu,profile; callgrind adds instruction counts, which do not move
+with the machine's load: the server runs under ``valgrind --tool=callgrind``, counting only
+while the load runs; REQUEST_PROFILE_CG_N streams, 300).
+"""
+
+from __future__ import annotations
+
+import collections
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .common import table
+from .gateway_bench import BIN, HERE, Server, _port, _start
+from .teams_bench import _virtual_key
+
+N = int(os.environ.get("REQUEST_PROFILE_N", "2000"))
+ROUNDS = int(os.environ.get("REQUEST_PROFILE_ROUNDS", "3"))
+PARTS = os.environ.get("REQUEST_PROFILE_PARTS", "cpu,profile").split(",")
+CONC = 10
+MODEL = "fast-2-0"
+KEY = "sk-bench-5f0c1e9a7b3d42c88e61f0a4d2b79c35"  # = fast_upstream.KEY
+MASTER = "bench-master-key-0123456789abcdef"
+PATHS = {"relay": ("/v1/chat/completions", "openai-chat"), "translate": ("/v1/messages", "anthropic-messages")}
+
+# (substring of the code's path or function name, step), first match wins
+STEPS = (
+    ("uvicorn/protocols", "HTTP server (uvicorn: parse, ASGI messages)"),
+    ("httptools", "HTTP server (uvicorn: parse, ASGI messages)"),
+    ("gateway/server", "HTTP server (uvicorn: parse, ASGI messages)"),
+    ("uvicorn/logging", "access log (format, redact, write)"),
+    ("logging/__init__", "access log (format, redact, write)"),
+    ("gateway/server.py", "access log (format, redact, write)"),
+    ("re/__init__", "access log (format, redact, write)"),
+    ("starlette", "framework (Starlette router, middleware, Request)"),
+    ("gateway/hotpath", "framework (Starlette router, middleware, Request)"),
+    ("gateway/app", "framework (Starlette router, middleware, Request)"),
+    ("gateway/response", "tasks and disconnect watchers"),
+    ("asyncio/tasks", "tasks and disconnect watchers"),
+    ("asyncio/base_events", "tasks and disconnect watchers"),
+    ("asyncio/events", "tasks and disconnect watchers"),
+    ("asyncio/timeouts", "upstream request (assembly, pool, send)"),
+    ("gateway/_http", "upstream request (assembly, pool, send)"),
+    ("gateway/upstream", "upstream request (assembly, pool, send)"),
+    ("urllib/parse", "upstream request (assembly, pool, send)"),
+    ("_encoder", "dialect codecs (request decode/encode, stream)"),
+    ("_decoder", "dialect codecs (request decode/encode, stream)"),
+    ("llmbridge/dialects", "dialect codecs (request decode/encode, stream)"),
+    ("llmbridge/sse", "dialect codecs (request decode/encode, stream)"),
+    ("llmbridge/hub", "dialect codecs (request decode/encode, stream)"),
+    ("gateway/streaming", "exchange (streaming, relay, timers, sources)"),
+    ("gateway/relay", "exchange (streaming, relay, timers, sources)"),
+    ("gateway/timers", "exchange (streaming, relay, timers, sources)"),
+    ("gateway/sources", "exchange (streaming, relay, timers, sources)"),
+    ("gateway/traffic", "console traffic ring, metering, metrics"),
+    ("gateway/metering", "console traffic ring, metering, metrics"),
+    ("gateway/teams", "console traffic ring, metering, metrics"),
+    ("prometheus", "console traffic ring, metering, metrics"),
+    ("llmbridge/", "pipeline steps (chat.py, pipeline.py, limits, negotiation)"),
+    ("asyncio", "event loop, futures"),
+    ("~", "builtins called from Python"),
+)
+
+
+def _step(path: str) -> str:
+    return next((name for key, name in STEPS if key in path), "other")
+
+
+def _config(tmp: Path, name: str, upstream: str, extra: list[str]) -> Path:
+    lines = ["[gateway]", f'api_keys = ["{KEY}"]', *extra, "", "[upstreams.fast]", 'format = "openai-chat"']
+    lines += [f'base_url = "{upstream}/v1"', 'api_key = "x"', "", "[[models]]", f'name = "{MODEL}"']
+    lines += ['upstream = "fast"', "price = { input = 2.5, output = 10, cached = 1.25 }", ""]
+    path = tmp / f"{name}.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _load(url: str, dialect: str, n: int, key: str = KEY) -> dict:
+    argv = [sys.executable, str(HERE / "fast_upstream.py"), "load", url, dialect, MODEL, str(CONC), str(n), "120"]
+    with tempfile.TemporaryFile() as out:  # a file, not a pipe: the generator's one big line is not cut
+        subprocess.run(argv, stdout=out, env={**os.environ, "LLMBRIDGE_BENCH_KEY": key}, check=False)
+        out.seek(0)
+        return json.loads(out.read())
+
+
+def _cpu_rounds(label: str, url: str, dialect: str, server: Server, upstream: Server, key: str = KEY) -> list:
+    gw, up = [], []
+    for _ in range(ROUNDS):
+        _load(url, dialect, 50, key)  # warm (and settle after the previous round)
+        time.sleep(0.3)
+        c0, u0 = server.cpu(), upstream.cpu()
+        data = _load(url, dialect, N, key)
+        c1, u1 = server.cpu(), upstream.cpu()
+        ok = len(data["results"])
+        if data["errors"] or ok == 0:
+            raise RuntimeError(f"{label}: {data['errors']} errors: {data['error_samples']}")
+        gw.append((c1 - c0) / ok * 1e6)
+        up.append((u1 - u0) / ok * 1e6)
+    return [label, statistics.median(gw), min(gw), max(gw), statistics.median(up)]
+
+
+def cpu_per_request(tmp: Path) -> str:
+    up_port = _port()
+    up_url = f"http://127.0.0.1:{up_port}"
+    servers: list[Server] = []
+    rows = []
+    try:
+        upstream = _start("upstream", [sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)],
+                          up_url + "/v1/models", tmp)  # fmt: skip
+        servers.append(upstream)
+        setups = {
+            "off": [],
+            "teams on": [f'master_key = "{MASTER}"', f'database_url = "sqlite:///{tmp / "ledger.db"}"'],
+        }
+        for name, extra in setups.items():
+            port = _port()
+            cfg = _config(tmp, name.replace(" ", "-"), up_url, extra)
+            base = f"http://127.0.0.1:{port}"
+            gw = _start(f"gw-{len(servers)}", [str(BIN / "llmbridge"), "serve", "--config", str(cfg), "--port",
+                        str(port)], base + "/healthz", tmp)  # fmt: skip
+            servers.append(gw)
+            key = KEY if name == "off" else _virtual_key(base)
+            for what, (path, dialect) in PATHS.items():
+                rows.append(_cpu_rounds(f"llmbridge {what}, teams {name.split()[-1]}", base + path, dialect, gw,
+                                        upstream, key))  # fmt: skip
+        direct = _cpu_rounds("direct (the upstream itself)", up_url + "/v1/chat/completions", "openai-chat",
+                             upstream, upstream)  # fmt: skip
+        rows.append(direct)
+    finally:
+        for s in reversed(servers):
+            s.stop()
+    head = ["CPU µs per 2-token stream", "median", "min", "max", "upstream's own"]
+    return f"{N} streams x {ROUNDS} rounds, {CONC} concurrent; load average {os.getloadavg()[0]:.1f}\n" + table(
+        head, rows
+    )
+
+
+def _instructions(tmp: Path, name: str, up_url: str, extra: list[str], n: int) -> dict[str, float]:
+    """Instructions per request (valgrind's callgrind, counting only while the load runs):
+    a count that does not move with the machine's load, unlike CPU time."""
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("valgrind is not installed")
+    port = _port()
+    base = f"http://127.0.0.1:{port}"
+    out = tmp / f"callgrind.{name}.out"
+    cfg = _config(tmp, f"cg-{name}", up_url, extra)
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
+            "-m", "llmbridge", "serve", "--config", str(cfg), "--port", str(port)]  # fmt: skip
+    server = _start(f"cg-{name}", argv, base + "/healthz", tmp, wait=600)
+    result = {}
+    try:
+        key = KEY if not extra else _virtual_key(base)
+        for what, (path, dialect) in PATHS.items():
+            _load(base + path, dialect, 20, key)  # warm: imports, pools, caches
+            subprocess.run(["callgrind_control", "-i", "on", str(server.proc.pid)], capture_output=True, check=True)
+            done = _load(base + path, dialect, n, key)
+            subprocess.run(["callgrind_control", "-i", "off", str(server.proc.pid)], capture_output=True, check=True)
+            ok = len(done["results"])
+            dumped = tmp / f"callgrind.{name}.{what}"
+            subprocess.run(["callgrind_control", "-d", what, str(server.proc.pid)], capture_output=True, check=True)
+            time.sleep(1.0)
+            total = 0
+            for f in tmp.glob(f"callgrind.{name}.out*"):
+                text = f.read_text(errors="replace")
+                if f"desc: Trigger: dump {what}\n" in text:
+                    total = max(total, _totals(text))
+                    f.rename(dumped)
+            result[what] = total / max(1, ok)
+    finally:
+        server.stop()
+    return result
+
+
+def _totals(text: str) -> int:
+    for line in text.splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    return 0
+
+
+def instructions(tmp: Path) -> str:
+    up_port = _port()
+    up_url = f"http://127.0.0.1:{up_port}"
+    upstream = _start("upstream", [sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)],
+                      up_url + "/v1/models", tmp)  # fmt: skip
+    n = int(os.environ.get("REQUEST_PROFILE_CG_N", "300"))
+    rows = []
+    try:
+        off = _instructions(tmp, "off", up_url, [], n)
+        on = _instructions(tmp, "on", up_url, [f'master_key = "{MASTER}"',
+                           f'database_url = "sqlite:///{tmp / "cg-ledger.db"}"'], n)  # fmt: skip
+    finally:
+        upstream.stop()
+    for what in PATHS:
+        rows.append([f"llmbridge {what}", off[what] / 1e3, on[what] / 1e3, (on[what] - off[what]) / 1e3])
+    head = ["k instructions per 2-token request (callgrind)", "teams off", "teams on", "on - off"]
+    return f"{n} streams per figure, {CONC} concurrent, counted by valgrind --tool=callgrind\n" + table(head, rows)
+
+
+def _profile(config: Path, path: str, dialect: str) -> tuple[dict[str, float], list[tuple[str, float]], int]:
+    import uvicorn
+
+    from llmbridge.gateway import load
+    from llmbridge.gateway.server import GuardedConfig, GuardedHttpToolsProtocol, build_app, log_config
+
+    port = _port()
+    # As `llmbridge serve` runs it (access log, redaction, the guarded protocol), in this process.
+    logging = log_config()
+    logging["handlers"]["access"]["stream"] = "ext://sys.stderr"  # (stdout is this report)
+    server = uvicorn.Server(
+        GuardedConfig(
+            build_app(load(config)),
+            host="127.0.0.1",
+            port=port,
+            loop="uvloop",
+            log_level="info",
+            log_config=logging,
+            http=GuardedHttpToolsProtocol,
+        )
+    )
+    done = [0]
+
+    def drive() -> None:
+        while not server.started:
+            time.sleep(0.05)
+        done[0] = len(_load(f"http://127.0.0.1:{port}{path}", dialect, N)["results"])
+        server.should_exit = True
+
+    profile = cProfile.Profile(time.thread_time)
+    # The server runs in this thread (its start-up is in the profile too: small against N requests).
+    threading.Thread(target=drive, daemon=True).start()
+    profile.enable()
+    server.run()
+    profile.disable()
+    n = max(1, done[0])
+    steps: collections.Counter[str] = collections.Counter()
+    funcs: collections.Counter[str] = collections.Counter()
+    for (file, line, fn), (_, _, own, _, _) in pstats.Stats(profile).stats.items():  # type: ignore[attr-defined]
+        steps[_step(file)] += own
+        short = file.split("site-packages/")[-1].split("/src/")[-1]
+        funcs[f"{short}:{line} {fn}"] += own
+    per = {name: s * 1e6 / n for name, s in steps.items()}
+    top = [(name, s * 1e6 / n) for name, s in funcs.most_common(25)]
+    return per, top, n
+
+
+def profile_steps(tmp: Path) -> str:
+    up_port = _port()
+    upstream = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)])
+    config = _config(tmp, "profile", f"http://127.0.0.1:{up_port}", [])
+    out = []
+    try:
+        time.sleep(1.0)
+        results = {what: _profile(config, path, dialect) for what, (path, dialect) in PATHS.items()}
+    finally:
+        upstream.terminate()
+        upstream.wait()
+    relay, translate = results["relay"][0], results["translate"][0]
+    names = sorted(set(relay) | set(translate), key=lambda k: -(relay.get(k, 0) + translate.get(k, 0)))
+    tr, tt = sum(relay.values()), sum(translate.values())
+    rows = [[k, relay.get(k, 0.0), 100 * relay.get(k, 0.0) / tr, translate.get(k, 0.0),
+             100 * translate.get(k, 0.0) / tt] for k in names]  # fmt: skip
+    rows.append(["total", tr, 100.0, tt, 100.0])
+    head = ["µs per request under cProfile (own time)", "relay", "%", "translate", "%"]
+    out.append(f"{results['relay'][2]} / {results['translate'][2]} streams of 2 tokens, {CONC} concurrent")
+    out.append(table(head, rows))
+    out.append("\ntop functions, relay (own µs per request):")
+    out += [f"  {us:7.1f}  {name}" for name, us in results["relay"][1]]
+    return "\n".join(out)
+
+
+def run() -> str:
+    tmp = Path(tempfile.mkdtemp(prefix="reqprofile-"))
+    parts = []
+    if "cpu" in PARTS:
+        parts.append(cpu_per_request(tmp))
+    if "callgrind" in PARTS:
+        parts.append(instructions(tmp))
+    if "profile" in PARTS:
+        parts.append(profile_steps(tmp))
+    return "\n\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(run())

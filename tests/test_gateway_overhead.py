@@ -1,0 +1,249 @@
+"""The gateway's own time, shown to operators (issue 23), and the cheap request path behind it.
+
+- every answer carries ``Server-Timing: gateway;dur=…, upstream;dur=…`` (presence, format,
+  and that the figures are non-negative: never a timed assertion);
+- ``llmbridge_gateway_overhead_seconds`` counts one observation per answer, its buckets
+  cumulative;
+- the chat endpoints' hot path (``hotpath.GatewayApp``) keeps what Starlette's stack did for
+  them: the ``x-request-id`` header, errors in the client's dialect, a wrong method answered
+  by the router; a program's own middleware turns the hot path off;
+- the disconnect race without a task per request (``response.until_disconnected``): a
+  finished work returns its result, a client gone cancels the work and the caller gets a
+  return (not a ``CancelledError``), an outside cancellation still propagates;
+- the upstream request head made once per URL and header set (``_http``), the body encoded
+  once and only re-walked when our extension key is in it (``upstream.request_bytes``);
+- the access log written once per event-loop turn (``accesslog.BatchedStreamHandler``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import re
+
+import httpx
+import pytest
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from llmbridge import dialects, hub, replay
+from llmbridge.dialects.base import json_encode
+from llmbridge.gateway import _http, config, create_app
+from llmbridge.gateway.accesslog import BatchedStreamHandler
+from llmbridge.gateway.config import UpstreamConfig
+from llmbridge.gateway.response import until_disconnected
+from llmbridge.gateway.upstream import HTTPUpstream
+from tests.conftest import CORPUS
+from tests.gateway_util import replay_config, serving
+
+HTTP = httpx.Client(timeout=30)
+TIMING = re.compile(r"^gateway;dur=(\d+\.\d+), upstream;dur=(\d+\.\d+)$")
+CHAT = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 16}
+
+
+@pytest.fixture(scope="module")
+def gw():
+    with serving(replay.create_app(CORPUS, seed=23)) as up:
+        raw = replay_config(up.url, {"chat": ("openai-chat", "hf-novita-text")}, gateway={"api_keys": ["k-timing"]})
+        with serving(create_app(config.parse(raw))) as server:
+            yield server
+
+
+def _ask(gw, path: str, body: dict, **headers: str) -> httpx.Response:
+    return HTTP.post(gw.url + path, json=body, headers={"authorization": "Bearer k-timing", **headers})
+
+
+def _durations(response: httpx.Response) -> tuple[float, float]:
+    match = TIMING.match(response.headers["server-timing"])
+    assert match, response.headers["server-timing"]
+    return float(match.group(1)), float(match.group(2))
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_every_answer_says_the_gateway_and_upstream_time(gw, path, stream):
+    body = {"model": "chat", "input": "hi", "stream": stream} if path == "/v1/responses" else {**CHAT, "stream": stream}
+    r = _ask(gw, path, body)
+    assert r.status_code == 200, r.text
+    gateway, upstream = _durations(r)
+    assert gateway >= 0 and upstream >= 0
+
+
+def test_gemini_answers_through_starlette_carry_it_too(gw):
+    r = HTTP.post(gw.url + "/v1beta/models/chat:streamGenerateContent?alt=sse&key=k-timing",
+                  json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})  # fmt: skip
+    assert r.status_code == 200, r.text
+    _durations(r)
+
+
+def _overhead(gw) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = HTTP.get(gw.url + "/metrics").text
+    return {
+        s.name + (f"{{le={s.labels['le']}}}" if "le" in s.labels else ""): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "llmbridge_gateway_overhead_seconds"
+        for s in family.samples
+    }
+
+
+def test_the_overhead_histogram_counts_each_answer_once(gw):
+    before = _overhead(gw)
+    for _ in range(3):
+        assert _ask(gw, "/v1/chat/completions", CHAT).status_code == 200
+    after = _overhead(gw)
+    assert after["llmbridge_gateway_overhead_seconds_count"] == before.get("llmbridge_gateway_overhead_seconds_count",
+                                                                           0) + 3  # fmt: skip
+    assert after["llmbridge_gateway_overhead_seconds_sum"] >= before.get("llmbridge_gateway_overhead_seconds_sum", 0)
+    buckets = [v for k, v in after.items() if "_bucket" in k]
+    assert buckets == sorted(buckets) and buckets[-1] == after["llmbridge_gateway_overhead_seconds_count"]
+
+
+def test_the_hot_path_keeps_the_request_id_and_the_client_dialect(gw):
+    r = _ask(gw, "/v1/chat/completions", CHAT, **{"x-request-id": "my-id-23"})
+    assert r.headers["x-request-id"] == "my-id-23"
+    fresh = _ask(gw, "/v1/messages", CHAT)
+    assert re.fullmatch(r"req_[0-9a-f]{32}", fresh.headers["x-request-id"])
+    bad = HTTP.post(gw.url + "/v1/messages", json=CHAT, headers={"x-api-key": "wrong"})
+    assert bad.status_code == 401 and "x-request-id" in bad.headers
+    assert dialects.get("anthropic-messages").decode_error(401, bad.content).type == "authentication"
+    garbage = HTTP.post(gw.url + "/v1/chat/completions", content=b"{nope", headers={"authorization": "Bearer k-timing"})
+    assert garbage.status_code == 400 and garbage.json()["error"]["type"] == "invalid_request_error"
+    wrong_method = HTTP.get(gw.url + "/v1/chat/completions")
+    assert wrong_method.status_code == 405 and "x-request-id" in wrong_method.headers
+
+
+def test_a_programs_own_middleware_sees_every_request():
+    seen: list[str] = []
+
+    class Spy:
+        def __init__(self, app: ASGIApp) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                seen.append(scope["path"])
+            await self.app(scope, receive, send)
+
+    raw = {"gateway": {"api_keys": ["k"]}, "upstreams": {}, "models": []}
+    app = create_app(config.parse(raw))
+    app.add_middleware(Spy)
+    assert app.user_middleware[0] == Middleware(Spy) or seen == []
+    with serving(app) as server:
+        r = HTTP.post(server.url + "/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer k"})
+    assert r.status_code == 404 and seen == ["/v1/chat/completions"]
+
+
+# --------------------------------------------------------------------------- the race, no task per request
+
+
+def _receive_after(first: asyncio.Event):
+    async def receive() -> dict:
+        await first.wait()
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+async def test_finished_work_returns_its_result_and_leaves_no_task():
+    never = asyncio.Event()
+    tasks = len(asyncio.all_tasks())
+
+    async def work() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    assert await until_disconnected(_receive_after(never), work()) == (True, 7)
+    assert len(asyncio.all_tasks()) == tasks
+
+
+async def test_a_client_gone_cancels_the_work_and_the_caller_gets_a_return():
+    gone = asyncio.Event()
+    cleaned: list[str] = []
+
+    async def work() -> int:
+        try:
+            gone.set()
+            await asyncio.sleep(60)
+            return 1
+        finally:
+            cleaned.append("work")
+
+    finished, result = await asyncio.wait_for(until_disconnected(_receive_after(gone), work()), 10)
+    assert (finished, result, cleaned) == (False, None, ["work"])
+    await asyncio.sleep(0)  # the caller goes on: no cancellation is left pending on it
+    assert not asyncio.current_task().cancelling()
+
+
+async def test_an_outside_cancellation_still_propagates():
+    never = asyncio.Event()
+
+    async def caller() -> None:
+        await until_disconnected(_receive_after(never), asyncio.sleep(60))
+
+    task = asyncio.ensure_future(caller())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_write_to_a_gone_client_counts_as_gone():
+    async def work() -> None:
+        raise ConnectionResetError
+
+    assert await until_disconnected(_receive_after(asyncio.Event()), work()) == (False, None)
+
+
+# --------------------------------------------------------------------------- upstream request, access log
+
+
+async def test_the_request_head_is_made_once_per_url_and_headers():
+    client = _http.HTTPClient()
+    head_a = _http._head_for("POST", "http://127.0.0.1:9/v1/chat/completions", {"authorization": "Bearer x"})
+    origin, prefix = head_a
+    assert origin == _http._Origin("http", "127.0.0.1", 9)
+    assert prefix.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:9\r\n")
+    assert prefix.endswith(b"authorization: Bearer x\r\ncontent-length: ")
+    with pytest.raises(_http.ConnectError):
+        await client.request("POST", "http://127.0.0.1:9/x", {"a": "b"}, b"{}", connect_timeout=5)
+    with pytest.raises(_http.ConnectError):
+        await client.request("POST", "http://127.0.0.1:9/x", {"a": "b"}, b"{}", connect_timeout=5)
+    assert len(client._heads) == 1
+    with pytest.raises(_http.UpstreamHTTPError, match="line break"):
+        await client.request("POST", "http://127.0.0.1:9/x", {"a": "b\r\nevil: 1"}, b"{}")
+    await client.aclose()
+
+
+def test_the_upstream_body_is_stripped_of_our_key_only_when_it_holds_it():
+    upstream = HTTPUpstream(UpstreamConfig("u", "openai-chat", base_url="http://127.0.0.1:9/v1"))
+    plain = hub.Request(model="m", messages=[hub.Message("user", [hub.TextPart("llmbridge")])])
+    assert b'"content":"llmbridge"' in upstream.request_bytes(plain)  # text that merely says it stays
+    marked = hub.Request(model="m", messages=plain.messages, extensions={"anthropic-messages:x": 1})
+    assert b'"llmbridge":{' in json_encode(dialects.get("openai-chat").encode_request(marked))
+    assert b'"llmbridge":{' not in upstream.request_bytes(marked)
+    assert b'"content":"llmbridge"' in upstream.request_bytes(marked)
+
+
+async def test_access_lines_of_one_loop_turn_go_out_in_one_write():
+    writes: list[str] = []
+
+    class Stream(io.StringIO):
+        def write(self, s: str) -> int:
+            writes.append(s)
+            return len(s)
+
+    handler = BatchedStreamHandler(Stream())
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.Logger("t")
+    logger.addHandler(handler)
+    for n in range(3):
+        logger.warning("line %d", n)
+    assert writes == []
+    await asyncio.sleep(0)
+    assert writes == ["line 0\nline 1\nline 2\n"]
+    logger.warning("outside")
+    handler.flush()
+    assert writes[-1] == "outside\n"
