@@ -314,7 +314,9 @@ class Memory:
                 return not_found(request.path_params["response_id"])
             return store, None if who.kind == teams.MASTER else owner_of(who)
 
-        async def retrieve(request: Request) -> Response:
+        async def owned(request: Request) -> tuple[Responses, Stored, str] | Response:
+            """The store, the stored response the path names and its id, if this caller may
+            see it; else the answer (401, 404: another key's is as if it did not exist)."""
             found = await caller(request)
             if isinstance(found, Response):
                 return found
@@ -323,27 +325,28 @@ class Memory:
             stored = await store.find(response_id, owner)
             if stored is None or stored.kept_upstream:  # (an OpenAI upstream's: not proxied, see docs)
                 return not_found(response_id)
-            return replies.json_response(stored.response["object"])
+            return store, stored, response_id
 
-        async def delete(request: Request) -> Response:
-            found = await caller(request)
+        async def retrieve(request: Request) -> Response:
+            found = await owned(request)
             if isinstance(found, Response):
                 return found
-            store, owner = found
-            response_id = request.path_params["response_id"]
-            if await store.find(response_id, owner) is None or not await store.delete(response_id):
+            return replies.json_response(found[1].response["object"])
+
+        async def delete(request: Request) -> Response:
+            found = await owned(request)
+            if isinstance(found, Response):
+                return found
+            store, _, response_id = found
+            if not await store.delete(response_id):
                 return not_found(response_id)
             return replies.json_response({"id": response_id, "object": "response", "deleted": True})
 
         async def items(request: Request) -> Response:
-            found = await caller(request)
+            found = await owned(request)
             if isinstance(found, Response):
                 return found
-            store, owner = found
-            response_id = request.path_params["response_id"]
-            stored = await store.find(response_id, owner)
-            if stored is None or stored.kept_upstream:
-                return not_found(response_id)
+            _, stored, _ = found
             q = request.query_params
             order = q.get("order", "desc")
             if order not in ("asc", "desc"):
