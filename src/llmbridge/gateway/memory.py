@@ -52,6 +52,7 @@ from .responses_store import (
 
 if TYPE_CHECKING:
     from .config import ModelConfig
+    from .upstream import Upstream
 
 __all__ = ["CACHE_HEADER", "Tap", "Memo", "Memory"]
 
@@ -423,9 +424,10 @@ class Memo:
 
     # -- hook 2: the exchange
 
-    def tap(self, upstream: Any) -> Tap | None:
-        """The tap for one exchange with ``upstream`` (None: nothing to keep from it)."""
-        forwarding = getattr(upstream, "format", None) == RESPONSES and not isinstance(upstream, _cache.ReplayUpstream)
+    def tap(self, upstream: Upstream) -> Tap | None:
+        """The tap for one exchange with ``upstream`` (None: nothing to keep from it). An
+        OpenAI Responses upstream keeps its own responses (a cache hit replays in process)."""
+        forwarding = upstream.format == RESPONSES
         store = self.store and not forwarding
         owner_only = self.store and forwarding  # the upstream keeps it; we note whose it is
         fill = self.cache_key is not None and self.hit is None
@@ -433,7 +435,7 @@ class Memo:
             return None
         if store and self.response_id is None:
             self.response_id = _new_id("resp")
-        return Tap(self, getattr(upstream, "name", None), store, fill, owner_only)
+        return Tap(self, upstream.name, store, fill, owner_only)
 
     def own_fields(self, extensions: dict[str, Any] | None) -> dict[str, Any]:
         """ResponseStart extensions whose ``openai-responses`` part is the response object's fields."""

@@ -219,7 +219,7 @@ class Console:
         if denied := await self._auth(request, api=True):
             return denied
         upstreams = [
-            {"name": name, "format": getattr(up, "format", "local")} for name, up in self.pipeline.upstreams.items()
+            {"name": name, "format": up.format} for name, up in self.pipeline.upstreams.items()
         ]  # names and formats only: never base URLs (they can hold tokens), keys or headers
         return _json(
             {
