@@ -247,3 +247,12 @@ async def test_access_lines_of_one_loop_turn_go_out_in_one_write():
     logger.warning("outside")
     handler.flush()
     assert writes[-1] == "outside\n"
+
+
+def test_the_access_filter_still_masks_the_path_but_not_the_address():
+    from llmbridge.gateway.server import RedactSecrets
+
+    record = logging.LogRecord("uvicorn.access", logging.INFO, "x", 1, '%s - "%s %s HTTP/%s" %d',
+                               ("[::1]:5", "GET", "/v1beta/models?key=abc123", "1.1", 200), None)  # fmt: skip
+    assert RedactSecrets().filter(record)
+    assert record.args == ("[::1]:5", "GET", "/v1beta/models?key=***", "1.1", 200)
