@@ -256,3 +256,33 @@ def test_the_access_filter_still_masks_the_path_but_not_the_address():
                                ("[::1]:5", "GET", "/v1beta/models?key=abc123", "1.1", 200), None)  # fmt: skip
     assert RedactSecrets().filter(record)
     assert record.args == ("[::1]:5", "GET", "/v1beta/models?key=***", "1.1", 200)
+
+
+async def test_a_burst_finds_its_upstream_connections_ready_the_second_time():
+    """100 requests at once: all 100 connections go back to the pool (not 64), so the next
+    burst opens none."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                await reader.readexactly(2)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    client = _http.HTTPClient()
+
+    async def one() -> bytes:
+        response = await client.request("POST", url, {}, b"{}", connect_timeout=10, head_timeout=10)
+        return await response.read(100)
+
+    for _ in range(2):
+        assert await asyncio.gather(*(one() for _ in range(100))) == [b"ok"] * 100
+    assert connections == 100
+    await client.aclose()
+    server.close()
