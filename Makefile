@@ -18,13 +18,19 @@ STAMP := $(VENV)/.installed
 EXTRAS := dev,local
 endif
 
-.PHONY: serve test lint bench clients test-deep mutate
+.PHONY: serve test test-fast lint bench clients test-deep mutate
 
 serve: $(STAMP)
 	$(VENV)/bin/llmbridge serve --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+# The fast tier: the codecs' sans-I/O tests (no socket: tests/conftest.py enforces it), in
+# well under a minute. Each component runs alone the same way: pytest -m gateway (teams,
+# client, local, clients).
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -m fast
 
 # Every property test (-m hypothesis) in depth: random examples, HYPOTHESIS_EXAMPLES each (2000
 # by default), from a printed seed; `make test-deep SEED=n` replays a run, TESTS=path narrows it.
@@ -40,10 +46,11 @@ test-deep: $(STAMP)
 mutate: $(STAMP)
 	$(VENV)/bin/python -m tests.mutate $(MUTATE_ARGS)
 
-# ruff; the sync client must be what scripts/unasync.py generates from the async one; mypy:
+# ruff (check, and format --check); the sync client must be what scripts/unasync.py generates from the async one; mypy:
 # strict modules clean, the rest at or under mypy-baseline.json (scripts/mypy_baseline.py).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff format --check src tests bench scripts
 	$(VENV)/bin/python scripts/unasync.py --check
 	$(VENV)/bin/python scripts/mypy_baseline.py
 

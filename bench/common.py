@@ -43,10 +43,17 @@ def best_of(fn: Callable[[], object], repeat: int = 5, min_time: float = 0.2) ->
 
 
 def table(headers: list[str], rows: list[list[object]]) -> str:
-    cells = [headers] + [[f"{c:,.0f}" if isinstance(c, float) and c >= 100 else
-                          f"{c:.2f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    cells = [headers] + [
+        [
+            f"{c:,.0f}" if isinstance(c, float) and c >= 100 else f"{c:.2f}" if isinstance(c, float) else str(c)
+            for c in r
+        ]
+        for r in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-             for r in cells]
+    lines = [
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

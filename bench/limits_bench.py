@@ -27,14 +27,25 @@ def _bodies() -> list[tuple[str, bytes]]:
     tools = [{"type": "function", "function": {"name": f"t{i}", "parameters": schema}} for i in range(50)]
     turn = [
         {"role": "user", "content": "look it up"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "t1", "arguments": '{"a": [{"b": 1}]}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "t1", "arguments": '{"a": [{"b": 1}]}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "result text " * 20},
     ]
     agent = {"model": "m", "messages": turn * 300, "tools": tools}
     text = {"model": "m", "messages": [{"role": "user", "content": "lorem ipsum " * 400_000}]}
-    return [(name, json.dumps(body).encode()) for name, body in
-            [("small chat request", small), ("agent: 900 messages, 50 tools", agent), ("one 4.8 MB message", text)]]
+    return [
+        (name, json.dumps(body).encode())
+        for name, body in [
+            ("small chat request", small),
+            ("agent: 900 messages, 50 tools", agent),
+            ("one 4.8 MB message", text),
+        ]
+    ]
 
 
 def run() -> str:
@@ -47,8 +58,10 @@ def run() -> str:
         nesting = best_of(lambda d=decoded: check_nesting(d, 128), repeat=3)
         ranges = best_of(lambda q=request: validate_request(q, "openai-chat"), repeat=3)
         rows.append([name, f"{len(raw):,}", read * 1e6, nesting * 1e6, nesting / read, ranges * 1e6])
-    out = ["Request checks, CPU µs per request (best of 3) and the nesting check as a fraction of reading the body",
-           table(["body", "bytes", "read µs", "nesting µs", "nesting/read", "ranges µs"], rows)]
+    out = [
+        "Request checks, CPU µs per request (best of 3) and the nesting check as a fraction of reading the body",
+        table(["body", "bytes", "read µs", "nesting µs", "nesting/read", "ranges µs"], rows),
+    ]
 
     source = (CORPUS / "openai-chat" / "openai-gpt4o-tool-call-long-arguments.sse").read_bytes()
     events = decode_all(chat.StreamDecoder(), source)
@@ -68,8 +81,11 @@ def run() -> str:
 
         a, b = best_of(bare, repeat=3), best_of(plain, repeat=3)
         rows.append([target, a / len(events) * 1e6, b / len(events) * 1e6, b / a])
-    out += ["", f"Encoding without extension data, µs per hub event ({len(events)}-event chat stream, per stream)",
-            table(["target", "bare µs", "plain µs", "plain/bare"], rows)]
+    out += [
+        "",
+        f"Encoding without extension data, µs per hub event ({len(events)}-event chat stream, per stream)",
+        table(["target", "bare µs", "plain µs", "plain/bare"], rows),
+    ]
     return "\n".join(out)
 
 

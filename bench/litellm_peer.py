@@ -84,4 +84,5 @@ def compare(ours: dict[tuple[str, str], float]) -> str:
         theirs = n / t
         rows.append([f"{source} -> {target}", ours[(source, target)], theirs, ours[(source, target)] / theirs])
     return "LiteLLM in the same run, same input (events/s per core)\n" + table(
-        ["pair", "llmbridge", "LiteLLM", "llmbridge x"], rows)
+        ["pair", "llmbridge", "LiteLLM", "llmbridge x"], rows
+    )

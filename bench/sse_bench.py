@@ -29,8 +29,11 @@ def httpx_sse(chunked: list[list[bytes]]) -> int:
 
     n = 0
     for chunks in chunked:
-        response = httpx.Response(200, headers={"content-type": "text/event-stream"},
-                                  stream=httpx.ByteStream(b"") if not chunks else _Stream(chunks))
+        response = httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            stream=httpx.ByteStream(b"") if not chunks else _Stream(chunks),
+        )
         n += sum(1 for _ in EventSource(response).iter_sse())
     return n
 
@@ -64,8 +67,16 @@ def run() -> str:
         times = {name: best_of(lambda fn=fn, chunked=chunked: fn(chunked)) for name, fn in decoders}
         n = counts["llmbridge"]
         for name, t in times.items():
-            rows.append([label, name, counts[name], counts[name] / t, total_bytes / t / 1e6,
-                         (n / times["llmbridge"]) / (counts[name] / t)])
+            rows.append(
+                [
+                    label,
+                    name,
+                    counts[name],
+                    counts[name] / t,
+                    total_bytes / t / 1e6,
+                    (n / times["llmbridge"]) / (counts[name] / t),
+                ]
+            )
     out.append(f"SSE decode, {len(bodies)} corpus files, {total_bytes:,} bytes (CPU time, best of 5)")
     out.append(table(["input", "decoder", "events", "events/s", "MB/s", "llmbridge x"], rows))
     return "\n".join(out)

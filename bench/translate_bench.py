@@ -47,8 +47,10 @@ def run() -> str:
             ours[(source, target)] = n / t
             row.append(n / t)
         rows.append(row)
-    out = ["Translation, events/s per core (CPU time, best of 3), whole corpus of each source",
-           table(["source \\ target", "events", *dialects.NAMES], rows)]
+    out = [
+        "Translation, events/s per core (CPU time, best of 3), whole corpus of each source",
+        table(["source \\ target", "events", *dialects.NAMES], rows),
+    ]
     try:
         from . import litellm_peer
     except ImportError as exc:  # the bench environment installs litellm; plain `make test` does not

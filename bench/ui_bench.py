@@ -42,8 +42,11 @@ class _Upstream:
 
 
 def _gateway(traffic: int) -> Gateway:
-    raw = {"gateway": {"ui_traffic": traffic}, "upstreams": {"bench": {"format": "local"}},
-           "models": [{"name": "m", "upstream": "bench"}]}
+    raw = {
+        "gateway": {"ui_traffic": traffic},
+        "upstreams": {"bench": {"format": "local"}},
+        "models": [{"name": "m", "upstream": "bench"}],
+    }
     return Gateway(config.parse(raw), {"bench": _Upstream()})
 
 
@@ -79,10 +82,12 @@ def run() -> str:
     finally:
         loop.close()
     per = ANSWERS
-    out.append(table(
-        ["traffic ring", "CPU µs / answer", "ratio"],
-        [["off (ui_traffic = 0)", t_off / per * 1e6, 1.0], ["on (200)", t_on / per * 1e6, t_on / t_off]],
-    ))
+    out.append(
+        table(
+            ["traffic ring", "CPU µs / answer", "ratio"],
+            [["off (ui_traffic = 0)", t_off / per * 1e6, 1.0], ["on (200)", t_on / per * 1e6, t_on / t_off]],
+        )
+    )
 
     events = _turn()
     request = hub.Request(model="m", stream=True)
@@ -99,11 +104,15 @@ def run() -> str:
                 encoder.encode(e)
 
     t_six, t_bare = best_of(six), best_of(bare)
-    out.append(table(
-        ["encoding one answer in six dialects", "CPU µs", "ratio"],
-        [["the six encoders alone", t_bare * 1e6, 1.0], ["Fanout (+ text for the page, kept bytes)", t_six * 1e6,
-                                                          t_six / t_bare]],
-    ))
+    out.append(
+        table(
+            ["encoding one answer in six dialects", "CPU µs", "ratio"],
+            [
+                ["the six encoders alone", t_bare * 1e6, 1.0],
+                ["Fanout (+ text for the page, kept bytes)", t_six * 1e6, t_six / t_bare],
+            ],
+        )
+    )
 
     bodies = [b for name, b in corpus_bodies("anthropic-messages")]
 
@@ -119,9 +128,13 @@ def run() -> str:
 
     t_cli, t_report = best_of(cli, repeat=3), best_of(report, repeat=3)
     size = sum(len(b) for b in bodies)
-    out.append(table(
-        ["anthropic-messages corpus -> openai-chat", "MB / CPU s", "ratio (time)"],
-        [["llmbridge translate (decode, encode)", size / t_cli / 1e6, 1.0],
-         ["console analyze (+ detect, validate, report)", size / t_report / 1e6, t_report / t_cli]],
-    ))
+    out.append(
+        table(
+            ["anthropic-messages corpus -> openai-chat", "MB / CPU s", "ratio (time)"],
+            [
+                ["llmbridge translate (decode, encode)", size / t_cli / 1e6, 1.0],
+                ["console analyze (+ detect, validate, report)", size / t_report / 1e6, t_report / t_cli],
+            ],
+        )
+    )
     return "\n\n".join(out)

@@ -72,7 +72,10 @@ def counts() -> Counter[str]:
     """Errors per file from a mypy run with the pyproject configuration."""
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-error-summary", "--no-color-output"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode not in (0, 1):  # 2: mypy itself failed (bad config, crash)
         sys.stderr.write(result.stdout + result.stderr)
@@ -99,7 +102,8 @@ def main(argv: list[str]) -> int:
     problems = [f"{p}: {found[p]} mypy errors in a strict module (0 allowed)" for p in strict if found[p]]
     problems += [
         f"{p}: {n} mypy errors, baseline {baseline.get(p, 0)}"
-        for p, n in sorted(found.items()) if p not in strict and n > baseline.get(p, 0)
+        for p, n in sorted(found.items())
+        if p not in strict and n > baseline.get(p, 0)
     ]
     lower = [p for p, n in baseline.items() if found.get(p, 0) < n]
     total = sum(n for p, n in found.items() if p not in strict)

@@ -69,8 +69,15 @@ TARGETS: dict[str, Target] = {
     ),
     "anthropic-messages": Target(
         "llmbridge.dialects.anthropic_messages._common",
-        ("STOP_TO_HUB", "HUB_TO_STOP", "finish_from_stop", "stop_from_finish", "usage_from_raw", "usage_to_raw",
-         "apply_usage_extra"),
+        (
+            "STOP_TO_HUB",
+            "HUB_TO_STOP",
+            "finish_from_stop",
+            "stop_from_finish",
+            "usage_from_raw",
+            "usage_to_raw",
+            "apply_usage_extra",
+        ),
         FINISH_MAPS,
         "anthropic",
     ),
@@ -131,8 +138,19 @@ TARGETS: dict[str, Target] = {
 }
 
 # The SDKs and libraries the tests import: loaded once, before the children fork.
-PRELOAD = ("openai", "anthropic", "google.genai", "cohere", "botocore.session", "mmsp.mmsp.client", "hypothesis",
-           "pytest", "tests.readers.sources", "tests.readers.mmsp", "tests.readers.llm_stream")
+PRELOAD = (
+    "openai",
+    "anthropic",
+    "google.genai",
+    "cohere",
+    "botocore.session",
+    "mmsp.mmsp.client",
+    "hypothesis",
+    "pytest",
+    "tests.readers.sources",
+    "tests.readers.mmsp",
+    "tests.readers.llm_stream",
+)
 
 
 # ----------------------------------------------------------------------------- mutants
@@ -185,21 +203,50 @@ def _rebind(module: types.ModuleType, name: str, value: Any) -> Callable[[], Non
 
 
 _FLIP: dict[type, type] = {
-    ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
-    ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
-    ast.And: ast.Or, ast.Or: ast.And, ast.Add: ast.Sub, ast.Sub: ast.Add,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.And: ast.Or,
+    ast.Or: ast.And,
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
 }
-_SYMBOL = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
-           ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not", ast.And: "and", ast.Or: "or", ast.Add: "+",
-           ast.Sub: "-"}
+_SYMBOL = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.And: "and",
+    ast.Or: "or",
+    ast.Add: "+",
+    ast.Sub: "-",
+}
 
 
 def _sites(fn: ast.AST) -> Iterator[tuple[ast.AST, str, Callable[[ast.AST], ast.AST | None]]]:
     """(node, description, change) for every mutable node under ``fn``; ``change`` edits a copy
     of the node in place or returns a replacement node."""
-    docstrings = {id(n.body[0].value) for n in ast.walk(fn)
-                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
-                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(fn)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
     annotations = {id(sub) for n in ast.walk(fn) for a in _annotations(n) for sub in ast.walk(a)}
     for node in ast.walk(fn):
         if id(node) in annotations:  # not evaluated (from __future__ import annotations)
@@ -221,8 +268,11 @@ def _sites(fn: ast.AST) -> Iterator[tuple[ast.AST, str, Callable[[ast.AST], ast.
             elif isinstance(v, int):
                 yield node, f"{v} -> {v + 1}", _constant(v + 1)
             elif isinstance(v, (str, bytes)) and len(v) <= 40:
-                yield node, f"{v!r} -> {('XX' + v + 'XX') if isinstance(v, str) else (b'XX' + v + b'XX')!r}", \
-                    _constant("XX" + v + "XX" if isinstance(v, str) else b"XX" + v + b"XX")
+                yield (
+                    node,
+                    f"{v!r} -> {('XX' + v + 'XX') if isinstance(v, str) else (b'XX' + v + b'XX')!r}",
+                    _constant("XX" + v + "XX" if isinstance(v, str) else b"XX" + v + b"XX"),
+                )
 
 
 def _annotations(node: ast.AST) -> list[ast.AST]:
@@ -301,8 +351,7 @@ def _live_function(module: types.ModuleType, qualified: str) -> types.FunctionTy
     return raw if isinstance(raw, types.FunctionType) else None
 
 
-def _code_swapper(tree: ast.Module, path: Path, qualified: str, n: int,
-                  live: types.FunctionType) -> Callable[[], None]:
+def _code_swapper(tree: ast.Module, path: Path, qualified: str, n: int, live: types.FunctionType) -> Callable[[], None]:
     def apply() -> None:
         mutated = copy.deepcopy(tree)
         fn = dict(_functions(mutated, (qualified,)))[qualified]
@@ -341,8 +390,10 @@ def mutants_of(name: str, target: Target, maps_only: bool = False) -> Iterator[M
     for item in target.names or ():
         if "." not in item and isinstance(getattr(module, item, None), (dict, set, frozenset)):
             yield from map_mutants(name, module, item)
-    functions = None if target.names is None else tuple(
-        n for n in target.names if not isinstance(getattr(module, n, None), (dict, set, frozenset))
+    functions = (
+        None
+        if target.names is None
+        else tuple(n for n in target.names if not isinstance(getattr(module, n, None), (dict, set, frozenset)))
     )
     if functions != () and not maps_only:
         yield from code_mutants(name, module, functions)
@@ -420,8 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for name in chosen:
         target = TARGETS[name]
-        mutants = [m for m in mutants_of(name, target, maps_only=args.maps_only)
-                   if not args.only or any(text in m.description for text in args.only)]
+        mutants = [
+            m
+            for m in mutants_of(name, target, maps_only=args.maps_only)
+            if not args.only or any(text in m.description for text in args.only)
+        ]
         tests = list(args.tests or target.tests)
         keyword = None if args.tests else target.keyword
         if args.list:
@@ -449,8 +503,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(outcomes)} mutants in {total / 60:.1f} min: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     if args.report:
         lines = ["| target | survived mutant |", "| --- | --- |"]
-        lines += [f"| {o.mutant.target} | {o.mutant.description} |" for o in outcomes
-                  if o.mutant is not None and o.verdict == "survived"]
+        lines += [
+            f"| {o.mutant.target} | {o.mutant.description} |"
+            for o in outcomes
+            if o.mutant is not None and o.verdict == "survived"
+        ]
         args.report.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 1 if counts["survived"] or counts["error"] else 0
 

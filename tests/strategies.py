@@ -46,7 +46,11 @@ def hub_streams(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS, choices: int = 
         elif kind == "native":
             chunks = [json.dumps({"q": draw(texts)})]
             start = hub.BlockStart(
-                index, "native", id=f"srv_{index}", name="web_search", choice=choice,
+                index,
+                "native",
+                id=f"srv_{index}",
+                name="web_search",
+                choice=choice,
                 extensions={"anthropic-messages": {"type": "server_tool_use"}},
             )
         elif kind == "data":
@@ -91,12 +95,44 @@ splits = st.lists(st.integers(0, 1 << 20) | st.integers(0, 64), max_size=16)
 # (SSE fields, JSON of the wrong shapes, half objects, the terminal markers too early).
 _PIECES = st.sampled_from(
     [
-        b"data: ", b"event: ", b"id: 1", b"retry: x", b": comment", b"\n", b"\r\n", b"\n\n",
-        b"[DONE]", b"{", b"}", b"[", b"]", b",", b'"type":', b'"message_start"', b'"content_block_delta"',
-        b'"response.completed"', b'"candidates":', b'"choices":', b'"delta":', b'"index":', b"null", b"1",
-        b"-1", b'"x"', b"\xff\xfe", b"\xe2\x82", b"{}", b"[]", b'{"type":1}', b'{"choices":{}}',
-        b'{"candidates":[1]}', b'{"v":"1.0","seq":0,"type":"stream.start"}', b'{"event_type":"x"}',
-        b"\x00\x00\x00\x10", b":event-type", b"\x07",
+        b"data: ",
+        b"event: ",
+        b"id: 1",
+        b"retry: x",
+        b": comment",
+        b"\n",
+        b"\r\n",
+        b"\n\n",
+        b"[DONE]",
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b",",
+        b'"type":',
+        b'"message_start"',
+        b'"content_block_delta"',
+        b'"response.completed"',
+        b'"candidates":',
+        b'"choices":',
+        b'"delta":',
+        b'"index":',
+        b"null",
+        b"1",
+        b"-1",
+        b'"x"',
+        b"\xff\xfe",
+        b"\xe2\x82",
+        b"{}",
+        b"[]",
+        b'{"type":1}',
+        b'{"choices":{}}',
+        b'{"candidates":[1]}',
+        b'{"v":"1.0","seq":0,"type":"stream.start"}',
+        b'{"event_type":"x"}',
+        b"\x00\x00\x00\x10",
+        b":event-type",
+        b"\x07",
     ]
 )
 garbage = st.binary(max_size=200) | st.lists(_PIECES, max_size=40).map(b"".join)

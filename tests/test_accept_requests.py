@@ -215,3 +215,89 @@ def test_what_the_vendor_accepts_decodes_and_goes_everywhere(dialect, body):
         if target != dialect:
             dialects.get(target).encode_request(copy.deepcopy(request))
             assert any(name.startswith("tools.") for name in dropped_fields(request, dialect, target))
+
+
+def test_later_system_messages_of_another_dialect_join_the_one_system_prompt_in_order():
+    chat = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "first"},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"},
+            {"role": "developer", "content": "second"},
+            {"role": "user", "content": "more"},
+        ],
+    }
+    request = dialects.get("openai-chat").decode_request(chat)
+    anthropic = AM.encode_request(request)
+    assert anthropic["system"] == "first\n\nsecond"
+    assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user"]
+    gemini = dialects.get("gemini").encode_request(request)
+    assert [p["text"] for p in gemini["systemInstruction"]["parts"]] == ["first", "second"]
+    responses = dialects.get("openai-responses").encode_request(request)
+    assert responses["instructions"] == "first" and responses["input"][2]["role"] == "developer"  # in place
+
+
+SAME_DIALECT = {
+    "openai-chat": {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "s"}]},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": "x", "refusal": None, "annotations": []},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "user", "content": "q", "name": "bob"},
+        ],
+    },
+    "openai-responses": {
+        "model": "m",
+        "instructions": "sys",
+        "input": [
+            {"role": "developer", "content": "dev"},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "EEE"},
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "c1",
+                "name": "f",
+                "arguments": "{}",
+                "status": "completed",
+            },
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_1",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "x", "annotations": []}],
+            },
+            {"role": "user", "content": "more"},
+        ],
+        "tools": [{"type": "web_search"}, {"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    },
+    "gemini": {
+        "systemInstruction": {"parts": [{"text": "s1"}, {"text": "s2"}]},
+        "contents": [
+            {"role": "user", "parts": [{"text": "a"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": "c2ln"}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"result": "ok"}}}]},
+        ],
+        "generationConfig": {"thinkingConfig": {"thinkingLevel": "LOW"}},
+    },
+}
+
+
+@pytest.mark.parametrize("dialect", SAME_DIALECT)
+def test_a_conversation_goes_back_to_its_own_dialect_as_it_came(dialect):
+    """Message spelling (block or string content, roles, item ids and status, system parts,
+    call ids the client did not send) survives decode -> encode for every served dialect."""
+    body = SAME_DIALECT[dialect]
+    module = dialects.get(dialect)
+    again = module.encode_request(module.decode_request(copy.deepcopy(body)))
+    assert {k: again[k] for k in body} == body

@@ -374,7 +374,7 @@ def test_error_mid_stream_raises_the_sdk_exception():
         {
             "type": "error",
             "error": {"type": "overloaded_error", "message": "Overloaded"},
-            "request_id": None,  # required, nullable (Anthropic's ErrorResponse): the source said none
+            "request_id": None,  # ErrorResponse: required, nullable
             "llmbridge": {"type": "overloaded", "status": 529},
         },
     )
@@ -491,9 +491,8 @@ def test_foreign_response_body_round_trips_and_parses(events):
 
 def test_errors_codec():
     status, body = am.encode_error(hub.Error("slow down", "rate_limit"))
-    assert status == 429 and body == {
-        "type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}, "request_id": None
-    }  # fmt: skip
+    error = {"type": "rate_limit_error", "message": "slow down"}
+    assert status == 429 and body == {"type": "error", "error": error, "request_id": None}
     assert am.encode_error(hub.Error("busy", "overloaded"))[0] == 529
     error = am.decode_error(529, b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}')
     assert (error.type, error.message, error.status, error.code) == (

@@ -112,4 +112,3 @@ def test_all_is_the_surface_plus_reexports(name):
             assert owners, f"{attr} is exported but not from the package's files"
         else:
             assert origin.startswith(prefix), f"{attr} comes from {origin}"
-

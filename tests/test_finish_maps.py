@@ -37,8 +37,11 @@ def read(dialect: str, body: bytes) -> Summary:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         if dialect in sources.SHOWS:
-            return {"cohere-v2": sources.read_cohere, "bedrock-converse": sources.read_bedrock,
-                    "gemini-interactions": sources.read_interactions}[dialect](body)
+            return {
+                "cohere-v2": sources.read_cohere,
+                "bedrock-converse": sources.read_bedrock,
+                "gemini-interactions": sources.read_interactions,
+            }[dialect](body)
         return reader(dialect).read(body)
 
 
@@ -90,9 +93,18 @@ def _sse(*objects: dict, named: bool = False) -> bytes:
 
 def anthropic(word: str) -> bytes:
     return _sse(
-        {"type": "message_start", "message": {"id": "m1", "type": "message", "role": "assistant", "model": "c",
-         "content": [], "stop_reason": None, "usage": {"input_tokens": 6, "cache_read_input_tokens": 4,
-                                                        "output_tokens": 1}}},
+        {
+            "type": "message_start",
+            "message": {
+                "id": "m1",
+                "type": "message",
+                "role": "assistant",
+                "model": "c",
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": 6, "cache_read_input_tokens": 4, "output_tokens": 1},
+            },
+        },
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},
         {"type": "content_block_stop", "index": 0},
@@ -104,33 +116,75 @@ def anthropic(word: str) -> bytes:
 
 def openai_chat(word: str) -> bytes:
     chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "g"}
-    return _sse(
-        {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]},
-        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": word}]},
-        {**chunk, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-                                           "prompt_tokens_details": {"cached_tokens": 4},
-                                           "completion_tokens_details": {"reasoning_tokens": 2}}},
-    ) + b"data: [DONE]\n\n"
+    return (
+        _sse(
+            {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]},
+            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": word}]},
+            {
+                **chunk,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": 5,
+                    "total_tokens": 15,
+                    "prompt_tokens_details": {"cached_tokens": 4},
+                    "completion_tokens_details": {"reasoning_tokens": 2},
+                },
+            },
+        )
+        + b"data: [DONE]\n\n"
+    )
 
 
 def openai_responses(word: str) -> bytes:
     status, _, why = word.partition(":")
-    message = {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
-               "content": [{"type": "output_text", "text": "hi", "annotations": []}]}
-    response = {"id": "resp_1", "object": "response", "created_at": 1, "model": "g", "output": [],
-                "status": "in_progress"}
-    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 4}, "output_tokens": 5,
-             "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15}
-    end = {**response, "status": status, "output": [message], "usage": usage,
-           "incomplete_details": {"reason": why} if why else None,
-           "error": {"code": "server_error", "message": "failed"} if status == "failed" else None}
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+    }
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "model": "g",
+        "output": [],
+        "status": "in_progress",
+    }
+    usage = {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 4},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 2},
+        "total_tokens": 15,
+    }
+    end = {
+        **response,
+        "status": status,
+        "output": [message],
+        "usage": usage,
+        "incomplete_details": {"reason": why} if why else None,
+        "error": {"code": "server_error", "message": "failed"} if status == "failed" else None,
+    }
     terminal = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
     return _sse(
         {"type": "response.created", "sequence_number": 0, "response": response},
-        {"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
-         "item": {**message, "status": "in_progress", "content": []}},
-        {"type": "response.output_text.delta", "sequence_number": 2, "item_id": "msg_1", "output_index": 0,
-         "content_index": 0, "delta": "hi"},
+        {
+            "type": "response.output_item.added",
+            "sequence_number": 1,
+            "output_index": 0,
+            "item": {**message, "status": "in_progress", "content": []},
+        },
+        {
+            "type": "response.output_text.delta",
+            "sequence_number": 2,
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": "hi",
+        },
         {"type": "response.output_item.done", "sequence_number": 3, "output_index": 0, "item": message},
         {"type": terminal[status], "sequence_number": 4, "response": end},
         named=True,
@@ -140,9 +194,16 @@ def openai_responses(word: str) -> bytes:
 def gemini(word: str) -> bytes:
     return _sse(
         {"candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]}, "index": 0}]},
-        {"candidates": [{"content": {"role": "model", "parts": [{"text": "!"}]}, "finishReason": word, "index": 0}],
-         "usageMetadata": {"promptTokenCount": 10, "cachedContentTokenCount": 4, "candidatesTokenCount": 3,
-                           "thoughtsTokenCount": 2, "totalTokenCount": 15}},
+        {
+            "candidates": [{"content": {"role": "model", "parts": [{"text": "!"}]}, "finishReason": word, "index": 0}],
+            "usageMetadata": {
+                "promptTokenCount": 10,
+                "cachedContentTokenCount": 4,
+                "candidatesTokenCount": 3,
+                "thoughtsTokenCount": 2,
+                "totalTokenCount": 15,
+            },
+        },
     )
 
 
@@ -159,12 +220,20 @@ def llm_stream(word: str) -> bytes:
 
 def mmsp(word: str) -> bytes:
     base = {"role": "assistant", "usage_metadata": None, "finish_reason": None, "created_at": 1}
-    return _sse(
-        {**base, "event_type": "delta", "content_items": [{"type": "text.delta", "text": "hi"}]},
-        {**base, "event_type": "delta", "content_items": [{"type": "text.done", "text": "hi"}]},
-        {**base, "event_type": "stop", "content_items": [], "finish_reason": word,
-         "usage_metadata": {"cached_tokens": 4, "prompt_tokens": 10, "thoughts_tokens": 2, "response_tokens": 3}},
-    ) + b"data: [DONE]\n\n"
+    return (
+        _sse(
+            {**base, "event_type": "delta", "content_items": [{"type": "text.delta", "text": "hi"}]},
+            {**base, "event_type": "delta", "content_items": [{"type": "text.done", "text": "hi"}]},
+            {
+                **base,
+                "event_type": "stop",
+                "content_items": [],
+                "finish_reason": word,
+                "usage_metadata": {"cached_tokens": 4, "prompt_tokens": 10, "thoughts_tokens": 2, "response_tokens": 3},
+            },
+        )
+        + b"data: [DONE]\n\n"
+    )
 
 
 def cohere(word: str) -> bytes:
@@ -173,8 +242,10 @@ def cohere(word: str) -> bytes:
         {"type": "content-start", "index": 0, "delta": {"message": {"content": {"type": "text", "text": ""}}}},
         {"type": "content-delta", "index": 0, "delta": {"message": {"content": {"text": "hi"}}}},
         {"type": "content-end", "index": 0},
-        {"type": "message-end", "delta": {"finish_reason": word,
-                                          "usage": {"tokens": {"input_tokens": 10, "output_tokens": 5}}}},
+        {
+            "type": "message-end",
+            "delta": {"finish_reason": word, "usage": {"tokens": {"input_tokens": 10, "output_tokens": 5}}},
+        },
         named=True,
     )
 
@@ -184,27 +255,47 @@ def bedrock(word: str) -> bytes:
         headers = {":event-type": kind, ":content-type": "application/json", ":message-type": "event"}
         return encode_frame(headers, json.dumps(payload).encode())
 
-    return b"".join([
-        frame("messageStart", {"role": "assistant"}),
-        frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "hi"}}),
-        frame("contentBlockStop", {"contentBlockIndex": 0}),
-        frame("messageStop", {"stopReason": word}),
-        frame("metadata", {"usage": {"inputTokens": 6, "cacheReadInputTokens": 4, "outputTokens": 5,
-                                     "totalTokens": 15}, "metrics": {"latencyMs": 1}}),
-    ])
+    return b"".join(
+        [
+            frame("messageStart", {"role": "assistant"}),
+            frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "hi"}}),
+            frame("contentBlockStop", {"contentBlockIndex": 0}),
+            frame("messageStop", {"stopReason": word}),
+            frame(
+                "metadata",
+                {
+                    "usage": {"inputTokens": 6, "cacheReadInputTokens": 4, "outputTokens": 5, "totalTokens": 15},
+                    "metrics": {"latencyMs": 1},
+                },
+            ),
+        ]
+    )
 
 
 def interactions(word: str) -> bytes:
     return _sse(
-        {"interaction": {"id": "i1", "status": "in_progress", "object": "interaction", "model": "g"},
-         "event_type": "interaction.created"},
+        {
+            "interaction": {"id": "i1", "status": "in_progress", "object": "interaction", "model": "g"},
+            "event_type": "interaction.created",
+        },
         {"index": 0, "step": {"type": "model_output"}, "event_type": "step.start"},
         {"index": 0, "delta": {"text": "hi", "type": "text"}, "event_type": "step.delta"},
         {"index": 0, "event_type": "step.stop"},
-        {"interaction": {"id": "i1", "status": word, "object": "interaction", "model": "g",
-                         "usage": {"total_input_tokens": 10, "total_cached_tokens": 4, "total_output_tokens": 3,
-                                   "total_thought_tokens": 2}},
-         "event_type": "interaction.completed"},
+        {
+            "interaction": {
+                "id": "i1",
+                "status": word,
+                "object": "interaction",
+                "model": "g",
+                "usage": {
+                    "total_input_tokens": 10,
+                    "total_cached_tokens": 4,
+                    "total_output_tokens": 3,
+                    "total_thought_tokens": 2,
+                },
+            },
+            "event_type": "interaction.completed",
+        },
     )
 
 
@@ -291,8 +382,15 @@ def test_each_finish_word_reads_right_in_every_target(source, word, target):
 @pytest.mark.parametrize("dialect", ALL)
 def test_the_extension_brings_every_reason_and_unknown_count_back(dialect, reason):
     usage = hub.Usage(input_tokens=None, output_tokens=7, cache_read_tokens=None, reasoning_tokens=3)
-    events = [hub.ResponseStart("r", "m"), hub.BlockStart(0, "text"), hub.Delta(0, "hi"), hub.BlockStop(0), usage,
-              hub.Finish(reason), hub.ResponseEnd()]
+    events = [
+        hub.ResponseStart("r", "m"),
+        hub.BlockStart(0, "text"),
+        hub.Delta(0, "hi"),
+        hub.BlockStop(0),
+        usage,
+        hub.Finish(reason),
+        hub.ResponseEnd(),
+    ]
     codec = dialects.get(dialect)
     back = hub.assemble(decode_all(codec.StreamDecoder(), encode_all(codec.StreamEncoder(), events)))
     assert back.finish is not None and back.finish.reason == reason
@@ -307,31 +405,43 @@ def test_the_extension_brings_every_reason_and_unknown_count_back(dialect, reaso
 
 def _anthropic_usage(start: dict, end: dict) -> bytes:
     body = anthropic("end_turn").decode()
-    body = body.replace('"usage": {"input_tokens": 6, "cache_read_input_tokens": 4, "output_tokens": 1}',
-                        '"usage": ' + json.dumps(start))
+    body = body.replace(
+        '"usage": {"input_tokens": 6, "cache_read_input_tokens": 4, "output_tokens": 1}',
+        '"usage": ' + json.dumps(start),
+    )
     return body.replace('"usage": {"output_tokens": 5}', '"usage": ' + json.dumps(end)).encode()
 
 
 def _chat_usage(usage: dict) -> bytes:
     chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "g"}
-    return _sse(
-        {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]},
-        {**chunk, "choices": [], "usage": usage},
-    ) + b"data: [DONE]\n\n"
+    return (
+        _sse(
+            {
+                **chunk,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            },
+            {**chunk, "choices": [], "usage": usage},
+        )
+        + b"data: [DONE]\n\n"
+    )
 
 
 USAGE_CASES = {
     "anthropic-cache-write": (
         "anthropic-messages",
-        _anthropic_usage({"input_tokens": 6, "cache_read_input_tokens": 4, "cache_creation_input_tokens": 3,
-                          "output_tokens": 1}, {"output_tokens": 5}),
+        _anthropic_usage(
+            {"input_tokens": 6, "cache_read_input_tokens": 4, "cache_creation_input_tokens": 3, "output_tokens": 1},
+            {"output_tokens": 5},
+        ),
         hub.Usage(input_tokens=13, output_tokens=5, cache_read_tokens=4, cache_write_tokens=3),
         (13, 5),
     ),
     "anthropic-final-input-on-message-delta": (
         "anthropic-messages",
-        _anthropic_usage({"input_tokens": 0, "output_tokens": 1},
-                         {"input_tokens": 6, "cache_read_input_tokens": 4, "output_tokens": 5}),
+        _anthropic_usage(
+            {"input_tokens": 0, "output_tokens": 1},
+            {"input_tokens": 6, "cache_read_input_tokens": 4, "output_tokens": 5},
+        ),
         hub.Usage(input_tokens=10, output_tokens=5, cache_read_tokens=4, cache_write_tokens=None),
         (10, 5),
     ),
@@ -355,15 +465,27 @@ USAGE_CASES = {
     ),
     "openai-chat-xai-reasoning-outside-completion": (
         "openai-chat",
-        _chat_usage({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 15,
-                     "completion_tokens_details": {"reasoning_tokens": 2}}),
+        _chat_usage(
+            {
+                "prompt_tokens": 10,
+                "completion_tokens": 3,
+                "total_tokens": 15,
+                "completion_tokens_details": {"reasoning_tokens": 2},
+            }
+        ),
         hub.Usage(input_tokens=10, output_tokens=5, reasoning_tokens=2, total_tokens=15),
         (10, 5),
     ),
     "openai-chat-reasoning-inside-completion": (
         "openai-chat",
-        _chat_usage({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-                     "completion_tokens_details": {"reasoning_tokens": 2}}),
+        _chat_usage(
+            {
+                "prompt_tokens": 10,
+                "completion_tokens": 5,
+                "total_tokens": 15,
+                "completion_tokens_details": {"reasoning_tokens": 2},
+            }
+        ),
         hub.Usage(input_tokens=10, output_tokens=5, reasoning_tokens=2, total_tokens=15),
         (10, 5),
     ),
@@ -375,8 +497,14 @@ USAGE_CASES = {
     ),
     "openai-chat-cache-write": (
         "openai-chat",
-        _chat_usage({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-                     "prompt_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 3}}),
+        _chat_usage(
+            {
+                "prompt_tokens": 10,
+                "completion_tokens": 5,
+                "total_tokens": 15,
+                "prompt_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 3},
+            }
+        ),
         hub.Usage(input_tokens=10, output_tokens=5, cache_read_tokens=4, cache_write_tokens=3, total_tokens=15),
         (10, 5),
     ),

@@ -158,3 +158,11 @@ def test_anthropic_default_max_tokens_fills_it_in(upstream):
 def test_anthropic_default_max_tokens_must_be_a_count(upstream, value):
     with pytest.raises(ConfigError, match=r"gateway\.anthropic_default_max_tokens"):
         parse(gateway_config(upstream, anthropic_default_max_tokens=value))
+
+
+def test_anthropic_max_tokens_zero_is_accepted_as_anthropic_does(gateway, upstream):
+    """Anthropic's max_tokens 0 fills the prompt cache and generates nothing: not a 400."""
+    body = {"model": "claude-sonnet-4-5-20250929", "max_tokens": 0, "messages": [{"role": "user", "content": "hi"}]}
+    response = post(gateway, "/v1/messages", body)
+    assert response.status_code == 200, response.text
+    assert upstream.received[-1][1]["max_tokens"] == 0

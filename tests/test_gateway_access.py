@@ -518,3 +518,42 @@ def test_unknown_models_and_long_request_ids_stay_out_of_metrics_and_the_ledger(
     assert rows and all(len(model) <= 64 and len(rid) <= 128 for model, rid in rows)
     assert all(r.isprintable() and " " not in r for _, r in rows)
     assert {model for model, _ in rows} <= {"scripted", "(unknown)"}
+
+
+# --------------------------------------------------------------------------- a WebSocket turn is a request
+
+
+@pytest.mark.parametrize(
+    ("change", "status"),
+    [
+        ("revoke", 401),
+        ("rotate", 401),
+        ("rescope", 403),
+        ("budget", 403),
+        ("expire", 401),
+    ],
+)
+def test_an_open_websocket_stops_at_the_next_turn_when_its_key_changes(team, change, status):
+    """The key is checked on every turn, not once at the upgrade: revoked, rotated, re-scoped
+    to other models, given a spent budget or expired, the next turn on the same connection is
+    refused with error + stream.end, and the connection stays open."""
+    made = HTTP.post(team.url + "/admin/keys", json={"name": f"ws-{change}"}, headers=ADMIN).json()
+    kid, secret = made["id"], made["key"]
+    with connect(_ws(team), additional_headers={"authorization": f"Bearer {secret}"}) as ws:
+        assert not [e for e in _turn(ws) if e["type"] == "error"]
+        if change == "revoke":
+            assert HTTP.delete(team.url + f"/admin/keys/{kid}", headers=ADMIN).status_code in (200, 204)
+        elif change == "rotate":
+            assert HTTP.post(team.url + f"/admin/keys/{kid}/rotate", headers=ADMIN).status_code == 200
+        else:
+            patch = {
+                "rescope": {"models": ["another-model"]},
+                "budget": {"budget_usd": 0},
+                "expire": {"expires_at": "2000-01-01T00:00:00Z"},
+            }[change]
+            r = HTTP.patch(team.url + f"/admin/keys/{kid}", json=patch, headers=ADMIN)
+            assert r.status_code == 200, r.text
+        events = _turn(ws)
+        errors = [e for e in events if e["type"] == "error"]
+        assert errors and errors[0].get("llmbridge:status") == status, (change, events)
+        assert events[-1]["type"] == "stream.end"

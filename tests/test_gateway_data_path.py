@@ -312,8 +312,9 @@ def test_clients_that_close_at_done_leave_no_traceback_in_the_log(gw, caplog):
                 break
         stream.close()  # at once, as LangChain's use of the SDK does
     for _ in range(10):
-        with HTTP.stream("POST", gw.url + "/v1/chat/completions", json={"model": "big-event", "messages": HI,
-                                                                         "stream": True}) as r:
+        with HTTP.stream(
+            "POST", gw.url + "/v1/chat/completions", json={"model": "big-event", "messages": HI, "stream": True}
+        ) as r:
             next(r.iter_bytes())  # and some that leave mid-stream
     text = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     assert "Traceback" not in text and "never retrieved" not in text

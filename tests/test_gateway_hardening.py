@@ -107,14 +107,25 @@ def _set(dialect: str, body: dict, field: str, value: object) -> dict:
 
 
 OUT_OF_RANGE = {
-    "openai-chat": [("max_tokens", 0), ("max_tokens", -3), ("max_completion_tokens", BIG), ("n", 10**6),
-                    ("temperature", 1e308), ("top_p", 7), ("presence_penalty", -100)],
-    "openai-responses": [("max_output_tokens", 0), ("max_output_tokens", BIG), ("temperature", 1e308),
-                         ("top_p", -1)],
-    "anthropic-messages": [("max_tokens", 0), ("max_tokens", -1), ("max_tokens", BIG), ("temperature", 1e308),
-                           ("top_k", -5)],
-    "gemini": [("maxOutputTokens", 0), ("maxOutputTokens", BIG), ("candidateCount", 10**6),
-               ("temperature", 1e308), ("topP", 2.5)],
+    "openai-chat": [
+        ("max_tokens", 0),
+        ("max_tokens", -3),
+        ("max_completion_tokens", BIG),
+        ("n", 10**6),
+        ("temperature", 1e308),
+        ("top_p", 7),
+        ("presence_penalty", -100),
+    ],
+    "openai-responses": [("max_output_tokens", 0), ("max_output_tokens", BIG), ("temperature", 1e308), ("top_p", -1)],
+    # (max_tokens 0 is Anthropic's own "only fill the prompt cache": accepted, see test_gateway_acceptance)
+    "anthropic-messages": [("max_tokens", -1), ("max_tokens", BIG), ("temperature", 1e308), ("top_k", -5)],
+    "gemini": [
+        ("maxOutputTokens", 0),
+        ("maxOutputTokens", BIG),
+        ("candidateCount", 10**6),
+        ("temperature", 1e308),
+        ("topP", 2.5),
+    ],
     "llm-stream": [("max_tokens", 0), ("max_tokens", BIG), ("temperature", 1e308), ("seed", BIG)],
     "mmsp": [("max_tokens", BIG), ("temperature", 1e308)],
 }
@@ -133,8 +144,11 @@ def test_out_of_range_parameters_are_400_naming_the_field(gw, dialect, field, va
     no_traceback(caplog)
 
 
-STREAM_FLAGS = [(d, v) for d in ("openai-chat", "openai-responses", "anthropic-messages", "llm-stream")
-                for v in ("yes", "false", 1, "true")]
+STREAM_FLAGS = [
+    (d, v)
+    for d in ("openai-chat", "openai-responses", "anthropic-messages", "llm-stream")
+    for v in ("yes", "false", 1, "true")
+]
 
 
 @pytest.mark.parametrize(("dialect", "value"), STREAM_FLAGS)
@@ -156,18 +170,28 @@ def test_llm_stream_says_which_number_is_wrong(gw):
 
 
 def test_in_range_parameters_still_pass(gw):
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2**31 - 1,
-            "temperature": 0, "top_p": 1, "n": 1, "seed": -(2**63), "stream": False}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2**31 - 1,
+        "temperature": 0,
+        "top_p": 1,
+        "n": 1,
+        "seed": -(2**63),
+        "stream": False,
+    }
     response = HTTP.post(gw.url + "/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
 
 
 def test_validate_request_is_one_function_for_every_dialect():
-    validate_request(hub.Request(model="m", max_tokens=1, temperature=2.0, top_k=0, thinking={"budget_tokens": -1}),
-                     "gemini")
-    for name, value in [("max_tokens", 0), ("n", 129), ("temperature", float("nan")), ("top_p", float("inf"))]:
+    validate_request(
+        hub.Request(model="m", max_tokens=1, temperature=2.0, top_k=0, thinking={"budget_tokens": -1}), "gemini"
+    )
+    for name, value in [("max_tokens", -1), ("n", 129), ("temperature", float("nan")), ("top_p", float("inf"))]:
         with pytest.raises(RequestError, match=name):
             validate_request(hub.Request(model="m", **{name: value}), "anthropic-messages")
+    validate_request(hub.Request(model="m", max_tokens=0), "anthropic-messages")  # Anthropic's cache-only call
     with pytest.raises(RequestError, match=r"max_completion_tokens"):  # the client's own field name
         validate_request(hub.Request(model="m", max_tokens=0), "openai-chat")
     with pytest.raises(RequestError, match=r"stop_sequences"):
@@ -206,8 +230,9 @@ def test_the_header_turns_extension_data_on(gw):
 
 def test_config_turns_extension_data_on():
     with serving(replay.create_app(CORPUS, seed=5)) as up:
-        raw = replay_config(up.url, {THINKING: ("anthropic-messages", "claude-thinking-then-tool-use")},
-                            gateway={"extensions": True})
+        raw = replay_config(
+            up.url, {THINKING: ("anthropic-messages", "claude-thinking-then-tool-use")}, gateway={"extensions": True}
+        )
         with serving(create_app(config.parse(raw))) as gw:
             assert b'"llmbridge"' in _raw(gw, "openai-chat", THINKING).content
             assert b"llmbridge" not in _raw(gw, "openai-chat", THINKING, {"x-llmbridge-extensions": "false"}).content
@@ -215,9 +240,14 @@ def test_config_turns_extension_data_on():
 
 def test_official_sdk_sees_no_extension_key(gw):
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
-    chunks = list(client.chat.completions.create(
-        model=THINKING, messages=[{"role": "user", "content": "hi"}], stream=True,
-        stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=THINKING,
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     dumped = json.dumps([c.model_dump() for c in chunks])
     assert "llmbridge" not in dumped
     assert chunks[-1].usage is not None and chunks[-1].choices == []
@@ -243,16 +273,22 @@ def failing_gw():
         return Response(ANTHROPIC_ERROR_AFTER_TEXT, media_type="text/event-stream")
 
     with serving(Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])) as up:
-        raw = {"upstreams": {"claude": {"format": "anthropic-messages", "base_url": up.url}},
-               "models": [{"name": "m", "upstream": "claude"}]}
+        raw = {
+            "upstreams": {"claude": {"format": "anthropic-messages", "base_url": up.url}},
+            "models": [{"name": "m", "upstream": "claude"}],
+        }
         with serving(create_app(config.parse(raw))) as gw:
             yield gw
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
 def test_translated_chat_error_has_finish_reason_error_then_done(failing_gw, include_usage):
-    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}],
-            "stream_options": {"include_usage": include_usage}}
+    body = {
+        "model": "m",
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream_options": {"include_usage": include_usage},
+    }
     response = HTTP.post(failing_gw.url + "/v1/chat/completions", json=body)
     assert response.status_code == 200
     events = [e for e in response.text.split("\n\n") if e.strip()]

@@ -55,8 +55,15 @@ URL = "https://example.com/cat.png"
 
 def ok_stream(dialect: str) -> bytes:
     """A short answer ("ok") in ``dialect``'s stream format, written by its own encoder."""
-    events = [hub.ResponseStart("r1", "m"), hub.BlockStart(0, "text"), hub.Delta(0, "ok"), hub.BlockStop(0),
-              hub.Usage(3, 1), hub.Finish("end_turn"), hub.ResponseEnd()]
+    events = [
+        hub.ResponseStart("r1", "m"),
+        hub.BlockStart(0, "text"),
+        hub.Delta(0, "ok"),
+        hub.BlockStop(0),
+        hub.Usage(3, 1),
+        hub.Finish("end_turn"),
+        hub.ResponseEnd(),
+    ]
     encoder = dialects.stream_encoder(dialects.get(dialect), hub.Request(stream=True))
     return b"".join(encoder.encode(e) for e in events)
 
@@ -86,7 +93,9 @@ def gateway():
 def send(gw, client: str, up: str, image: hub.ImagePart) -> httpx.Response:
     """A request with one text and one image part, in ``client``'s dialect (its own encoder)."""
     request = hub.Request(
-        model=f"m-{up}", stream=True, max_tokens=16,
+        model=f"m-{up}",
+        stream=True,
+        max_tokens=16,
         messages=[hub.Message("user", [hub.TextPart("What is this?"), image])],
     )
     body = dialects.get(client).encode_request(request)

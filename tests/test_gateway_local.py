@@ -12,6 +12,7 @@ from llmbridge import errors, hub
 from llmbridge.dialects.base import decode_all
 from llmbridge.dialects.openai_chat import StreamDecoder
 from llmbridge.gateway import config, create_app, upstream
+from llmbridge.gateway.extensions import HEADER
 from tests.gateway_util import serving
 
 HTTP = httpx.Client(timeout=60)
@@ -60,11 +61,9 @@ def gw():
         yield server
 
 
-def chat(gw, model: str, stream: bool = True) -> httpx.Response:
-    """As our own client asks: with our extension data, which names the hub error type (a
-    vendor SDK, which does not ask, gets the vendor's shape only)."""
+def chat(gw, model: str, stream: bool = True, headers: dict | None = None) -> httpx.Response:
     body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
-    return HTTP.post(gw.url + "/v1/chat/completions", json=body, headers={"x-llmbridge-extensions": "1"})
+    return HTTP.post(gw.url + "/v1/chat/completions", json=body, headers=headers)
 
 
 def test_protocol_is_satisfied():
@@ -94,7 +93,8 @@ def test_queue_full_is_429_and_falls_back(gw):
 
 def test_in_process_truncation_and_idle_timeout(gw):
     for model, kind in (("cut", "incomplete_stream"), ("hang", "timeout")):
-        response = hub.assemble(decode_all(StreamDecoder(), chat(gw, model).content))
+        # the hub error type rides under "llmbridge", for clients that ask (as llmbridge.Client does)
+        response = hub.assemble(decode_all(StreamDecoder(), chat(gw, model, headers={HEADER: "1"}).content))
         assert not response.complete and response.error.type == kind
         assert response.blocks[0].text.startswith("hello")
 

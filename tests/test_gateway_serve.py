@@ -187,13 +187,17 @@ def test_a_stalled_request_body_is_closed_without_a_traceback(tmp_path):
     gateway = {"header_timeout": 30, "idle_timeout": 1}
     with served(tmp_path, gateway) as (url, _, log):
         with _connect(url) as sock:
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
-                         b'content-length: 500\r\n\r\n{"model": "m", "mess')
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                b'content-length: 500\r\n\r\n{"model": "m", "mess'
+            )
             assert _closed_by_server(sock), "a stalled request body kept its connection"
         with _connect(url) as sock:  # a slow body that keeps coming is served
             body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
-                         b"content-length: %d\r\n\r\n" % len(body))
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n" % len(body)
+            )
             for i in range(0, len(body), 16):
                 sock.sendall(body[i : i + 16])
                 time.sleep(0.05)

@@ -51,20 +51,27 @@ def upstream():
 
 @pytest.mark.parametrize("extensions", [False, True])
 def test_llmbridge_key_reaches_only_upstreams_that_take_it(upstream, extensions):
-    config = parse({
-        "upstreams": {"chat": {"format": "openai-chat", "base_url": upstream.url + "/v1", "extensions": extensions}},
-        "models": [{"name": "m", "upstream": "chat", "upstream_model": "m"}],
-    })
+    config = parse(
+        {
+            "upstreams": {
+                "chat": {"format": "openai-chat", "base_url": upstream.url + "/v1", "extensions": extensions}
+            },
+            "models": [{"name": "m", "upstream": "chat", "upstream_model": "m"}],
+        }
+    )
     with serving(create_app(config)) as gateway:
         client = anthropic.Anthropic(base_url=gateway.url, api_key="x", max_retries=0)
         # A failed tool result: Chat Completions has no is_error flag, so it needs the extension key.
         message = client.messages.create(
-            model="m", max_tokens=10,
+            model="m",
+            max_tokens=10,
             messages=[
                 {"role": "user", "content": "weather?"},
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
-                                              "content": "boom"}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": "boom"}],
+                },
             ],
         )
     assert message.content[0].text == "ok"
@@ -77,8 +84,12 @@ def test_extensions_must_be_a_boolean():
     from llmbridge.gateway.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"upstreams\.chat\.extensions"):
-        parse({"upstreams": {"chat": {"format": "openai-chat", "base_url": "http://x", "extensions": "yes"}},
-               "models": []})
+        parse(
+            {
+                "upstreams": {"chat": {"format": "openai-chat", "base_url": "http://x", "extensions": "yes"}},
+                "models": [],
+            }
+        )
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +108,12 @@ def test_chat_usage_chunk_always_last(anthropic_upstream, include_usage):
     """The gateway spec: the last chunk before [DONE] carries usage; with
     stream_options.include_usage its choices are [] (OpenAI's shape), without it the chunk keeps
     one choice with an empty delta (clients that never asked index choices[0] on every chunk)."""
-    config = parse({
-        "upstreams": {"claude": {"format": "anthropic-messages", "base_url": anthropic_upstream.url}},
-        "models": [{"name": "m", "upstream": "claude", "upstream_model": "claude-x"}],
-    })
+    config = parse(
+        {
+            "upstreams": {"claude": {"format": "anthropic-messages", "base_url": anthropic_upstream.url}},
+            "models": [{"name": "m", "upstream": "claude", "upstream_model": "claude-x"}],
+        }
+    )
     extra = {} if include_usage is None else {"stream_options": {"include_usage": include_usage}}
     request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
     with serving(create_app(config)) as gateway:

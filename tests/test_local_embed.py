@@ -14,15 +14,27 @@ if not embed.available():
 # (anchor, paraphrase in other words, shares words but not meaning)
 TRIPLES = [
     ("How do I bake bread at home?", "Instructions for making a homemade loaf.", "How do I fix my car at home?"),
-    ("The cat is sleeping on the sofa.", "A kitten naps on the couch.",
-     "The cat is sleeping on the job market report."),
-    ("I lost my wallet at the train station.", "My purse went missing at the railway terminal.",
-     "I lost my train of thought at the station meeting."),
-    ("What is the capital of France?", "Which city is France's seat of government?",
-     "What is the capital gain tax in France?"),
+    (
+        "The cat is sleeping on the sofa.",
+        "A kitten naps on the couch.",
+        "The cat is sleeping on the job market report.",
+    ),
+    (
+        "I lost my wallet at the train station.",
+        "My purse went missing at the railway terminal.",
+        "I lost my train of thought at the station meeting.",
+    ),
+    (
+        "What is the capital of France?",
+        "Which city is France's seat of government?",
+        "What is the capital gain tax in France?",
+    ),
     ("She plays the violin beautifully.", "Her fiddle performances are lovely.", "She plays the lottery every week."),
-    ("The stock market crashed today.", "Share prices plunged sharply this afternoon.",
-     "The market stall sold stock cubes today."),
+    (
+        "The stock market crashed today.",
+        "Share prices plunged sharply this afternoon.",
+        "The market stall sold stock cubes today.",
+    ),
 ]
 
 

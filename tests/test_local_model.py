@@ -144,8 +144,9 @@ async def test_greedy_stream_is_deterministic_and_matches_llama_cpp(upstream):
 
 
 async def test_openai_style_penalties_replace_the_default_repeat_penalty(upstream):
-    _, response = await collect(upstream, ask("Count from one to ten.", max_tokens=12, frequency_penalty=0.5,
-                                              presence_penalty=0.2))
+    _, response = await collect(
+        upstream, ask("Count from one to ten.", max_tokens=12, frequency_penalty=0.5, presence_penalty=0.2)
+    )
     assert response.error is None and response.blocks[0].text
     assert response.finish.reason in ("max_tokens", "end_turn")
 

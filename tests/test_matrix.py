@@ -22,11 +22,12 @@ SOURCES = {
     "anthropic-messages": corpus_files("anthropic-messages"),
     "openai-chat": corpus_files("openai-chat"),
     "openai-responses": corpus_files("openai-responses"),
-    "gemini": corpus_files("gemini") + [p for p in corpus_files("other") if p.name.startswith("gemini") and
-                                        p.read_bytes().lstrip().startswith(b"[")],
+    "gemini": corpus_files("gemini")
+    + [p for p in corpus_files("other") if p.name.startswith("gemini") and p.read_bytes().lstrip().startswith(b"[")],
     "cohere-v2": [p for p in corpus_files("other") if p.name.startswith("cohere-v2-")],
-    "bedrock-converse": [p for p in corpus_files("other", suffix=".eventstream")
-                         if p.name.startswith("bedrock-converse-stream-")],
+    "bedrock-converse": [
+        p for p in corpus_files("other", suffix=".eventstream") if p.name.startswith("bedrock-converse-stream-")
+    ],
     "gemini-interactions": [p for p in corpus_files("other") if p.name.startswith("gemini-interactions-")],
 }
 CASES = [(dialect, path) for dialect, paths in SOURCES.items() for path in paths]
@@ -113,8 +114,19 @@ def content(events: list[hub.Event]) -> dict:
         if b.kind == "tool_call":
             b.text = arguments(b.text)
     # (the vendor's item ids of text and thinking blocks are bookkeeping, not content)
-    blocks = [(b.choice, b.kind, b.text, b.id if b.kind in ("tool_call", "native") else None, b.name, b.mime_type,
-               b.fidelity or None) for b in r.blocks if b.text or b.kind != "text" or b.fidelity]
+    blocks = [
+        (
+            b.choice,
+            b.kind,
+            b.text,
+            b.id if b.kind in ("tool_call", "native") else None,
+            b.name,
+            b.mime_type,
+            b.fidelity or None,
+        )
+        for b in r.blocks
+        if b.text or b.kind != "text" or b.fidelity
+    ]
     usage = r.usage or hub.Usage()
     return {
         "blocks": blocks,

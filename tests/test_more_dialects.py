@@ -763,7 +763,14 @@ def test_vendor_request_bodies_decode_and_come_back(name):
 def test_usage_keeps_its_own_and_carried_extensions(name):
     module = dialects.get(name)
     extensions = {name: {"x": 1}, "other": {"y": 2}}
-    events = [hub.ResponseStart("r", "m", 1), hub.BlockStart(0, "text"), hub.Delta(0, "hi"), hub.BlockStop(0),
-              hub.Usage(5, 3, extensions=extensions), hub.Finish("end_turn"), hub.ResponseEnd()]
+    events = [
+        hub.ResponseStart("r", "m", 1),
+        hub.BlockStart(0, "text"),
+        hub.Delta(0, "hi"),
+        hub.BlockStop(0),
+        hub.Usage(5, 3, extensions=extensions),
+        hub.Finish("end_turn"),
+        hub.ResponseEnd(),
+    ]
     back = decode_all(module.StreamDecoder(), encode_all(module.StreamEncoder(), events))
     assert hub.assemble(back).usage.extensions == extensions

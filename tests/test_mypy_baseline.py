@@ -20,8 +20,16 @@ def script():
 
 
 def _tree(root: Path, overrides: str) -> None:
-    for name in ("pkg/__init__.py", "pkg/a.py", "pkg/b.py", "pkg/sub/__init__.py", "pkg/sub/c.py",
-                 "pkg/sub/d.py", "pkg/subway.py", "other.py"):
+    for name in (
+        "pkg/__init__.py",
+        "pkg/a.py",
+        "pkg/b.py",
+        "pkg/sub/__init__.py",
+        "pkg/sub/c.py",
+        "pkg/sub/d.py",
+        "pkg/subway.py",
+        "other.py",
+    ):
         path = root / "src" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
@@ -29,7 +37,9 @@ def _tree(root: Path, overrides: str) -> None:
 
 
 def test_a_glob_covers_the_package_and_an_exact_name_carves_out(script, tmp_path):
-    _tree(tmp_path, """
+    _tree(
+        tmp_path,
+        """
 [[tool.mypy.overrides]]
 module = ["pkg.*", "other"]
 disallow_untyped_defs = true
@@ -37,7 +47,8 @@ disallow_untyped_defs = true
 [[tool.mypy.overrides]]
 module = "pkg.sub.d"
 disallow_untyped_defs = false
-""")
+""",
+    )
     assert script.strict_files(tmp_path) == (
         "src/other.py",
         "src/pkg/__init__.py",
@@ -50,7 +61,9 @@ disallow_untyped_defs = false
 
 
 def test_the_longest_glob_wins_and_a_prefix_is_not_a_package(script, tmp_path):
-    _tree(tmp_path, """
+    _tree(
+        tmp_path,
+        """
 [[tool.mypy.overrides]]
 module = "pkg.*"
 disallow_untyped_defs = true
@@ -66,7 +79,8 @@ disallow_untyped_defs = true
 [[tool.mypy.overrides]]
 module = "pkg.a"
 ignore_errors = false
-""")
+""",
+    )
     # pkg.sub.* (longer) turns pkg.sub off, the exact pkg.sub.c back on; "pkg.subway" is not
     # under "pkg.sub"; an override without disallow_untyped_defs says nothing about strictness.
     assert script.strict_files(tmp_path) == (
@@ -80,6 +94,14 @@ ignore_errors = false
 
 def test_the_repository_strict_list_holds_what_issue_12_asks_for(script):
     strict = set(script.strict_files())
-    for module in ("sse", "hub", "dialects/base", "gateway/__init__", "gateway/app", "gateway/streaming",
-                   "gateway/teams/core", "gateway/ui/_routes"):
+    for module in (
+        "sse",
+        "hub",
+        "dialects/base",
+        "gateway/__init__",
+        "gateway/app",
+        "gateway/streaming",
+        "gateway/teams/core",
+        "gateway/ui/_routes",
+    ):
         assert f"src/llmbridge/{module}.py" in strict

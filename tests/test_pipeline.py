@@ -235,3 +235,38 @@ def test_a_request_id_in_the_body_is_echoed_only_when_bounded_like_the_header(gw
         assert r.status_code == 200
         start = json.loads(r.text.split("data: ", 1)[1].split("\n", 1)[0])
         assert (start.get("request_id") == rid) is echoed and len(r.text) < 20_000
+
+
+class _Anonymous:
+    """An in-process upstream whose answer names no model (as Bedrock's and Cohere's streams do)."""
+
+    name = "anon"
+
+    async def stream(self, request):
+        from llmbridge import hub
+
+        for event in (
+            hub.ResponseStart(id="r1"),
+            hub.BlockStart(0, "text"),
+            hub.Delta(0, "hi"),
+            hub.BlockStop(0),
+            hub.Finish("end_turn"),
+            hub.ResponseEnd(),
+        ):
+            yield event
+
+
+def test_an_answer_whose_upstream_named_no_model_names_the_model_it_was_sent_to():
+    """Every vendor's answer names its model (Anthropic's Message.model is required and
+    non-empty): the gateway names the upstream model it asked when the upstream said none."""
+    raw = {
+        "upstreams": {"anon": {"format": "local"}},
+        "models": [{"name": "m", "upstream": "anon", "upstream_model": "anon-model-1"}],
+    }
+    with serving(create_app(config.parse(raw, env={}), upstreams={"anon": _Anonymous()})) as server:
+        headers = {"anthropic-version": "2023-06-01"}
+        body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        whole = HTTP.post(server.url + "/v1/messages", json=body, headers=headers).json()
+        assert whole["model"] == "anon-model-1" and whole["content"][0]["text"] == "hi"
+        streamed = HTTP.post(server.url + "/v1/messages", json=body | {"stream": True}, headers=headers).text
+        assert '"model":"anon-model-1"' in streamed.replace(" ", "")

@@ -119,7 +119,7 @@ SURFACE: dict[str, list[str]] = {
         "encode_response",
         "endpoint",
     ],
-    "llmbridge.dialects.fields": ["HEADER", "OURS", "dropped_fields", "server_tool_type"],
+    "llmbridge.dialects.fields": ["HEADER", "OPENAI_SHARED", "OURS", "dropped_fields", "server_tool_type"],
     "llmbridge.dialects.base": [
         "DialectModule",
         "EXTENSION_KEY",

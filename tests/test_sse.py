@@ -57,8 +57,18 @@ BOUNDARY_CASES = [(line, blank) for line in TERMINATORS for blank in TERMINATORS
 def boundary_body(line: bytes, blank: bytes) -> bytes:
     """Two events, one of two data lines, then a comment and a one-line event."""
     return (
-        b"event: e" + line + b"data: a" + line + b"data: b" + line + blank
-        + b": note" + line + b"data: c" + line + blank
+        b"event: e"
+        + line
+        + b"data: a"
+        + line
+        + b"data: b"
+        + line
+        + blank
+        + b": note"
+        + line
+        + b"data: c"
+        + line
+        + blank
     )
 
 

@@ -108,8 +108,12 @@ def test_not_a_stream_is_a_readable_report(paste):
 
 def test_json_bodies_and_gemini_arrays():
     anthropic = {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-        "content": [{"type": "text", "text": "Hi <b>there</b>"}], "stop_reason": "end_turn",
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "Hi <b>there</b>"}],
+        "stop_reason": "end_turn",
         "usage": {"input_tokens": 3, "output_tokens": 2},
     }
     report = analyze(json.dumps(anthropic).encode(), None, "openai-chat")
@@ -117,8 +121,10 @@ def test_json_bodies_and_gemini_arrays():
     assert json.loads(report.output)["choices"][0]["message"]["content"] == "Hi <b>there</b>"
     chunks = [
         {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}]},
-        {"candidates": [{"content": {"role": "model", "parts": [{"text": "lo"}]}, "finishReason": "STOP"}],
-         "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 2}},
+        {
+            "candidates": [{"content": {"role": "model", "parts": [{"text": "lo"}]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 2},
+        },
     ]
     report = analyze(json.dumps(chunks).encode(), None, "anthropic-messages")
     assert (report.source, report.shape, report.text) == ("gemini", "sse", "Hello")
@@ -326,8 +332,15 @@ def test_playground_stop_cancels_the_upstream(open_gw):
     gateway = open_gw.app.state.gateway
     assert wait_for(lambda: gateway.upstreams["hangs"].inner.closed, timeout=10)
     assert wait_for(
-        lambda: [e["status"] for e in HTTP.get(open_gw.url + "/ui/api/traffic").json()["entries"]
-                 if e["upstream"] == "hangs"] == ["cancelled"], timeout=10
+        lambda: (
+            [
+                e["status"]
+                for e in HTTP.get(open_gw.url + "/ui/api/traffic").json()["entries"]
+                if e["upstream"] == "hangs"
+            ]
+            == ["cancelled"]
+        ),
+        timeout=10,
     )
 
 

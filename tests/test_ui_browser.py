@@ -40,24 +40,36 @@ IMG = ROOT / "docs" / "img"
 STREAM_TIMEOUT = 180  # seconds for a local-model turn on a loaded 2-core machine (a bound, not a measurement)
 
 if not (CHROMIUM and Path(CHROMEDRIVER).is_file()):
-    reason = "no browser: the console's browser tests need Debian's chromium and chromium-driver " \
-             "(apt-get install chromium chromium-driver)"
+    reason = (
+        "no browser: the console's browser tests need Debian's chromium and chromium-driver "
+        "(apt-get install chromium chromium-driver)"
+    )
     if os.environ.get("CI"):
         pytest.fail(reason + "; .ci/run should have installed them", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
 if not local_available():
     pytest.skip("the local model is not installed (make .venv/.installed)", allow_module_level=True)
 
-XSS = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
+XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
 
 def _anthropic(texts: list[str], tail: str) -> bytes:
     def ev(name: str, data: str) -> str:
         return f"event: {name}\ndata: {data}\n\n"
 
-    start = {"type": "message_start", "message": {"id": "msg_ui", "type": "message", "role": "assistant",
-             "model": "m", "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {"input_tokens": 5, "output_tokens": 1}}}
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_ui",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 1},
+        },
+    }
     out = ev("message_start", json.dumps(start))
     block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
     out += ev("content_block_start", json.dumps(block))
@@ -68,8 +80,11 @@ def _anthropic(texts: list[str], tail: str) -> bytes:
         out += ev("error", '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded <b>now</b>"}}')
     else:
         out += ev("content_block_stop", '{"type":"content_block_stop","index":0}')
-        out += ev("message_delta", '{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},'
-                                   '"usage":{"output_tokens":12}}')
+        out += ev(
+            "message_delta",
+            '{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},'
+            '"usage":{"output_tokens":12}}',
+        )
         out += ev("message_stop", '{"type":"message_stop"}')
     return out.encode()
 
@@ -104,8 +119,15 @@ def driver():
     os.environ.setdefault("SE_OFFLINE", "true")  # belt and braces: Selenium Manager must not go online
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1440,1000", "--disable-extensions", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1440,1000",
+        "--disable-extensions",
+        "--no-first-run",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     service = webdriver.ChromeService(executable_path=CHROMEDRIVER)
@@ -369,9 +391,18 @@ def test_traffic_shows_requests_and_their_timeline(driver, gateway):
 
 # --------------------------------------------------------------------------- tools, keyboard, access
 
-WEATHER = [{"name": "get_weather", "description": "Current weather in a city", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"],
-    "additionalProperties": False}}]
+WEATHER = [
+    {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 24}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    }
+]
 
 
 def test_playground_tool_call_streams_in_every_dialect(driver, gateway):
@@ -427,8 +458,11 @@ def test_tabs_work_from_the_keyboard(driver, gateway):
 
 
 def test_login_with_the_admin_key(driver):
-    raw = {"gateway": {"api_keys": ["client-key"], "ui_key": "admin-key-0123456789"},
-           "upstreams": {"local": {"format": "local"}}, "models": [{"name": "local", "upstream": "local"}]}
+    raw = {
+        "gateway": {"api_keys": ["client-key"], "ui_key": "admin-key-0123456789"},
+        "upstreams": {"local": {"format": "local"}},
+        "models": [{"name": "local", "upstream": "local"}],
+    }
     with serving(create_app(config.parse(raw))) as server:
         driver.get(server.url + "/ui")
         key = hook(driver, "ui-key")

@@ -528,6 +528,14 @@ def _openai_image_event() -> Any:
     return ImageGenCompletedEvent
 
 
+@pytest.mark.parametrize("error", ERRORS, ids=[e.type for e in ERRORS])
+def test_image_error_events_validate(error):
+    body = images.encode_error(error)
+    obj = next(sse_objects(body))
+    assert obj["type"] == "error" and not openai().problems("Error", obj["error"])
+    assert b"llmbridge" not in body and body.endswith(b"data: [DONE]\n\n")
+
+
 def test_images_body_validates():
     req = images.ImageRequest(model="img", prompt="a cat")
     body = images.response_body([_image()], req, 1700000000)
@@ -767,3 +775,33 @@ def test_any_hub_stream_validates(target, events):
     problems = stream_problems(target, plain_stream(target, events))
     problems += check_body(target, plain_body(target, events))
     assert not problems, "\n".join(problems[:20])
+
+
+def _required(doc: OpenAPI, name: str) -> set[str]:
+    """The top-level required keys of a component (through ``allOf``)."""
+    schema = doc.doc["components"]["schemas"][name]
+    keys = set(schema.get("required", ()))
+    for part in schema.get("allOf", ()):
+        if "$ref" in part:
+            keys |= _required(doc, part["$ref"].rsplit("/", 1)[1])
+        keys |= set(part.get("required", ()))
+    return keys
+
+
+@pytest.mark.parametrize(
+    ("target", "documents"),
+    [
+        ("openai-chat", [("openai", "CreateChatCompletionResponse")]),
+        ("openai-responses", [("openai", "Response"), ("openresponses", "ResponseResource")]),
+        ("anthropic-messages", [("anthropic", "Message")]),
+    ],
+)
+def test_every_required_field_is_checked(target, documents):
+    """Each required top-level field of the body, taken away, is a validation error."""
+    body = plain_body(target, TEXT)
+    assert not check_body(target, body)
+    for doc_name, schema in documents:
+        required = _required(globals()[doc_name](), schema)
+        assert required and required <= set(body), sorted(required - set(body))
+        for key in sorted(required):
+            assert check_body(target, _without(body, (key,))), f"{target} without {key} still validates"

@@ -55,8 +55,9 @@ class IncompleteStreamError(LLMBridgeError):
 class UpstreamError(LLMBridgeError):
     """An error reported by the other side: HTTP status and the dialect's error body."""
 
-    def __init__(self, message: str, status: int | None = None, body: Any = None, type: str = "api_error",
-                 partial: Any = None):
+    def __init__(
+        self, message: str, status: int | None = None, body: Any = None, type: str = "api_error", partial: Any = None
+    ):
         self.status = status
         self.body = body
         self.type = type
@@ -67,8 +68,14 @@ class UpstreamError(LLMBridgeError):
 class ToolCallArgumentParseError(LLMBridgeError):
     """Tool-call arguments that do not parse to a JSON object (MMSP's stream grammar)."""
 
-    def __init__(self, message: str, name: str | None = None, tool_call_id: str | None = None,
-                 arguments: str = "", partial: Any = None):
+    def __init__(
+        self,
+        message: str,
+        name: str | None = None,
+        tool_call_id: str | None = None,
+        arguments: str = "",
+        partial: Any = None,
+    ):
         self.name = name
         self.tool_call_id = tool_call_id
         self.arguments = arguments

@@ -30,7 +30,13 @@ Requests
 --------
 :class:`Request` holds messages with typed parts, tools, tool choice,
 generation parameters, metadata and namespaced extensions.  System prompts
-are ``system`` messages at the start of ``messages`` whatever the dialect.
+are ``system`` messages at the start of ``messages`` whatever the dialect; a
+system message later in the conversation stays where the client put it (each
+target says it in place or merges it into its one system prompt, in order).
+``Message.extensions`` and ``ToolResultPart.extensions`` keep how the source
+dialect spelled a message, so an upstream of that dialect gets it back as it
+came.  ``thinking`` is the one place reasoning controls map to (see
+:func:`thinking_effort`); ``llmbridge.dialects.fields`` names what a target drops.
 """
 
 from __future__ import annotations
@@ -281,9 +287,7 @@ def event_to_json(event: Event, *, tag: str = "event", keep_none: bool = False) 
     return out
 
 
-def event_from_json(
-    data: object, *, tag: str = "event", kinds: Collection[type[Event]] | None = None
-) -> Event | None:
+def event_from_json(data: object, *, tag: str = "event", kinds: Collection[type[Event]] | None = None) -> Event | None:
     """The hub event an :func:`event_to_json` dict holds, or ``None`` when it holds none.
 
     Never raises: ``data`` comes off a wire, so anything that is not a dict, names no event
@@ -357,7 +361,12 @@ class Assembler:
                 block.text += event.text
         elif type(event) is BlockStart:
             block = Block(
-                event.index, event.kind, event.id, event.name, event.choice, event.mime_type,
+                event.index,
+                event.kind,
+                event.id,
+                event.name,
+                event.choice,
+                event.mime_type,
                 fidelity=dict(event.fidelity) if event.fidelity else None,
                 extensions=dict(event.extensions) if event.extensions else None,
             )

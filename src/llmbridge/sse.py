@@ -421,8 +421,6 @@ def next_event_end(data: bytes, start: int) -> int:
     return len(data)
 
 
-
-
 def split_events(data: bytes) -> list[bytes]:
     """``data`` cut into whole events, each with its blank line (LF, CRLF or CR line ends),
     in order; bytes after the last blank line are the last item (an event still open)."""

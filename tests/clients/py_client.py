@@ -27,8 +27,12 @@ def litellm_text(dialect: str, base: str, model: str) -> str:
         "gemini": ("gemini", base),
     }[dialect]
     stream = litellm.completion(
-        model=f"{prefix}/{model}", api_base=api_base, api_key=KEY, stream=True,
-        messages=[{"role": "user", "content": PROMPT}], max_tokens=64,
+        model=f"{prefix}/{model}",
+        api_base=api_base,
+        api_key=KEY,
+        stream=True,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=64,
     )
     return "".join((c.choices[0].delta.content or "") for c in stream if c.choices)
 

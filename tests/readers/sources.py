@@ -318,8 +318,8 @@ def read_bedrock(body: bytes) -> Summary:
             s.stop = e["messageStop"]["stopReason"]
         elif "metadata" in e:
             usage = e["metadata"]["usage"]
-            s.input_tokens = usage["inputTokens"] + usage.get("cacheReadInputTokens", 0) + usage.get(
-                "cacheWriteInputTokens", 0
+            s.input_tokens = (
+                usage["inputTokens"] + usage.get("cacheReadInputTokens", 0) + usage.get("cacheWriteInputTokens", 0)
             )
             s.output_tokens = usage["outputTokens"]
     s.tool_calls = [(name, arguments(args)) for name, _, args in calls.values()]
@@ -467,4 +467,3 @@ def reason(dialect: str, summary: Summary) -> str | None:
     if dialect in REASONS:
         return REASONS[dialect].get(summary.stop, "other") if summary.stop else None
     return reader_reason(dialect, summary)
-

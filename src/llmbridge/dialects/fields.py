@@ -18,11 +18,15 @@ from typing import Any
 
 from .. import hub
 
-__all__ = ["HEADER", "OURS", "dropped_fields", "server_tool_type"]
+__all__ = ["HEADER", "OPENAI_SHARED", "OURS", "dropped_fields", "server_tool_type"]
 
 HEADER = "x-llmbridge-dropped-fields"
 # Our own dialects carry every hub field (and extensions) as they are.
 OURS = frozenset(("llm-stream", "mmsp"))
+
+# Top-level fields Chat Completions and Responses spell alike: mapped between the two.
+OPENAI_SHARED = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier", "store")
+_OPENAI = ("openai-chat", "openai-responses")
 
 # Extension keys a codec keeps for its own round trip (spelling, not content): never "dropped".
 _BOOKKEEPING = frozenset(
@@ -86,6 +90,8 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
     for key in request.extensions:
         namespace, _, name = key.partition(":")
         if namespace != target and key not in _BOOKKEEPING and name and not name.startswith("$"):
+            if namespace in _OPENAI and target in _OPENAI and _openai_mapped(name, request.extensions[key]):
+                continue
             out.update(_extension_names(namespace, name, request.extensions[key]))
     for message in request.messages:
         where = "system" if message.role == "system" else "messages"
@@ -131,6 +137,14 @@ _FORMAT_FIELD = {"openai-responses": "text.format", "gemini": "generationConfig.
 
 def _is_audio(part: hub.FilePart) -> bool:
     return (part.media_type or "").startswith("audio/") or (part.url or "").startswith("data:audio/")
+
+
+def _openai_mapped(name: str, value: Any) -> bool:
+    """Whether Chat <-> Responses carry this field: the shared ones, and verbosity (Chat's
+    ``verbosity`` is Responses' ``text.verbosity``)."""
+    if name in OPENAI_SHARED or name == "verbosity":
+        return True
+    return name == "text" and type(value) is dict and set(value) <= {"verbosity"}
 
 
 def _extension_names(namespace: str, name: str, value: Any) -> list[str]:

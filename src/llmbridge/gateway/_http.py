@@ -64,7 +64,17 @@ class Inbox:
     """
 
     __slots__ = (
-        "_loop", "_pause", "_paused", "_resume", "_waiter", "alarms", "eof", "error", "items", "last_put", "size",
+        "_loop",
+        "_pause",
+        "_paused",
+        "_resume",
+        "_waiter",
+        "alarms",
+        "eof",
+        "error",
+        "items",
+        "last_put",
+        "size",
     )
 
     def __init__(self, pause: Callable[[], None] | None = None, resume: Callable[[], None] | None = None) -> None:

@@ -45,9 +45,7 @@ __all__ = [
 
 # endpoint path -> the dialect it speaks: each served dialect's own paths (its GATEWAY traits);
 # Gemini's name the model and version in the URL and have a route of their own.
-ENDPOINTS = {
-    path: name for name in dialects.NAMES for path in dialects.served(name).paths if "{" not in path
-}
+ENDPOINTS = {path: name for name in dialects.NAMES for path in dialects.served(name).paths if "{" not in path}
 GEMINI = "gemini"
 GEMINI_VERSIONS = ("v1beta", "v1", "v1alpha")  # google-genai uses v1 or v1beta, per version and option
 

@@ -328,6 +328,7 @@ class Chat:
             max_event_bytes=self.config.gateway.max_event_bytes,
             observer=entry.hook,
             on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder, meter)),
+            model=hreq.model,
         )
         return Exchange(source, encoder, options)
 

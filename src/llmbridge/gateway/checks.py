@@ -40,6 +40,7 @@ __all__ = [
 
 DEFAULT_MAX_JSON_DEPTH = 128  # arrays + objects; real requests (tool schemas included) stay far below
 
+
 def nesting_exceeds(body: Any, limit: int) -> bool:
     """Whether the decoded JSON ``body`` nests arrays/objects deeper than ``limit``.
 
@@ -139,6 +140,8 @@ def validate_request(request: hub.Request, dialect: str) -> None:
             continue
         if type(value) is bool or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
             raise RequestError(f"must be {'an integer' if integer else 'a number'}", _field(request, dialect, name))
+        if name == "max_tokens" and dialect == "anthropic-messages":
+            low = 0  # Anthropic takes 0: fill the prompt cache, generate nothing
         if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
             shown = value if isinstance(value, float) or abs(value) < 10**20 else f"a {len(str(value))}-digit number"
             raise RequestError(

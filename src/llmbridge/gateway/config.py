@@ -322,11 +322,25 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
     if ui_key and ui_key == teams.master_key:
         raise ConfigError("gateway.ui_key", "must differ from master_key")
     return GatewayConfig(
-        keepalive, max_body, keys, record_dir or None, extensions=extensions, ui=ui, ui_key=ui_key or None,
-        ui_traffic=ui_traffic, teams=teams, max_json_depth=max_json_depth, max_connections=max_connections,
-        max_event_bytes=max_event_bytes, max_image_bytes=max_image_bytes, header_timeout=header_timeout,
-        idle_timeout=idle_timeout, anthropic_default_max_tokens=default_max_tokens,
-        ui_session_hours=float(session_hours), auth_failures_per_minute=failures, allowed_origins=origins,
+        keepalive,
+        max_body,
+        keys,
+        record_dir or None,
+        extensions=extensions,
+        ui=ui,
+        ui_key=ui_key or None,
+        ui_traffic=ui_traffic,
+        teams=teams,
+        max_json_depth=max_json_depth,
+        max_connections=max_connections,
+        max_event_bytes=max_event_bytes,
+        max_image_bytes=max_image_bytes,
+        header_timeout=header_timeout,
+        idle_timeout=idle_timeout,
+        anthropic_default_max_tokens=default_max_tokens,
+        ui_session_hours=float(session_hours),
+        auth_failures_per_minute=failures,
+        allowed_origins=origins,
         store=store,
     )
 
@@ -334,7 +348,7 @@ def _gateway(t: dict[str, Any], env: Mapping[str, str]) -> GatewayConfig:
 def _origins(value: Any) -> tuple[str, ...]:
     """``gateway.allowed_origins``: browser origins like ``https://app.example.com`` (scheme://host[:port])."""
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError("gateway.allowed_origins", "must be an array of origins like \"https://app.example.com\"")
+        raise ConfigError("gateway.allowed_origins", 'must be an array of origins like "https://app.example.com"')
     out = []
     for i, origin in enumerate(value):
         o = origin.strip().rstrip("/").lower()

@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 HEADER = "x-llmbridge-extensions"
+_HEADER_KEY = HEADER.encode()
 # The dialects whose answers go to vendor SDKs and tools; llm-stream's extensions are its own.
 VENDOR_DIALECTS = frozenset({"openai-chat", "openai-responses", "anthropic-messages", "gemini", "mmsp"})
 _MARK = b'"' + EXTENSION_KEY.encode() + b'"'
@@ -92,7 +93,7 @@ class AskedMiddleware:
             return
         headers: dict[str, str] = {}
         for key, value in scope["headers"]:
-            if key == b"x-llmbridge-extensions":
+            if key == _HEADER_KEY:  # (ASGI header names are lower-case bytes)
                 headers[HEADER] = value.decode("latin-1")
         token = _ASKED.set((headers, self.configured))
         try:
@@ -228,7 +229,6 @@ class PlainEncoder:
         if _MARK in out:
             return strip_sse(out)
         return out
-
 
     def _skip(self, event: hub.BlockStart | hub.BlockStop) -> bool:
         """Whether this block event is of a block left out (:func:`_left_out`): a native

@@ -42,5 +42,3 @@ def as_hub_error(exc: BaseException, upstream: str) -> hub.Error:
     if isinstance(exc, _http.UpstreamHTTPError):
         return hub.Error(f"upstream {upstream!r}: {exc}", "api_error", status=502)
     return hub.Error(f"upstream {upstream!r} failed: {type(exc).__name__}", "api_error", status=502)
-
-

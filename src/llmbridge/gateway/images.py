@@ -39,7 +39,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import dialects, hub, sse
+from .. import hub, sse
 from ..dialects.base import json_encode
 from ..errors import RequestError
 from ..media import (
@@ -252,8 +252,8 @@ def encode_event(ev: ImageEvent, created_at: int) -> bytes:
 def encode_error(error: hub.Error) -> bytes:
     """An ``error`` event (OpenAI's error object, as its API writes it), then the ``[DONE]``
     that ends the stream."""
-    _, body = dialects.get(OPENAI).encode_error(error)
-    return b"event: error\ndata: " + json_encode({"type": "error", **body}) + b"\n\n" + DONE
+    _, body = replies.error_body(OPENAI, error)  # issue 22: no extension data unless asked
+    return b"event: error\ndata: " + json_encode({"type": "error", **body}) + b"\n\n" + DONE  # type: ignore[dict-item]
 
 
 def response_body(events: list[ImageEvent], req: ImageRequest, created: int) -> dict[str, Any]:

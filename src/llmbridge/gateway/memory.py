@@ -66,12 +66,13 @@ _COPIED = (
 )  # fmt: skip
 
 
-# The Responses object's fields around its output (as openai-responses' encoder writes them by default).
+# The Responses object's fields around its output (as openai-responses' encoder writes them by
+# default; temperature and top_p are left to its documented defaults when the client set none).
 _BASE_FIELDS: dict[str, Any] = {
     "object": "response", "status": "in_progress", "error": None, "incomplete_details": None, "output": [],
     "usage": None, "instructions": None, "max_output_tokens": None, "parallel_tool_calls": True,
-    "previous_response_id": None, "reasoning": None, "store": True, "temperature": None,
-    "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_p": None, "truncation": "disabled",
+    "previous_response_id": None, "reasoning": None, "store": True,
+    "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "truncation": "disabled",
     "metadata": {},
 }  # fmt: skip
 
@@ -313,7 +314,9 @@ class Memory:
                 return not_found(request.path_params["response_id"])
             return store, None if who.kind == teams.MASTER else owner_of(who)
 
-        async def retrieve(request: Request) -> Response:
+        async def owned(request: Request) -> tuple[Responses, Stored, str] | Response:
+            """The store, the stored response the path names and its id, if this caller may
+            see it; else the answer (401, 404: another key's is as if it did not exist)."""
             found = await caller(request)
             if isinstance(found, Response):
                 return found
@@ -322,27 +325,28 @@ class Memory:
             stored = await store.find(response_id, owner)
             if stored is None or stored.kept_upstream:  # (an OpenAI upstream's: not proxied, see docs)
                 return not_found(response_id)
-            return replies.json_response(stored.response["object"])
+            return store, stored, response_id
 
-        async def delete(request: Request) -> Response:
-            found = await caller(request)
+        async def retrieve(request: Request) -> Response:
+            found = await owned(request)
             if isinstance(found, Response):
                 return found
-            store, owner = found
-            response_id = request.path_params["response_id"]
-            if await store.find(response_id, owner) is None or not await store.delete(response_id):
+            return replies.json_response(found[1].response["object"])
+
+        async def delete(request: Request) -> Response:
+            found = await owned(request)
+            if isinstance(found, Response):
+                return found
+            store, _, response_id = found
+            if not await store.delete(response_id):
                 return not_found(response_id)
             return replies.json_response({"id": response_id, "object": "response", "deleted": True})
 
         async def items(request: Request) -> Response:
-            found = await caller(request)
+            found = await owned(request)
             if isinstance(found, Response):
                 return found
-            store, owner = found
-            response_id = request.path_params["response_id"]
-            stored = await store.find(response_id, owner)
-            if stored is None or stored.kept_upstream:
-                return not_found(response_id)
+            _, stored, _ = found
             q = request.query_params
             order = q.get("order", "desc")
             if order not in ("asc", "desc"):

@@ -67,9 +67,7 @@ DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024  # a few base64 images in one event; 
 # the answer has started: a stretch of whole events holding none of RELAY_MARKERS is relayed
 # without being decoded (a superset test: text that happens to contain one costs a decode).
 KEEPALIVE_BYTES = {name: dialects.served(name).keepalive for name in dialects.NAMES}
-_RELAY_DONE = {
-    name: done for name in dialects.NAMES if (done := dialects.served(name).relay_done) is not None
-}
+_RELAY_DONE = {name: done for name in dialects.NAMES if (done := dialects.served(name).relay_done) is not None}
 RELAY_MARKERS: dict[str, tuple[bytes, ...]] = {
     name: markers for name in dialects.NAMES if (markers := dialects.served(name).relay_markers) is not None
 }
@@ -145,7 +143,8 @@ class Options:
     never); ``json_array``: Gemini's JSON-array framing instead of SSE; ``request_id``: the
     client's own, stamped into the stream; ``max_event_bytes``: the cap on one upstream
     event; ``observer`` sees each wake-up's raw bytes and hub events (the console's Traffic
-    page); ``on_end`` is called once, with the exchange, when it is over.
+    page); ``on_end`` is called once, with the exchange, when it is over; ``model`` is named
+    in an answer whose upstream named none (every vendor's answer names its model).
     """
 
     dialect: str = ""
@@ -157,6 +156,7 @@ class Options:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     observer: Callable[[tuple[bytes | None, list[hub.Event]]], None] | None = None
     on_end: Callable[[Exchange], None] | None = None
+    model: str | None = None  # the model to name when the upstream's answer names none
 
 
 _DEFAULTS = Options()
@@ -477,8 +477,11 @@ class Exchange:
         self.events += 1
         kind = type(event)
         if kind is hub.ResponseStart:
+            start = cast(hub.ResponseStart, event)
             if self.request_id and not self.relay:
-                cast(hub.ResponseStart, event).request_id = self.request_id
+                start.request_id = self.request_id
+            if not start.model and self.options.model:  # vendors' answers name a model (required)
+                start.model = self.options.model
         elif kind is hub.ResponseEnd:
             self.ended = True
             if self.request_id and not self.relay:
@@ -614,5 +617,3 @@ class _NullEncoder:
 
     def encode(self, event: hub.Event) -> bytes:
         return b""
-
-

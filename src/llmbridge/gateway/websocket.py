@@ -110,7 +110,7 @@ class WebSocketEndpoint:
             await ws.send_denial_response(replies.error_response(STANDARD, error, headers))
             return
         await ws.accept()
-        await ws.close(CLOSE_UNAUTHORIZED if status == 401 else 4000 + status, error.message)
+        await ws.close(CLOSE_UNAUTHORIZED if status == 401 else 4000 + status, error.message[:120])  # (123 bytes max)
 
 
 class _Connection:

@@ -51,8 +51,11 @@ class Sampler:
         add = llama_cpp.llama_sampler_chain_add
         if presence_penalty or frequency_penalty or repeat_penalty != 1.0:
             penalties = llama_cpp.llama_sampler_init_penalties(  # this llama.cpp takes n_vocab first
-                self._n_vocab, 64, float(repeat_penalty),
-                float(frequency_penalty or 0.0), float(presence_penalty or 0.0),
+                self._n_vocab,
+                64,
+                float(repeat_penalty),
+                float(frequency_penalty or 0.0),
+                float(presence_penalty or 0.0),
             )
             add(chain, penalties)
         if not temperature or temperature <= 0:

@@ -82,7 +82,7 @@ _USAGE_KNOWN = {"input_tokens", "output_tokens", "cache_read_input_tokens", "cac
 # Usage fields the API reference has as required but nullable: null when the source did not say
 # (and a null one read back says nothing).
 USAGE_NULLABLE = ("cache_creation", "server_tool_use", "service_tier")
-SERVER_TOOL_USE_DEFAULTS = {"web_fetch_requests": 0, "web_search_requests": 0}
+_SERVER_TOOL_COUNTS = ("web_fetch_requests", "web_search_requests")
 
 
 def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
@@ -96,8 +96,6 @@ def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
     details = raw.get("output_tokens_details")
     reasoning = details.get("thinking_tokens") if type(details) is dict else None
     extras = {k: v for k, v in raw.items() if k not in _USAGE_KNOWN and not (v is None and k in USAGE_NULLABLE)}
-    if type(extras.get("server_tool_use")) is dict:  # each count missing is its documented default, 0
-        extras["server_tool_use"] = {**SERVER_TOOL_USE_DEFAULTS, **extras["server_tool_use"]}
     if reasoning is not None and len(details) == 1:
         del extras["output_tokens_details"]  # said by reasoning_tokens
     return hub.Usage(
@@ -129,8 +127,12 @@ def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any
         raw.update((k, v) for k, v in own.items() if k not in _USAGE_KNOWN)
     for key in USAGE_NULLABLE:
         raw.setdefault(key, None)
-    if type(raw["server_tool_use"]) is dict:  # each count is required; 0 is the documented default
-        raw["server_tool_use"] = {**SERVER_TOOL_USE_DEFAULTS, **raw["server_tool_use"]}
+    said = raw["server_tool_use"]
+    if type(said) is dict:  # each count is required; 0 is the documented default
+        filled = [k for k in _SERVER_TOOL_COUNTS if k not in said]
+        if filled:
+            raw["server_tool_use"] = {**dict.fromkeys(filled, 0), **said}
+            extra["filled"] = filled  # (our decoder leaves them out again)
     if usage.reasoning_tokens is not None:
         details = raw.get("output_tokens_details")
         if type(details) is not dict or details.get("thinking_tokens") != usage.reasoning_tokens:
@@ -155,6 +157,12 @@ def apply_usage_extra(usage: hub.Usage, extra: dict[str, Any] | None) -> hub.Usa
         changes["total_tokens"] = extra["total_tokens"]
     if extra.get("extensions"):
         changes["extensions"] = {**(usage.extensions or {}), **extra["extensions"]}
+    filled = extra.get("filled")
+    own = (usage.extensions or {}).get(NAME)
+    if type(filled) is list and type(own) is dict and type(own.get("server_tool_use")) is dict:
+        counts = {k: v for k, v in own["server_tool_use"].items() if k not in filled}
+        extensions = changes.get("extensions", usage.extensions) or {}
+        changes["extensions"] = {**extensions, NAME: {**own, "server_tool_use": counts}}
     return msgspec.structs.replace(usage, **changes) if changes else usage
 
 

@@ -281,8 +281,10 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     for n, message in enumerate(request.messages):
         where = f"messages[{n}]"
         form = _own(message.extensions)
-        if message.role == "system" and not turns and not form.get("in_messages"):
-            # leading system messages are the system prompt; later ones stay in the conversation
+        if message.role == "system" and not form.get("in_messages"):
+            # The system prompt: every system message but those an Anthropic client put inside
+            # `messages` (Claude Code 2.1 does), which stay there; another dialect's later system
+            # messages join it in order, as every Anthropic-compatible server takes that.
             system.extend(_blocks(message.parts, where, "user"))
             system_form = system_form or form.get("content")
             continue
@@ -306,7 +308,7 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     thinking = dict(request.thinking or {})
     effort = thinking.pop("effort", None)
     budget = thinking.get("budget_tokens")
-    max_tokens = request.max_tokens or DEFAULT_MAX_TOKENS
+    max_tokens = DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens  # 0: only fill the cache
     if thinking.get("type") == "enabled" and type(budget) is not int:
         # Anthropic needs a budget (at least 1024, below max_tokens); another dialect's effort sets it.
         budget = EFFORT_BUDGET.get(effort, EFFORT_BUDGET["medium"])
@@ -317,7 +319,8 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
             thinking = {}  # no room to think within the client's limit
         else:
             thinking["budget_tokens"] = budget
-    if thinking.get("type") == "enabled" and type(budget) is int and budget >= max_tokens and not request.max_tokens:
+    unsaid = request.max_tokens is None
+    if thinking.get("type") == "enabled" and type(budget) is int and budget >= max_tokens and unsaid:
         max_tokens = budget + _ANSWER_ROOM
     body["max_tokens"] = max_tokens
     if request.stop:

@@ -44,7 +44,13 @@ GATEWAY = Served(
     models=openai_models,
     model=openai_model,
     relay_markers=(
-        b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usage": {', b"error", b"[DONE]", b"event:",
+        b'"finish_reason":"',
+        b'"finish_reason": "',
+        b'"usage":{',
+        b'"usage": {',
+        b"error",
+        b"[DONE]",
+        b"event:",
     ),
     relay_done=b"data: [DONE]\n\n",
 )

@@ -7,7 +7,7 @@ from typing import Any
 from ... import hub
 from ...errors import RequestError
 from ..base import EXTENSION_KEY, json_encode
-from ..fields import server_tool_type
+from ..fields import OPENAI_SHARED, server_tool_type
 from ._common import NAME
 
 _KNOWN = frozenset(
@@ -143,7 +143,32 @@ def _text_of(content: Any, where: str) -> list[hub.Part]:
     raise RequestError("expected a string or a list", where)
 
 
+_MESSAGE_KEYS = frozenset(
+    ("role", "content", "name", "tool_calls", "tool_call_id", "function_call", "reasoning_content", "reasoning")
+)
+
+
 def _decode_message(message: Any, where: str) -> list[hub.Message]:
+    messages = _decode_message_parts(message, where)
+    if len(messages) == 1 and messages[0].role != "tool":
+        # how the client spelled it (block content; fields the hub has no place for, such as
+        # "refusal": null or "prefix"), so a Chat upstream gets it back the same
+        form: dict[str, Any] = {}
+        if isinstance(message.get("content"), list):
+            form["parts"] = True
+        extra = {
+            k: v
+            for k, v in message.items()
+            if k not in _MESSAGE_KEYS and k != EXTENSION_KEY and not (k == "refusal" and isinstance(v, str) and v)
+        }
+        if extra:
+            form["extra"] = extra
+        if form:
+            messages[0].extensions = {NAME: form}
+    return messages
+
+
+def _decode_message_parts(message: Any, where: str) -> list[hub.Message]:
     if not isinstance(message, dict):
         raise RequestError("expected an object", where)
     role = message.get("role")
@@ -411,6 +436,10 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
                 body[name] = value
         else:
             foreign[key] = value
+            if vendor == "openai-responses" and name in OPENAI_SHARED:  # spelled alike in both APIs
+                body.setdefault(name, value)
+            elif key == "openai-responses:text" and isinstance(value, dict) and "verbosity" in value:
+                body.setdefault("verbosity", value["verbosity"])
     if foreign:
         body[EXTENSION_KEY] = {"extensions": foreign}
     return body
@@ -501,6 +530,12 @@ def _encode_message(message: hub.Message) -> list[dict[str, Any]]:
         msg = {"role": "user", "content": _content(rest)}
     if message.name:
         msg["name"] = message.name
+    form = (message.extensions or {}).get(NAME)
+    if isinstance(form, dict):
+        if form.get("parts") and isinstance(msg.get("content"), str) and msg["content"]:
+            msg["content"] = [{"type": "text", "text": msg["content"]}]
+        for key, value in (form.get("extra") or {}).items():
+            msg.setdefault(key, value)
     out.append(msg)
     return out
 

@@ -28,8 +28,15 @@ GATEWAY = Served(
     models=openai_models,
     model=openai_model,
     relay_markers=(
-        b"response.created", b"response.in_progress", b"response.completed", b"response.incomplete",
-        b"response.failed", b"output_item.", b"content_part.", b".done", b"error",
+        b"response.created",
+        b"response.in_progress",
+        b"response.completed",
+        b"response.incomplete",
+        b"response.failed",
+        b"output_item.",
+        b"content_part.",
+        b".done",
+        b"error",
     ),
 )
 

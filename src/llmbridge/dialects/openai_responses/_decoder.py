@@ -36,6 +36,7 @@ def _sniff_mime(b64: str) -> str:
         return "image/webp"
     return "image/png"
 
+
 # Response-object fields the hub models, or that must not travel (the system prompt, the tool list).
 _RESPONSE_MODELED = frozenset(
     (

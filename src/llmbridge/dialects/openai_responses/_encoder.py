@@ -392,9 +392,7 @@ class StreamEncoder(EncoderDispatch):
         _, foreign = _split(hub.merge_dicts(block.fidelity, event.fidelity))
         _, foreign_ext = _split(block.extensions)
         extra = {
-            k: v
-            for k, v in (("fidelity", foreign), ("extensions", foreign_ext), ("annotations", block.foreign))
-            if v
+            k: v for k, v in (("fidelity", foreign), ("extensions", foreign_ext), ("annotations", block.foreign)) if v
         }
         if extra or EXTENSION_KEY in item:
             item[EXTENSION_KEY] = {**item.get(EXTENSION_KEY, {}), **extra}

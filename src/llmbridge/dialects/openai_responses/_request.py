@@ -13,7 +13,7 @@ from typing import Any
 from ... import hub
 from ...errors import RequestError
 from ..base import EXTENSION_KEY, json_decode, json_encode
-from ..fields import server_tool_type
+from ..fields import OPENAI_SHARED, server_tool_type
 from ._common import NAME
 
 PREFIX = NAME + ":"
@@ -116,6 +116,9 @@ def _input_item(item: Any, where: str, messages: list[hub.Message]) -> None:
             form["untyped"] = True
         if isinstance(item.get("content"), str):
             form["string"] = True
+        for key in ("id", "status"):  # an output item sent back (Codex does)
+            if item.get(key) is not None:
+                form[key] = item[key]
         if role == "assistant":
             fresh = not messages or messages[-1].role != "assistant"
             _assistant(messages).parts.extend(parts)
@@ -124,7 +127,8 @@ def _input_item(item: Any, where: str, messages: list[hub.Message]) -> None:
             messages.append(hub.Message("system" if role == "developer" else role, parts, None, {NAME: form}))
         return
     if kind == "function_call":
-        fidelity = {NAME: {"id": item["id"]}} if item.get("id") else None
+        own = {k: item[k] for k in ("id", "status") if item.get(k) is not None}
+        fidelity = {NAME: own} if own else None
         _assistant(messages).parts.append(
             hub.ToolCallPart(
                 _expect(item.get("call_id"), str, f"{where}.call_id", "a string"),
@@ -370,6 +374,8 @@ def _encode_message(message: hub.Message, items: list[dict]) -> None:
                 item = {"type": "function_call", "call_id": part.id, "name": part.name, "arguments": part.arguments}
             if own.get("id"):
                 item["id"] = own["id"]
+            if own.get("status") and item["type"] == "function_call":
+                item["status"] = own["status"]
             items.append(item)
         elif isinstance(part, hub.ThinkingPart):
             own = (part.fidelity or {}).get(NAME)
@@ -413,7 +419,9 @@ def _respell(items: list[dict], n: int, form: dict[str, Any]) -> None:
         content = content[0]["text"]
     role = form.get("role") if item["role"] in ("developer", "system") else item["role"]
     out = {} if form.get("untyped") else {"type": "message"}
-    items[n] = {**out, "role": role or item["role"], "content": content}
+    extra = {k: form[k] for k in ("id", "status") if k in form}
+    items[n] = {**out, **({"id": extra.pop("id")} if "id" in extra else {}), "role": role or item["role"]}
+    items[n].update(content=content, **extra)
 
 
 def encode_request(request: hub.Request) -> dict:
@@ -483,6 +491,11 @@ def encode_request(request: hub.Request) -> dict:
         if value is not None:
             body[field] = value
     text: dict[str, Any] = dict(ext.get(PREFIX + "text") or {})
+    if "openai-chat:verbosity" in ext:  # Chat's top-level verbosity
+        text.setdefault("verbosity", ext["openai-chat:verbosity"])
+    for name in OPENAI_SHARED:  # spelled alike in both APIs
+        if "openai-chat:" + name in ext:
+            body.setdefault(name, ext["openai-chat:" + name])
     fmt = request.response_format
     if fmt is not None:
         if fmt.get("type") == "json_schema":

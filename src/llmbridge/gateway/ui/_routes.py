@@ -42,8 +42,13 @@ CONSOLE = "console"  # the console's turns in the Traffic page and the ledger (d
 NDJSON = "application/x-ndjson"
 COOKIE = "llmbridge_console"
 HEADER = "x-llmbridge-console"  # sent by the page on every API call (cookie sessions need it: CSRF)
-_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".txt": "text/plain; charset=utf-8"}
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".txt": "text/plain; charset=utf-8",
+}
 # No inline script or style anywhere, nothing from another origin: a <script> that slipped
 # through into the DOM still would not run.
 SECURITY_HEADERS = {
@@ -63,7 +68,7 @@ def _assets() -> dict[str, tuple[bytes, str]]:
     out = {}
     for item in root.iterdir():
         if item.is_file():
-            suffix = item.name[item.name.rfind("."):]
+            suffix = item.name[item.name.rfind(".") :]
             out[item.name] = (item.read_bytes(), _TYPES.get(suffix, "application/octet-stream"))
     return out
 
@@ -216,16 +221,18 @@ class Console:
         upstreams = [
             {"name": name, "format": getattr(up, "format", "local")} for name, up in self.pipeline.upstreams.items()
         ]  # names and formats only: never base URLs (they can hold tokens), keys or headers
-        return _json({
-            "version": __version__,
-            "models": list(self.config.models),
-            "dialects": list(dialects.NAMES),
-            "sources": list(_translate.SOURCES),
-            "upstreams": upstreams,
-            "traffic": {"size": self.traffic.size, "prompts": self.traffic.keep_prompts},
-            "max_paste_bytes": _translate.MAX_BYTES,
-            "auth": self.key is not None,
-        })
+        return _json(
+            {
+                "version": __version__,
+                "models": list(self.config.models),
+                "dialects": list(dialects.NAMES),
+                "sources": list(_translate.SOURCES),
+                "upstreams": upstreams,
+                "traffic": {"size": self.traffic.size, "prompts": self.traffic.keep_prompts},
+                "max_paste_bytes": _translate.MAX_BYTES,
+                "auth": self.key is not None,
+            }
+        )
 
     async def playground(self, request: Request) -> Response | StreamResponse:
         """One console turn: a chat request on the gateway's pipeline (body limits, the
@@ -303,13 +310,15 @@ class Console:
         if not (after_text.isascii() and after_text.isdigit() and len(after_text) <= 18):
             return _problem("after: an entry id (a non-negative integer)", 400)
         after = int(after_text)
-        return _json({
-            "size": self.traffic.size,
-            "prompts": self.traffic.keep_prompts,
-            "entries": [e.summary() for e in self.traffic.recent(after)],
-            "totals": self.traffic.totals(),
-            "deployments": self.pipeline.router.snapshot(),  # state, in flight, latency EWMA (gateway/routing.py)
-        })
+        return _json(
+            {
+                "size": self.traffic.size,
+                "prompts": self.traffic.keep_prompts,
+                "entries": [e.summary() for e in self.traffic.recent(after)],
+                "totals": self.traffic.totals(),
+                "deployments": self.pipeline.router.snapshot(),  # state, in flight, latency EWMA (gateway/routing.py)
+            }
+        )
 
     async def traffic_entry(self, request: Request) -> Response:
         if denied := await self._auth(request, api=True):

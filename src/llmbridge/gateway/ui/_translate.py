@@ -26,10 +26,26 @@ SOURCES = (*dialects.NAMES, "cohere-v2", "gemini-interactions")
 TARGETS = dialects.NAMES
 _SNIFF = 256 * 1024  # bytes looked at to detect the dialect
 
-_ANTHROPIC = {"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
-              "message_stop", "ping"}
-_COHERE = {"message-start", "content-start", "content-delta", "content-end", "message-end", "tool-plan-delta",
-           "tool-call-start", "tool-call-delta", "tool-call-end"}
+_ANTHROPIC = {
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+}
+_COHERE = {
+    "message-start",
+    "content-start",
+    "content-delta",
+    "content-end",
+    "message-end",
+    "tool-plan-delta",
+    "tool-call-start",
+    "tool-call-delta",
+    "tool-call-end",
+}
 
 
 class NotAStream(ValueError):
