@@ -286,3 +286,17 @@ async def test_a_burst_finds_its_upstream_connections_ready_the_second_time():
     assert connections == 100
     await client.aclose()
     server.close()
+
+
+@pytest.mark.parametrize("status", [200, 401, 499, 503, 799])
+def test_the_plain_access_formatter_writes_uvicorns_line(status):
+    from uvicorn.logging import AccessFormatter
+
+    from llmbridge.gateway.accesslog import UVICORN_ACCESS_FORMAT, PlainAccessFormatter
+
+    args = ("127.0.0.1:5", "POST", "/v1/chat/completions?alt=sse", "1.1", status)
+    record = logging.LogRecord("uvicorn.access", logging.INFO, "x", 1, '%s - "%s %s HTTP/%s" %d', args, None)
+    ours = PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=False).format(record)
+    assert ours == AccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=False).format(record)
+    coloured = PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=True).format(record)
+    assert coloured == AccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=True).format(record)

@@ -239,6 +239,8 @@ def log_config() -> dict[str, Any]:
         handler.setdefault("filters", []).append("redact_secrets")
     # the access lines of one event-loop turn in one write, after the turn (accesslog.py)
     config["handlers"]["access"]["class"] = "llmbridge.gateway.accesslog.BatchedStreamHandler"
+    if config["formatters"]["access"].get("()") == "uvicorn.logging.AccessFormatter":
+        config["formatters"]["access"]["()"] = "llmbridge.gateway.accesslog.PlainAccessFormatter"
     # WARNING as before (the per-exchange INFO lines stay off), but through a filtered handler
     config["loggers"]["llmbridge"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
     return config
