@@ -247,3 +247,56 @@ async def test_access_lines_of_one_loop_turn_go_out_in_one_write():
     logger.warning("outside")
     handler.flush()
     assert writes[-1] == "outside\n"
+
+
+def test_the_access_filter_still_masks_the_path_but_not_the_address():
+    from llmbridge.gateway.server import RedactSecrets
+
+    record = logging.LogRecord("uvicorn.access", logging.INFO, "x", 1, '%s - "%s %s HTTP/%s" %d',
+                               ("[::1]:5", "GET", "/v1beta/models?key=abc123", "1.1", 200), None)  # fmt: skip
+    assert RedactSecrets().filter(record)
+    assert record.args == ("[::1]:5", "GET", "/v1beta/models?key=***", "1.1", 200)
+
+
+async def test_a_burst_finds_its_upstream_connections_ready_the_second_time():
+    """100 requests at once: all 100 connections go back to the pool (not 64), so the next
+    burst opens none."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                await reader.readexactly(2)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    client = _http.HTTPClient()
+
+    async def one() -> bytes:
+        response = await client.request("POST", url, {}, b"{}", connect_timeout=10, head_timeout=10)
+        return await response.read(100)
+
+    for _ in range(2):
+        assert await asyncio.gather(*(one() for _ in range(100))) == [b"ok"] * 100
+    assert connections == 100
+    await client.aclose()
+    server.close()
+
+
+@pytest.mark.parametrize("status", [200, 401, 499, 503, 799])
+def test_the_plain_access_formatter_writes_uvicorns_line(status):
+    from uvicorn.logging import AccessFormatter
+
+    from llmbridge.gateway.accesslog import UVICORN_ACCESS_FORMAT, PlainAccessFormatter
+
+    args = ("127.0.0.1:5", "POST", "/v1/chat/completions?alt=sse", "1.1", status)
+    record = logging.LogRecord("uvicorn.access", logging.INFO, "x", 1, '%s - "%s %s HTTP/%s" %d', args, None)
+    ours = PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=False).format(record)
+    assert ours == AccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=False).format(record)
+    coloured = PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=True).format(record)
+    assert coloured == AccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=True).format(record)

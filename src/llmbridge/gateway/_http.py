@@ -381,7 +381,10 @@ class _Connection(asyncio.Protocol):
 class HTTPClient:
     """A pool of keep-alive HTTP/1.1 connections, per origin (scheme, host, port)."""
 
-    def __init__(self, *, max_idle_per_origin: int = 64, ssl_context: ssl.SSLContext | None = None) -> None:
+    # Idle connections kept per origin: as many as the gateway serves streams at once by default
+    # (max_connections, 1,000), so a burst finds its connections ready the second time, not 64 of
+    # them (an idle connection the upstream closes leaves the pool: connection_lost -> forget).
+    def __init__(self, *, max_idle_per_origin: int = 1024, ssl_context: ssl.SSLContext | None = None) -> None:
         self._idle: dict[_Origin, list[_Connection]] = {}
         self._all: set[_Connection] = set()
         self._max_idle = max_idle_per_origin

@@ -12,10 +12,33 @@ at exit) writes whatever is still queued.
 from __future__ import annotations
 
 import asyncio
+import http
 import logging
 from typing import Any
 
-__all__ = ["BatchedStreamHandler"]
+from uvicorn.logging import AccessFormatter
+
+__all__ = ["BatchedStreamHandler", "PlainAccessFormatter"]
+
+_PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
+UVICORN_ACCESS_FORMAT = '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
+
+
+class PlainAccessFormatter(AccessFormatter):
+    """uvicorn's access formatter, its uncoloured line made in one f-string: the same text
+    (``tests/test_gateway_overhead.py`` compares them) without two copies of the record and
+    an ``HTTPStatus`` lookup per request. Coloured output, another format or other arguments
+    go to uvicorn's own code."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        args = record.args
+        if self.use_colors or self._fmt != UVICORN_ACCESS_FORMAT or not isinstance(args, tuple) or len(args) != 5:
+            return super().formatMessage(record)
+        client, method, path, version, status = args
+        code = int(status)  # type: ignore[call-overload]  # (uvicorn logs an int)
+        level = record.levelname
+        prefix = f"{level}:{' ' * (8 - len(level))}"
+        return f'{prefix} {client} - "{method} {path} HTTP/{version}" {code} {_PHRASES.get(code, "")}'
 
 
 class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -175,6 +175,7 @@ _SECRETS: set[str] = set()  # the configured keys of this process (gateway and u
 _SENSITIVE = r"[\w.-]*?(?:key|token|secret|password|passwd|auth|authorization|signature|credential)"
 _QUERY = re.compile(rf"([?&;]{_SENSITIVE}=)[^&#\s\"']*", re.IGNORECASE)
 _PAIR = re.compile(rf"(\b{_SENSITIVE}\s*[:=]\s*)(?:Bearer\s+)?[^\s&,;\"']+", re.IGNORECASE)
+_ADDRESS = re.compile(r"[0-9A-Fa-f.:\[\]]*")  # an IPv4/IPv6 address and port, as uvicorn logs the client
 _BEARER = re.compile(r"(\bBearer\s+)[^\s\"',;]+", re.IGNORECASE)
 
 
@@ -206,7 +207,11 @@ class RedactSecrets(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == "uvicorn.access" and isinstance(record.args, tuple):
-            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+            # (a client address, host:port, holds no credential: skipping it saves the
+            # pattern scan its colon would cost on every request)
+            record.args = tuple(
+                redact(a) if isinstance(a, str) and not _ADDRESS.fullmatch(a) else a for a in record.args
+            )
             return True
         try:
             message = record.getMessage()
@@ -234,6 +239,8 @@ def log_config() -> dict[str, Any]:
         handler.setdefault("filters", []).append("redact_secrets")
     # the access lines of one event-loop turn in one write, after the turn (accesslog.py)
     config["handlers"]["access"]["class"] = "llmbridge.gateway.accesslog.BatchedStreamHandler"
+    if config["formatters"]["access"].get("()") == "uvicorn.logging.AccessFormatter":
+        config["formatters"]["access"]["()"] = "llmbridge.gateway.accesslog.PlainAccessFormatter"
     # WARNING as before (the per-exchange INFO lines stay off), but through a filtered handler
     config["loggers"]["llmbridge"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
     return config
