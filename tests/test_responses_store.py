@@ -355,3 +355,37 @@ def test_three_turns_over_the_local_model():
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant", "user"]
     assert [messages[n].text for n in (0, 2, 4)] == ["Name a fruit.", "Name a color.", "Name a city."]
     assert messages[1].text == first.output_text and messages[3].text == second.output_text
+
+
+AGENTS_PYTHON = Path(__file__).resolve().parent.parent / ".venv-clients" / "bin" / "python"
+
+
+@pytest.mark.parametrize("dialect", list(MODELS))
+def test_the_openai_agents_sdk_runs_three_turns(upstreams, tmp_path, dialect):
+    """The OpenAI Agents SDK (in the client environment: it pins its own openai and websockets)
+    chains three runs with previous_response_id over a stateless upstream; the third request
+    upstream carries the whole conversation."""
+    import subprocess
+
+    if not AGENTS_PYTHON.exists():
+        pytest.skip("the client environment is not installed: run `make clients`")
+    script = Path(__file__).resolve().parent / "clients" / "py_agents.py"
+    fake = upstreams.fake
+    with serving(create_app(gateway_config(upstreams.url, tmp_path / "gw.db"))) as gw:
+        before = len(fake.received[dialect])
+        done = subprocess.run(
+            [str(AGENTS_PYTHON), str(script), gw.url, new_key(gw.url), MODELS[dialect]],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if done.returncode and "No module named 'agents'" in done.stderr:
+            pytest.skip("the OpenAI Agents SDK is not installed: run `make clients`")
+        assert done.returncode == 0, done.stderr[-2000:]
+        out = json.loads(done.stdout)
+        assert len(set(out["ids"])) == 3 and all(i.startswith("resp_") for i in out["ids"])
+        assert out["texts"] == [f"reply {before + n} from {dialect}" for n in (1, 2, 3)]
+        sent = fake.received[dialect][before:]
+        assert len(sent) == 3
+        last = text_of(sent[2])
+        for piece in ("first question", "second question", "third question",
+                      f"reply {before + 1} from {dialect}", f"reply {before + 2} from {dialect}"):  # fmt: skip
+            assert piece in last, piece
