@@ -101,7 +101,7 @@ def test_the_repository_strict_list_holds_what_issue_12_asks_for(script):
         "gateway/__init__",
         "gateway/app",
         "gateway/streaming",
-        "gateway/teams/core",
-        "gateway/ui/_routes",
+        "gateway/_teams/core",
+        "gateway/_ui/_routes",
     ):
         assert f"src/llmbridge/{module}.py" in strict
