@@ -260,7 +260,7 @@ def test_megabyte_buffers_stay_on_the_heap_unless_the_operator_says_otherwise(en
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         pytest.skip("glibc only")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "LLMBRIDGE_HEAP"}
-    code = "from llmbridge.gateway import heap; print(heap.keep_large_buffers_on_heap())"
+    code = "from llmbridge.gateway import _heap as heap; print(heap.keep_large_buffers_on_heap())"
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(applied)
 

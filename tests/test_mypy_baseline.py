@@ -99,8 +99,8 @@ def test_the_repository_strict_list_holds_what_issue_12_asks_for(script):
         "hub",
         "dialects/base",
         "gateway/__init__",
-        "gateway/app",
-        "gateway/streaming",
+        "gateway/_app",
+        "gateway/_streaming",
         "gateway/_teams/core",
         "gateway/_ui/_routes",
     ):
