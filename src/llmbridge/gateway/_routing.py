@@ -82,7 +82,7 @@ __all__ = [
     "should_retry",
 ]
 
-log = logging.getLogger("llmbridge.gateway._routing")
+log = logging.getLogger("llmbridge.gateway.routing")
 
 HEADER = "x-llmbridge-deployment"  # names the deployment that served (or last failed) an answer
 ATTEMPTS_HEADER = "x-llmbridge-attempts"  # how many upstream requests the answer took (1: no retry)

@@ -32,7 +32,7 @@ from .store import BY, Store
 
 __all__ = ["Handler", "MAX_ADMIN_BODY", "routes"]
 
-log = logging.getLogger("llmbridge.gateway._teams")
+log = logging.getLogger("llmbridge.gateway.teams")
 MAX_ADMIN_BODY = 64 * 1024
 MAX_KEY_ID = 64
 Handler = Callable[[Teams, Request], Awaitable[Response]]

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Answer", "Principal", "Refusal", "Teams", "Ticket", "create", "presented_key"]
 
-log = logging.getLogger("llmbridge.gateway._teams")
+log = logging.getLogger("llmbridge.gateway.teams")
 UNKNOWN_MODEL = "(unknown)"  # what metrics and the ledger say for a model the config does not name
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 _ERROR_TYPES = frozenset({*hub.ERROR_TYPES, "client_disconnected", "cancelled"})  # error_type values stored

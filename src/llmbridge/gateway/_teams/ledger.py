@@ -22,7 +22,7 @@ from .store import LedgerRow, Store
 
 __all__ = ["Ledger"]
 
-log = logging.getLogger("llmbridge.gateway._teams")
+log = logging.getLogger("llmbridge.gateway.teams")
 
 
 class Ledger:
