@@ -24,7 +24,8 @@ from typing import Any
 
 from llmbridge import dialects, hub
 from llmbridge.dialects.base import json_encode
-from llmbridge.gateway import cache, config, create_app
+from llmbridge.gateway import _cache as cache
+from llmbridge.gateway import config, create_app
 
 TOKENS = 200
 RUNS = 300

@@ -14,7 +14,7 @@ and ``llmbridge serve`` (its own process) stands in front of it. Measured, in on
 2. **translated**: ``/v1/images`` with ``n = 10`` to the Gemini upstream (its hub image blocks
    re-written as ``image_generation.completed`` events);
 3. both again on a gateway left on glibc's own malloc thresholds (``LLMBRIDGE_HEAP=system``,
-   see ``gateway/heap.py``), and the gateways' RSS after the runs;
+   see ``gateway/_heap.py``), and the gateways' RSS after the runs;
 4. **floors**: a plain relay process (``--relay``: Starlette + httpx, bytes passed through
    untouched, no parsing, no check) and a socket pipe (``--pipe``: bytes between two sockets
    and nothing else), the same upstream stream;
@@ -312,7 +312,7 @@ upstream = "gem"
             f"http://127.0.0.1:{gw_port}/healthz",
             tmp,
         )
-        plain_port = _port()  # the same gateway on glibc's own malloc thresholds (gateway/heap.py)
+        plain_port = _port()  # the same gateway on glibc's own malloc thresholds (gateway/_heap.py)
         plain = _start(
             "gateway-system-heap",
             [str(BIN / "llmbridge"), "serve", "--config", str(tmp / "gw.toml"), "--port", str(plain_port)],
@@ -434,7 +434,7 @@ def in_process() -> dict[str, float]:
             decoder.feed(piece)
 
     from llmbridge import dialects
-    from llmbridge.gateway.images import HubImages, ImageRequest, encode_event
+    from llmbridge.gateway._images import HubImages, ImageRequest, encode_event
 
     gemini = (
         b'data: {"candidates":[{"content":{"parts":[{"inlineData":{"mimeType":"image/png","data":"'
@@ -479,7 +479,7 @@ def in_process() -> dict[str, float]:
 
 
 def run() -> str:
-    from llmbridge.gateway import heap
+    from llmbridge.gateway import _heap as heap
 
     heap.keep_large_buffers_on_heap()  # the in-process rows under the gateway's own malloc thresholds
     core = in_process()
@@ -523,7 +523,8 @@ def profile(path: str, requests: int = 10) -> str:
 
     import uvicorn
 
-    from llmbridge.gateway import config, create_app, heap
+    from llmbridge.gateway import _heap as heap
+    from llmbridge.gateway import config, create_app
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

@@ -15,8 +15,8 @@ import msgspec
 
 from llmbridge import dialects
 from llmbridge.dialects.base import decode_all
-from llmbridge.gateway.checks import check_nesting, validate_request
-from llmbridge.gateway.extensions import PlainEncoder
+from llmbridge.gateway._checks import check_nesting, validate_request
+from llmbridge.gateway._extensions import PlainEncoder
 
 from .common import CORPUS, best_of, table
 

@@ -56,7 +56,7 @@ STEPS = (
     ("gateway/server", "HTTP server (uvicorn: parse, ASGI messages)"),
     ("uvicorn/logging", "access log (format, redact, write)"),
     ("logging/__init__", "access log (format, redact, write)"),
-    ("gateway/server.py", "access log (format, redact, write)"),
+    ("gateway/_server.py", "access log (format, redact, write)"),
     ("re/__init__", "access log (format, redact, write)"),
     ("starlette", "framework (Starlette router, middleware, Request)"),
     ("gateway/hotpath", "framework (Starlette router, middleware, Request)"),
@@ -229,7 +229,7 @@ def _profile(config: Path, path: str, dialect: str) -> tuple[dict[str, float], l
     import uvicorn
 
     from llmbridge.gateway import load
-    from llmbridge.gateway.server import GuardedConfig, GuardedHttpToolsProtocol, build_app, log_config
+    from llmbridge.gateway._server import GuardedConfig, GuardedHttpToolsProtocol, build_app, log_config
 
     port = _port()
     # As `llmbridge serve` runs it (access log, redaction, the guarded protocol), in this process.

@@ -190,8 +190,8 @@ def _micro(tmp: Path, redis_url: str | None, pg_url: str | None) -> dict[str, tu
 
     from llmbridge import hub
     from llmbridge.gateway import config
-    from llmbridge.gateway.response import StreamResponse
-    from llmbridge.gateway.teams import Teams, keys
+    from llmbridge.gateway._response import StreamResponse
+    from llmbridge.gateway._teams import Teams, keys
 
     class Done:  # what an Exchange exposes to on_end once over
         usage = hub.Usage(input_tokens=40, output_tokens=200)

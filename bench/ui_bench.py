@@ -17,8 +17,8 @@ import asyncio
 
 from llmbridge import dialects, hub
 from llmbridge.gateway import config
-from llmbridge.gateway.app import Gateway
-from llmbridge.gateway.ui import Fanout, analyze
+from llmbridge.gateway._app import Gateway
+from llmbridge.gateway._ui import Fanout, analyze
 
 from .common import best_of, corpus_bodies, table
 

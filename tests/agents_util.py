@@ -29,8 +29,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from llmbridge import dialects, hub
-from llmbridge.gateway import replies
-from llmbridge.gateway.response import StreamResponse
+from llmbridge.gateway import _replies as replies
+from llmbridge.gateway._response import StreamResponse
 
 NOTE = "notes.txt"  # the file the write tool creates
 NOTE_TEXT = "alpha beta"

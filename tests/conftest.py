@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from llmbridge.gateway.upstream import LOCAL_EXTRA_HINT, local_available
+from llmbridge.gateway._upstream import LOCAL_EXTRA_HINT, local_available
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"  # the real-stream captures travel with the repository

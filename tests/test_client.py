@@ -33,8 +33,8 @@ from llmbridge.errors import (
     TransportError,
     UpstreamError,
 )
-from llmbridge.gateway.app import ENDPOINTS
-from llmbridge.gateway.response import StreamResponse
+from llmbridge.gateway._app import ENDPOINTS
+from llmbridge.gateway._response import StreamResponse
 from llmbridge.unievent import grammar_violations
 from tests.gateway_util import serving, wait_for
 

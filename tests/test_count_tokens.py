@@ -23,7 +23,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from llmbridge import dialects
-from llmbridge.gateway import config, count_tokens, create_app
+from llmbridge.gateway import _count_tokens as count_tokens
+from llmbridge.gateway import config, create_app
 from tests.gateway_util import replay_config, serving
 
 needs_tokenizer = pytest.mark.skipif(

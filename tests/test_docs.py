@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from llmbridge.gateway import create_app
-from llmbridge.gateway.upstream import LOCAL_EXTRA_HINT, local_available
+from llmbridge.gateway._upstream import LOCAL_EXTRA_HINT, local_available
 from tests.conftest import CORPUS, ROOT
 from tests.gateway_util import serving
 

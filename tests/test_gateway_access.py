@@ -22,8 +22,8 @@ from websockets.sync.client import connect
 
 from llmbridge import cli
 from llmbridge.gateway import config, create_app
-from llmbridge.gateway.teams._guesses import Guesses
-from llmbridge.gateway.ui._sessions import Sessions
+from llmbridge.gateway._teams._guesses import Guesses
+from llmbridge.gateway._ui._sessions import Sessions
 from tests.gateway_util import serving
 from tests.test_ui import Scripted
 

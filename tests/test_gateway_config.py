@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from llmbridge.gateway import _negotiation as negotiation
 from llmbridge.gateway import config as cfg
-from llmbridge.gateway import negotiation
-from llmbridge.gateway.record import confined, safe_name
-from llmbridge.gateway.streaming import JSONArrayFraming
+from llmbridge.gateway._record import confined, safe_name
+from llmbridge.gateway._streaming import JSONArrayFraming
 from llmbridge.replay import parse_model
 from llmbridge.sse import EventBoundaries
 

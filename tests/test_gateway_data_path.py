@@ -26,8 +26,8 @@ from llmbridge import hub
 from llmbridge.dialects import openai_chat
 from llmbridge.gateway import config, create_app
 from llmbridge.gateway._http import Inbox
-from llmbridge.gateway.sources import Source
-from llmbridge.gateway.streaming import Exchange, Options
+from llmbridge.gateway._sources import Source
+from llmbridge.gateway._streaming import Exchange, Options
 from llmbridge.sse import EventBoundaries
 from tests.gateway_util import StalledHead, serving, wait_for
 
@@ -344,7 +344,7 @@ def test_the_relay_still_notes_usage_and_finish(gw, caplog, model):
 def test_an_in_process_upstream_waits_for_a_slow_client():
     # Back-pressure: the pump that moves an in-process upstream's events stops once
     # EVENTS_AHEAD are waiting, so a fast upstream cannot run ahead of its client into memory.
-    from llmbridge.gateway.sources import EVENTS_AHEAD, EventSource
+    from llmbridge.gateway._sources import EVENTS_AHEAD, EventSource
 
     produced = 0
 

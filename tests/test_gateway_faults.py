@@ -24,7 +24,7 @@ from google.genai import types as genai_types
 from llmbridge import dialects, hub, replay
 from llmbridge.dialects.base import decode_all
 from llmbridge.gateway import config, create_app
-from llmbridge.gateway.extensions import HEADER, VENDOR_DIALECTS
+from llmbridge.gateway._extensions import HEADER, VENDOR_DIALECTS
 from tests.conftest import CORPUS
 from tests.gateway_util import UPSTREAM_OF, replay_config, serving, wait_for
 from tests.readers import expected

@@ -19,7 +19,7 @@ from llmbridge import dialects, hub, replay
 from llmbridge.dialects.base import decode_all
 from llmbridge.errors import RequestError
 from llmbridge.gateway import config, create_app
-from llmbridge.gateway.checks import nesting_exceeds, validate_request
+from llmbridge.gateway._checks import nesting_exceeds, validate_request
 from tests.conftest import CORPUS
 from tests.gateway_util import replay_config, serving
 from tests.test_gateway_faults import ALL, assert_error_shape, request_for
@@ -324,7 +324,7 @@ def test_our_client_asks_for_extension_data():
 def test_blocks_without_a_wire_form_are_left_out_when_plain(dialect):
     """A generated image (data block) and another vendor's server-tool block have no form in
     most vendor wires but our "llmbridge" one: plain answers leave them out, keep the rest."""
-    from llmbridge.gateway.extensions import PlainEncoder, plain_body, plain_response
+    from llmbridge.gateway._extensions import PlainEncoder, plain_body, plain_response
 
     events = [
         hub.ResponseStart(id="r", model="m"),

@@ -19,7 +19,7 @@ from google import genai
 from google.genai import types as genai_types
 
 import llmbridge
-from llmbridge.gateway.streaming import KEEPALIVE_BYTES
+from llmbridge.gateway._streaming import KEEPALIVE_BYTES
 from tests.gateway_util import TEXT_CAPTURES, capture_text, slow_gateway
 
 KEEPALIVE = 0.15

@@ -90,8 +90,8 @@ def test_the_cycle_check_sees_a_cycle():
 def test_only_the_app_knows_the_gateway_object():
     """Entry points get the pipeline (config, upstreams, teams, traffic), never ``Gateway``."""
     graph = _imports(_modules())
-    importers = sorted(m for m, targets in graph.items() if f"{PACKAGE}.app" in targets)
-    assert importers == [PACKAGE, f"{PACKAGE}.server"] or importers == [PACKAGE]
+    importers = sorted(m for m, targets in graph.items() if f"{PACKAGE}._app" in targets)
+    assert importers == [PACKAGE, f"{PACKAGE}._server"] or importers == [PACKAGE]
 
 
 def test_every_served_dialect_has_its_gateway_traits_and_endpoints():
@@ -113,3 +113,12 @@ def test_every_served_dialect_has_its_gateway_traits_and_endpoints():
             scope = {"type": "http", "method": "POST", "path": concrete, "root_path": ""}
             matches = [route.matches(scope)[0] for route in app.routes]
             assert Match.FULL in matches, (name, concrete)
+
+
+def test_the_gateway_internals_are_private_modules():
+    """``llmbridge.gateway`` and its ``config`` are the public surface; every other module of
+    the gateway is private by name (a leading underscore), as h11's are."""
+    public = sorted(
+        name for name in _modules() if name != PACKAGE and not any(part.startswith("_") for part in name.split(".")[2:])
+    )
+    assert public == [f"{PACKAGE}.config"]

@@ -11,8 +11,9 @@ import pytest
 from llmbridge import errors, hub
 from llmbridge.dialects.base import decode_all
 from llmbridge.dialects.openai_chat import StreamDecoder
-from llmbridge.gateway import config, create_app, upstream
-from llmbridge.gateway.extensions import HEADER
+from llmbridge.gateway import _upstream as upstream
+from llmbridge.gateway import config, create_app
+from llmbridge.gateway._extensions import HEADER
 from tests.gateway_util import serving
 
 HTTP = httpx.Client(timeout=60)
@@ -127,8 +128,8 @@ class BrokenEncoder:
 
 
 def test_a_codec_bug_mid_stream_still_ends_with_error_and_terminal_event():
-    from llmbridge.gateway.sources import EventSource
-    from llmbridge.gateway.streaming import Exchange
+    from llmbridge.gateway._sources import EventSource
+    from llmbridge.gateway._streaming import Exchange
 
     async def events():
         yield hub.ResponseStart()

@@ -30,10 +30,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from llmbridge import dialects, hub, replay
 from llmbridge.dialects.base import json_encode
 from llmbridge.gateway import _http, config, create_app
-from llmbridge.gateway.accesslog import BatchedStreamHandler
+from llmbridge.gateway._accesslog import BatchedStreamHandler
+from llmbridge.gateway._response import until_disconnected
+from llmbridge.gateway._upstream import HTTPUpstream
 from llmbridge.gateway.config import UpstreamConfig
-from llmbridge.gateway.response import until_disconnected
-from llmbridge.gateway.upstream import HTTPUpstream
 from tests.conftest import CORPUS
 from tests.gateway_util import replay_config, serving
 
@@ -250,7 +250,7 @@ async def test_access_lines_of_one_loop_turn_go_out_in_one_write():
 
 
 def test_the_access_filter_still_masks_the_path_but_not_the_address():
-    from llmbridge.gateway.server import RedactSecrets
+    from llmbridge.gateway._server import RedactSecrets
 
     record = logging.LogRecord("uvicorn.access", logging.INFO, "x", 1, '%s - "%s %s HTTP/%s" %d',
                                ("[::1]:5", "GET", "/v1beta/models?key=abc123", "1.1", 200), None)  # fmt: skip
@@ -292,7 +292,7 @@ async def test_a_burst_finds_its_upstream_connections_ready_the_second_time():
 def test_the_plain_access_formatter_writes_uvicorns_line(status):
     from uvicorn.logging import AccessFormatter
 
-    from llmbridge.gateway.accesslog import UVICORN_ACCESS_FORMAT, PlainAccessFormatter
+    from llmbridge.gateway._accesslog import UVICORN_ACCESS_FORMAT, PlainAccessFormatter
 
     args = ("127.0.0.1:5", "POST", "/v1/chat/completions?alt=sse", "1.1", status)
     record = logging.LogRecord("uvicorn.access", logging.INFO, "x", 1, '%s - "%s %s HTTP/%s" %d', args, None)

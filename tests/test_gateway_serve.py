@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from llmbridge import replay
-from llmbridge.gateway.server import raise_open_files_limit, redact
+from llmbridge.gateway._server import raise_open_files_limit, redact
 from tests.conftest import CORPUS
 from tests.gateway_util import serving, wait_for
 

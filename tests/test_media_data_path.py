@@ -250,7 +250,7 @@ def test_blank_line_and_cr_helpers_match_the_plain_operations():
     [({}, True), ({"LLMBRIDGE_HEAP": "system"}, False), ({"MALLOC_TRIM_THRESHOLD_": "131072"}, False)],
 )
 def test_megabyte_buffers_stay_on_the_heap_unless_the_operator_says_otherwise(env, applied):
-    """gateway/heap.py in a fresh process (mallopt is process-wide): applied on glibc, skipped
+    """gateway/_heap.py in a fresh process (mallopt is process-wide): applied on glibc, skipped
     when the operator set glibc's thresholds or asked for the system's defaults."""
     import os
     import platform
@@ -260,7 +260,7 @@ def test_megabyte_buffers_stay_on_the_heap_unless_the_operator_says_otherwise(en
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         pytest.skip("glibc only")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "LLMBRIDGE_HEAP"}
-    code = "from llmbridge.gateway import heap; print(heap.keep_large_buffers_on_heap())"
+    code = "from llmbridge.gateway import _heap as heap; print(heap.keep_large_buffers_on_heap())"
     out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(applied)
 
@@ -292,7 +292,7 @@ def test_the_relay_skims_huge_events_at_their_ends_and_small_ones_whole():
     """A huge event (a base64 image) is looked at in its first and last 4 KiB for the relay's
     markers: its name and type at the head, what follows the payload (usage, finish_reason)
     at the tail; small events after it are searched whole, as before."""
-    from llmbridge.gateway import streaming
+    from llmbridge.gateway import _streaming as streaming
 
     markers = streaming.RELAY_MARKERS["openai-chat"]
 

@@ -99,9 +99,9 @@ def test_the_repository_strict_list_holds_what_issue_12_asks_for(script):
         "hub",
         "dialects/base",
         "gateway/__init__",
-        "gateway/app",
-        "gateway/streaming",
-        "gateway/teams/core",
-        "gateway/ui/_routes",
+        "gateway/_app",
+        "gateway/_streaming",
+        "gateway/_teams/core",
+        "gateway/_ui/_routes",
     ):
         assert f"src/llmbridge/{module}.py" in strict

@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from llmbridge import hub
-from llmbridge.gateway import cache, config, create_app
+from llmbridge.gateway import _cache as cache
+from llmbridge.gateway import config, create_app
 from tests.gateway_util import serving, wait_for
 from tests.store_util import FakeUpstreams
 

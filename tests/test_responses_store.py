@@ -250,8 +250,8 @@ def test_stored_responses_survive_a_restart_and_are_not_in_the_ledger(upstreams,
 def test_expired_responses_are_deleted(upstreams, tmp_path):
     import asyncio
 
-    from llmbridge.gateway.responses_store import DatabaseResponses, Stored
-    from llmbridge.gateway.teams.store import connect
+    from llmbridge.gateway._responses_store import DatabaseResponses, Stored
+    from llmbridge.gateway._teams.store import connect
 
     async def run() -> tuple[int, object, object]:
         store = connect(f"sqlite:///{tmp_path}/r.db")
@@ -270,7 +270,7 @@ def test_expired_responses_are_deleted(upstreams, tmp_path):
 
 
 async def _cache_rows(url: str) -> int:
-    from llmbridge.gateway.teams.store import connect
+    from llmbridge.gateway._teams.store import connect
 
     store = connect(url)
     await store.open()
@@ -336,8 +336,8 @@ def test_three_turns_over_the_local_model():
     from tests.conftest import require_local_model
 
     require_local_model()
+    from llmbridge.gateway._upstream import build
     from llmbridge.gateway.config import default_config
-    from llmbridge.gateway.upstream import build
 
     cfg = default_config()
     local = _Recording(build(cfg.upstreams["local"]))

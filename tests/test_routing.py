@@ -1,4 +1,4 @@
-"""gateway/routing.py, sans-I/O: a fake clock and a seeded random source drive the plans by hand."""
+"""gateway/_routing.py, sans-I/O: a fake clock and a seeded random source drive the plans by hand."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 from llmbridge import hub
+from llmbridge.gateway import _routing as routing
 from llmbridge.gateway import config as cfg
-from llmbridge.gateway import routing
-from llmbridge.gateway.routing import Router
+from llmbridge.gateway._routing import Router
 
 
 class Clock:

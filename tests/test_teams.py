@@ -10,8 +10,8 @@ import pytest
 
 from llmbridge import hub
 from llmbridge.gateway import config
-from llmbridge.gateway.teams import LedgerRow, LocalLimiter, Price, cost, keys
-from llmbridge.gateway.teams.ledger import Ledger
+from llmbridge.gateway._teams import LedgerRow, LocalLimiter, Price, cost, keys
+from llmbridge.gateway._teams.ledger import Ledger
 
 
 def test_cost_bills_cached_and_thinking_tokens_at_their_own_rates():
@@ -210,7 +210,7 @@ def test_otlp_endpoint_needs_its_exporter_or_says_so():
 
 
 def test_keys_in_query_strings_never_reach_the_access_log(caplog):
-    from llmbridge.gateway.teams import redact
+    from llmbridge.gateway._teams import redact
 
     redact.install()
     redact.install()  # idempotent

@@ -16,7 +16,7 @@ import pytest
 from llmbridge import cli, dialects, hub, replay
 from llmbridge.dialects.base import decode_all
 from llmbridge.gateway import config, create_app
-from llmbridge.gateway.teams import connect, keys
+from llmbridge.gateway._teams import connect, keys
 from tests.conftest import CORPUS
 from tests.gateway_util import StalledHead, replay_config, serving, wait_for
 from tests.teams_util import postgres_server

@@ -17,7 +17,7 @@ import pytest
 from llmbridge import dialects, errors, hub
 from llmbridge.dialects.base import decode_all
 from llmbridge.gateway import config, create_app
-from llmbridge.gateway.ui import Fanout, TrafficLog, analyze, parse_request
+from llmbridge.gateway._ui import Fanout, TrafficLog, analyze, parse_request
 from tests.conftest import CORPUS, corpus_files
 from tests.gateway_util import serving, wait_for
 

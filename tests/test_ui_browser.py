@@ -23,7 +23,7 @@ import pytest
 from llmbridge import dialects, hub
 from llmbridge.dialects.base import decode_all
 from llmbridge.gateway import config, create_app
-from llmbridge.gateway.upstream import local_available
+from llmbridge.gateway._upstream import local_available
 from llmbridge.replay import create_app as replay_app
 from tests.conftest import CORPUS, ROOT
 from tests.gateway_util import replay_config, serving

@@ -7,7 +7,7 @@ source and date): non-streaming bodies, each stream event, the response inside t
 events, error bodies and error events, model lists, images and embeddings bodies.  The
 streams are the whole translation matrix: every corpus capture (decoded as
 ``tests/test_matrix.py`` decodes it) encoded into every vendor dialect, as the gateway sends
-it by default (no ``"llmbridge"`` extension data, ``gateway/extensions.py``).
+it by default (no ``"llmbridge"`` extension data, ``gateway/_extensions.py``).
 
 Where a vendor publishes no machine-readable schema we could vendor (Anthropic's stream
 event envelopes, Gemini), the official SDK's typed models are the schema: pydantic
@@ -38,7 +38,10 @@ from pydantic import TypeAdapter, ValidationError
 from referencing.jsonschema import DRAFT202012
 
 from llmbridge import dialects, hub, sse
-from llmbridge.gateway import embeddings, extensions, images, replies
+from llmbridge.gateway import _embeddings as embeddings
+from llmbridge.gateway import _extensions as extensions
+from llmbridge.gateway import _images as images
+from llmbridge.gateway import _replies as replies
 from llmbridge.media import COMPLETED, ImageEvent
 from tests.conftest import CORPUS
 from tests.strategies import hub_streams
@@ -352,7 +355,7 @@ def plain_stream(target: str, events: list[hub.Event], **options: Any) -> bytes:
 
 def plain_body(target: str, events: list[hub.Event]) -> dict:
     """The non-streaming body the gateway sends a ``target`` client by default (an answer
-    that ended in an error is an error body, ``Exchange.respond`` in gateway/app.py)."""
+    that ended in an error is an error body, ``Exchange.respond`` in gateway/_app.py)."""
     response = hub.assemble(events)
     if response.error is not None:
         return replies.error_body(target, response.error)[1]  # type: ignore[return-value]

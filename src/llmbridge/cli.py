@@ -143,7 +143,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise CLIError("--workers must be at least 1", EXIT_MALFORMED)
     if args.http2 or args.certfile:
-        from .gateway import http2
+        from .gateway import _http2 as http2
 
         http2.serve(args.config, args.host, args.port, certfile=args.certfile, keyfile=args.keyfile)
         return EXIT_OK
@@ -201,7 +201,7 @@ def cmd_deployments(args: argparse.Namespace) -> int:
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
-    from .gateway.teams import keys, report
+    from .gateway._teams import keys, report
 
     url = args.database_url
     if url is None:

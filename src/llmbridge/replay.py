@@ -39,9 +39,9 @@ from starlette.routing import Route
 
 from . import dialects, hub
 from .dialects.base import decode_all, json_decode
-from .gateway import replies
-from .gateway.app import ENDPOINTS, GEMINI, GEMINI_VERSIONS
-from .gateway.response import StreamResponse
+from .gateway import _replies as replies
+from .gateway._app import ENDPOINTS, GEMINI, GEMINI_VERSIONS
+from .gateway._response import StreamResponse
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -255,7 +255,7 @@ class Replay:
     async def images(self, request: Request) -> Response:
         """OpenAI's Images API from ``openai-images/NAME.sse``."""
         from . import media
-        from .gateway import images
+        from .gateway import _images as images
 
         dialect = "openai-chat"
         admitted = await self.admit(request, dialect, None)

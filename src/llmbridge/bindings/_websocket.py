@@ -1,7 +1,7 @@
 """The WebSocket binding of LLM-Stream (docs/llm-stream-bindings.md §3), sans-I/O.
 
 :class:`ServerSession` is one connection as the server sees it: client messages in, actions
-out (start a turn, cancel it, close with a code).  The shell (``llmbridge.gateway.websocket``)
+out (start a turn, cancel it, close with a code).  The shell (``llmbridge.gateway._websocket``)
 moves messages and runs turns; nothing here touches a socket or a clock.
 :class:`MessageStreamDecoder` is the receiving side: one event envelope per text message,
 checked by the same grammar as the SSE binding.

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import dialects
-from . import cache as _cache
-from . import responses_store as _store
-from .teams import pricing as _pricing
-from .teams import settings as _teams
+from . import _cache
+from . import _responses_store as _store
+from ._teams import pricing as _pricing
+from ._teams import settings as _teams
 
 __all__ = [
     "Config",
@@ -89,7 +89,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Deployment:
-    """One place a model runs: an upstream and the model name it knows (gateway/routing.py)."""
+    """One place a model runs: an upstream and the model name it knows (gateway/_routing.py)."""
 
     upstream: str
     model: str
@@ -131,7 +131,7 @@ class ModelConfig:
     deployments: tuple[Deployment, ...] = ()  # () : one plain deployment per route
     retries: Retries | None = None  # None: one attempt per (non-fallback) deployment, 100 ms backoff
     cooldown: Cooldown = NO_COOLDOWN  # off unless configured (the deployments form defaults to 3 / 30 s)
-    cache: _cache.CachePolicy | None = None  # the model's response cache (gateway/cache.py); None: off
+    cache: _cache.CachePolicy | None = None  # the model's response cache (gateway/_cache.py); None: off
 
     def __post_init__(self) -> None:
         if not self.deployments:  # built in code from routes alone: plain deployments
@@ -153,11 +153,11 @@ class GatewayConfig:
     # One upstream event (the bytes between two blank lines) larger than this ends the answer
     # with an error: big enough for base64 images, small enough to bound a stream's memory.
     max_event_bytes: int = 32 * 1024 * 1024
-    max_json_depth: int = 128  # request bodies nested deeper get 400 (see gateway/checks.py)
+    max_json_depth: int = 128  # request bodies nested deeper get 400 (see gateway/_checks.py)
     # Our "llmbridge" extension data in vendor-dialect answers: off unless asked (the
     # x-llmbridge-extensions request header, or this), so users' tools never see it.
     extensions: bool = False
-    # Client connections (see gateway/server.py): seconds to send a whole request head,
+    # Client connections (see gateway/_server.py): seconds to send a whole request head,
     # seconds an idle keep-alive connection stays open, open connections before 503.
     header_timeout: float = 10.0
     idle_timeout: float = 30.0
@@ -171,7 +171,7 @@ class GatewayConfig:
     # /v1/messages without max_tokens: 0 refuses it as Anthropic does (400 "max_tokens: Field
     # required"); a positive number is sent instead (docs/gateway.md).
     anthropic_default_max_tokens: int = 0
-    ui_session_hours: float = 12.0  # a console login lasts this long (sessions: gateway/ui/_sessions.py)
+    ui_session_hours: float = 12.0  # a console login lasts this long (sessions: gateway/_ui/_sessions.py)
     # Failed key or console-login attempts per client address and minute before 429 (0: no limit).
     auth_failures_per_minute: int = 10
     # Browser origins (besides the gateway's own) that may open the WebSocket of a keyless gateway.

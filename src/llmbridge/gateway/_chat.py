@@ -1,0 +1,399 @@
+"""The chat entry points: every dialect's generation endpoint, on the one pipeline.
+
+``POST /v1/chat/completions``, ``/v1/responses``, ``/v1/messages``, ``/v1/stream``,
+``/mmsp/v1/stream`` and Gemini's ``:generateContent`` / ``:streamGenerateContent`` all run
+:meth:`Chat.handle`: the pipeline's steps (``pipeline.py``) with content negotiation and the
+dialect's request codec as the "validate" step, and an :class:`~._streaming.Exchange` per
+upstream try as the "exchange" step. A WebSocket turn runs :meth:`Chat.turn` — the same
+steps from "validate" on — and the console's turns reuse :meth:`Chat.routes` through the
+pipeline's fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import dialects, hub
+from ..dialects.base import DialectModule, StreamEncoder
+from ..errors import RequestError
+from . import _acceptance as acceptance
+from . import _binding as binding
+from . import _checks as checks
+from . import _extensions as extensions
+from . import _negotiation as negotiation
+from . import _replies as replies
+from . import _routing as routing
+from ._embeddings import Embeddings
+from ._failures import UpstreamFailed
+from ._memory import Memo, Memory
+from ._metering import Meter
+from ._pipeline import Pipeline, Refused, request_id_of, unless_disconnected
+from ._record import Recorder
+from ._relay import relay_filter
+from ._response import STARTED, StreamResponse
+from ._routing import Attempt
+from ._streaming import Exchange, Options
+from ._teams import Principal
+from ._upstream import Upstream, adopt
+from .config import ModelConfig
+
+__all__ = ["Chat", "Turn"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+
+@dataclasses.dataclass(slots=True)
+class Turn:
+    """One chat request once read: what the steps after "validate" need."""
+
+    request: hub.Request
+    request_dialect: str
+    out_dialect: str
+    size: int  # bytes of the body (the TPM estimate before the real usage is known)
+    json_array: bool = False  # Gemini's streamGenerateContent without ?alt=sse
+    binary: bool = False  # LLM-Stream's binary frames (llm-stream-bindings §2)
+    with_extensions: bool = True  # our "llmbridge" data in vendor-dialect answers (extensions.py)
+    request_id: str | None = None  # the client's own, echoed in llm-stream's stream.start/end
+    # The console's turns: their own encoder (made per upstream try: its name and model) and
+    # media type in place of a dialect's; None for every dialect endpoint.
+    encoder: Callable[[str, str], StreamEncoder] | None = None
+    media_type: str | None = None
+    # (upstream, error) of each try that failed before the client saw anything
+    failures: list[tuple[str, hub.Error]] = dataclasses.field(default_factory=list)
+    # the body as the client sent it and its headers: what stored responses and caches read
+    body: dict[str, Any] | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # perf_counter() when the request reached the app, and when its first upstream try began
+    # (Server-Timing: Pipeline.timing)
+    arrived: float = 0.0
+    upstream_started: float | None = None
+
+
+class Chat:
+    """The chat endpoints of one gateway; ``embeddings`` serves embedding models named at them."""
+
+    def __init__(self, pipeline: Pipeline, embeddings: Embeddings, memory: Memory) -> None:
+        self.pipeline = pipeline
+        self.config = pipeline.config
+        self.embeddings = embeddings
+        self.memory = memory  # stored responses (previous_response_id) and response caches
+        gw = pipeline.config.gateway
+        self.record_dir = Path(gw.record_dir) if gw.record_dir else None
+        self._recorded = 0
+
+    # -- the HTTP entry point
+
+    async def handle(
+        self,
+        request: Request,
+        endpoint: str,
+        *,
+        url_model: str | None = None,
+        stream: bool | None = None,
+        json_array: bool = False,
+    ) -> Response | StreamResponse:
+        """One HTTP chat request to ``endpoint`` (a dialect name), through every step."""
+        arrived = request.scope.get(STARTED) or time.perf_counter()
+        headers = request.headers
+        dialect = [negotiation.error_dialect(endpoint, headers.get("content-type"), headers.get("accept"))]
+        steps = self._steps(request, endpoint, dialect, url_model, stream, json_array, arrived)
+        return await self.pipeline.answer(lambda: dialect[0], steps)
+
+    async def _steps(
+        self,
+        request: Request,
+        endpoint: str,
+        dialect: list[str],
+        url_model: str | None,
+        stream: bool | None,
+        json_array: bool,
+        arrived: float,
+    ) -> Response | StreamResponse:
+        p = self.pipeline
+        who = await p.authenticate(request)
+        content_type = request.headers.get("content-type")
+        accept = request.headers.get("accept")
+        try:
+            request_dialect = negotiation.request_dialect(content_type, endpoint)
+        except negotiation.UnsupportedMediaType as exc:
+            raise Refused.of(str(exc), "unsupported_media_type") from None
+        out_dialect = dialect[0] = negotiation.response_dialect(endpoint, request_dialect, accept)
+        if out_dialect != endpoint:
+            json_array = False  # the standard stream is SSE
+        if endpoint == negotiation.STANDARD and not binding.acceptable(accept):  # llm-stream-bindings §2.1
+            raise Refused.of(f"cannot answer with any of {accept!r}", "invalid_request", 406, "not_acceptable")
+        body, size = await p.read_object(request)
+        hreq = self.decode(body, request_dialect, url_model, request.headers)
+        if stream is not None:
+            hreq.stream = stream
+        if out_dialect == negotiation.STANDARD and negotiation.wants_standard_stream(accept):
+            hreq.stream = True
+        turn = Turn(
+            hreq,
+            request_dialect,
+            out_dialect,
+            size,
+            json_array=json_array,
+            binary=out_dialect == negotiation.STANDARD and binding.wants_binary(accept),
+            with_extensions=extensions.wanted(out_dialect, request.headers, self.config.gateway.extensions),
+            request_id=request_id_of(hreq),
+            body=body,
+            headers=request.headers,
+            arrived=arrived,
+        )
+        ledger_id = turn.request_id or request.scope.get("state", {}).get("request_id", "")
+        return await self.serve(turn, who, ledger_id, request)
+
+    def decode(
+        self,
+        body: dict[str, Any],
+        request_dialect: str,
+        url_model: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> hub.Request:
+        """Step 3 for chat: ``body`` read by ``request_dialect``'s codec, ranges and images
+        checked, and what that dialect's vendor itself refuses refused (``acceptance``);
+        raises :class:`~llmbridge.errors.RequestError` or :class:`Refused` (400)."""
+        try:
+            hreq = dialects.get(request_dialect).decode_request(body, model=url_model)
+        except RequestError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            raise Refused.of(f"malformed request: {type(exc).__name__}: {exc}", "invalid_request") from None
+        checks.validate_request(hreq, request_dialect)
+        if url_model and not hreq.model:
+            hreq.model = url_model
+        default_max_tokens = self.config.gateway.anthropic_default_max_tokens
+        refused = acceptance.refusal(body, hreq, request_dialect, default_max_tokens, headers)
+        if refused is not None:  # only what the client's vendor refuses
+            raise refused
+        bad_image = checks.check_images(hreq, self.config.gateway.max_image_bytes)
+        if bad_image is not None:
+            raise Refused.of(bad_image, "invalid_request")
+        return hreq
+
+    async def serve(
+        self, turn: Turn, who: Principal, ledger_id: str, request: Request | None = None
+    ) -> Response | StreamResponse:
+        """Steps 4-7 for a read request: the model, admission, routing and the exchange
+        (raced against ``request``'s disconnect when there is one); settles the meter."""
+        p = self.pipeline
+        hreq = turn.request
+        model = p.model(hreq.model)
+        meter = await p.admit(who, hreq, turn.size, turn.request_dialect, turn.out_dialect, ledger_id)
+        memo: Memo | None = None
+        try:
+            if model.kind == "embedding":  # vectors over MMSP's stream, metered like chat
+                response: Response | StreamResponse = await self.embeddings.stream_endpoint(
+                    hreq, model, turn.out_dialect, turn.request_id, meter
+                )
+            else:
+                # a previous_response_id's conversation rebuilt, the model's cache asked (memory.py)
+                found = await self.memory.begin(
+                    turn.headers, who, turn.body or {}, hreq, model, turn.request_dialect, meter.ticket
+                )
+                if isinstance(found, Response):  # refused: an unknown previous_response_id, the store down
+                    meter.responded(found)
+                    return found
+                memo = found
+                work = self.routes(turn, model, meter, memo)
+                response = await (unless_disconnected(request, work) if request is not None else work)
+        except UpstreamFailed as exc:
+            response = self.error_response(turn, exc.error, exc.headers)
+            routing.named(response, exc.deployment)  # which deployment failed last
+        except BaseException:  # cancelled before the answer began: the ledger still gets its row
+            meter.cancelled()
+            raise
+        self.memory.mark(memo, response)  # x-llmbridge-cache: hit | miss
+        meter.responded(response)
+        return binding.as_binary(response) if turn.binary else response
+
+    def error_response(self, turn: Turn, error: hub.Error, headers: dict[str, str] | None = None) -> Response:
+        """Every upstream failed before the client saw anything: ``error`` in its dialect
+        (a console turn: its lines, ending with the error, as a stream would)."""
+        if error.status is None:
+            error.status = hub.ERROR_STATUS.get(error.type, 502)
+        if turn.encoder is None:
+            return replies.error_response(turn.out_dialect, error, headers)
+        upstream = turn.failures.pop()[0] if turn.failures else ""
+        encoder = turn.encoder(upstream, turn.request.model or "")
+        body = b"".join(encoder.encode(e) for e in (hub.ResponseStart(), error, hub.ResponseEnd()))
+        return Response(body, media_type=turn.media_type)
+
+    # -- routing and the exchange
+
+    async def routes(
+        self, turn: Turn, model: ModelConfig, meter: Meter, memo: Memo | None = None
+    ) -> Response | StreamResponse:
+        """The model's deployments as the pipeline routes them; the answer of the first that
+        starts, naming its deployment. Raises :class:`UpstreamFailed` when none does. A cache
+        hit (``memo.hit``) answers instead, through the same exchange and encoder."""
+        hreq = turn.request
+        if memo is not None and memo.hit is not None:
+            return await self._replay(turn, memo, meter)
+
+        async def attempt(deployment: Attempt) -> Exchange:
+            upstream = self.pipeline.upstreams[deployment.upstream]
+            # a shallow copy, as dataclasses.replace makes, at a fraction of its cost
+            upstream_request = object.__new__(hub.Request)
+            upstream_request.__dict__.update(hreq.__dict__)
+            upstream_request.model, upstream_request.stream = deployment.model, True
+            exchange = await self.open(upstream, upstream_request, turn, meter, memo)
+            try:
+                error = await exchange.prime()
+            except BaseException:  # cancelled or broken: never leave the upstream request open
+                await exchange.aclose()
+                raise
+            if error is not None:
+                await exchange.aclose()
+                raise UpstreamFailed(error)
+            return exchange
+
+        def failed(deployment: Attempt, error: hub.Error) -> None:
+            turn.failures.append((deployment.upstream, error))
+
+        exchange, deployment = await self.pipeline.route(model, attempt, body_bytes=turn.size, failed=failed)
+        meter.also(deployment.on_end)  # the router hears how the answer ended
+        try:
+            response = await self.answer(exchange, turn)
+        except BaseException:
+            await exchange.aclose()
+            raise
+        if turn.encoder is None:  # what the upstream's dialect had no place for: a header
+            served = self.pipeline.upstreams[deployment.upstream]
+            acceptance.report(response, hreq, turn.request_dialect, served.format)
+        return routing.named(response, deployment)
+
+    async def _replay(self, turn: Turn, memo: Memo, meter: Meter) -> Response | StreamResponse:
+        """A cache hit: its stored events as an in-process upstream, through an exchange."""
+        assert memo.hit is not None
+        upstream = adopt(memo.hit)
+        exchange = await self.open(upstream, dataclasses.replace(turn.request, stream=True), turn, meter, memo)
+        try:
+            error = await exchange.prime()
+            if error is not None:  # (never filed: a cache keeps only answers that ended well)
+                raise UpstreamFailed(error)
+            return await self.answer(exchange, turn)
+        except BaseException:
+            await exchange.aclose()
+            raise
+
+    async def open(
+        self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter, memo: Memo | None = None
+    ) -> Exchange:
+        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client
+        (its events tapped for the response store and the cache when ``memo`` asks)."""
+        started = asyncio.get_running_loop().time()
+        if turn.upstream_started is None:
+            turn.upstream_started = time.perf_counter()
+        out_dialect, stream = turn.out_dialect, turn.request.stream
+        recorder = None
+        relay = False
+        entry = self.pipeline.traffic.begin(
+            upstream.name, hreq, out_dialect, upstream_format=upstream.format, stream=stream
+        )
+        tap = memo.tap(upstream) if memo is not None else None
+        try:
+            source = await upstream.open_stream(hreq, started, tap)
+        except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
+            entry.fail(exc)
+            raise
+        if source.decoder is not None and self.record_dir is not None:  # raw bytes to record
+            self._recorded += 1
+            recorder = Recorder.start(self.record_dir, self._recorded, upstream.config, hreq)
+            source.record = recorder.write
+        # Same dialect, same framing, and no request id to stamp in: relay the bytes untouched.
+        relay = stream and not turn.json_array and upstream.format == out_dialect and "request_id" not in hreq.metadata
+        relay = relay and (tap is None or not tap.needs_events)  # keeping the answer needs every event
+        keepalive = self.config.gateway.keepalive_seconds if stream else None
+        encoder: Callable[[], StreamEncoder]
+        if turn.encoder is not None:  # a console turn: its lines, no SSE keep-alive comments
+            encoder, relay, keepalive = partial(turn.encoder, upstream.name, hreq.model or ""), False, None
+        else:
+            # (dialects.stream_encoder takes the plain module: the optional stream_encoder(request))
+            encoder = partial(dialects.stream_encoder, dialects.get(out_dialect), hreq)
+            if not turn.with_extensions:  # no "llmbridge" data for vendor SDKs and tools unless asked
+                encoder = partial(extensions.plain_encoder, encoder, out_dialect)
+        options = Options(
+            dialect=out_dialect,
+            relay=relay,
+            relay_filter=relay_filter(out_dialect, hreq) if relay else None,
+            keepalive=keepalive,
+            json_array=turn.json_array,
+            request_id=turn.request_id,
+            max_event_bytes=self.config.gateway.max_event_bytes,
+            observer=entry.hook,
+            on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder, meter)),
+            model=hreq.model,
+        )
+        return Exchange(source, encoder, options)
+
+    async def answer(self, exchange: Exchange, turn: Turn) -> Response | StreamResponse:
+        """The client's response from a primed exchange: a stream, or the collected body."""
+        out_dialect = turn.out_dialect
+        if turn.request.stream:
+            media = turn.media_type or (
+                "application/json" if turn.json_array else dialects.get(out_dialect).STREAM_CONTENT_TYPE
+            )
+            streamed = StreamResponse(exchange.body(), media_type=media, on_close=exchange.aclose)
+            streamed.last = lambda: exchange.finished
+            if turn.arrived:
+                timing = self.pipeline.timing
+                streamed.timing = partial(timing, turn.arrived, turn.upstream_started, exchange.upstream_at)
+            return streamed
+        codec: DialectModule = dialects.get(out_dialect)
+        response = await exchange.collect()
+        if response.error is not None:
+            error = response.error
+            if error.status is None:
+                error.status = hub.ERROR_STATUS.get(error.type, 502)
+            return replies.error_response(out_dialect, error)
+        response.request_id = turn.request_id or response.request_id
+        if turn.with_extensions:
+            answer = replies.json_response(codec.encode_response(response))
+        else:
+            plain = extensions.plain_response(response, out_dialect)
+            answer = replies.json_response(extensions.plain_body(codec.encode_response(plain)))
+        if turn.arrived:
+            answer.headers["server-timing"] = self.pipeline.timing(
+                turn.arrived, turn.upstream_started, exchange.upstream_at
+            )
+        return answer
+
+
+def _finished(
+    upstream: str,
+    model: str | None,
+    dialect: str,
+    recorder: Recorder | None,
+    meter: Meter,
+    exchange: Exchange,
+) -> None:
+    """An exchange is over: record it, account for it, log what the upstream reported (usage, finish, error)."""
+    if recorder is not None:
+        recorder.finish(exchange)
+    meter.ended(upstream, model, exchange)
+    if log.isEnabledFor(logging.INFO):
+        u = exchange.usage
+        log.info(
+            "%s/%s -> %s%s: %d events, tokens in=%s out=%s, finish=%s%s",
+            upstream,
+            model,
+            dialect,
+            " (relayed)" if exchange.relay else "",
+            exchange.events,
+            u.input_tokens if u else None,
+            u.output_tokens if u else None,
+            exchange.finish.reason if exchange.finish else None,
+            f", error={exchange.error.type}: {exchange.error.message}" if exchange.error else "",
+        )

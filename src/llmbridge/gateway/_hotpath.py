@@ -1,0 +1,104 @@
+"""The generation endpoints' ASGI entry: dispatched before Starlette's router and middleware.
+
+A ``POST`` to one of the chat endpoints (``ENDPOINTS`` in ``app.py``) is most of what a
+gateway serves, and its fixed cost is what the first token waits for (issue 23). Starlette's
+generic stack — the error middleware, the request-id middleware, the exception middleware,
+the router's regex match over every route, the endpoint wrapper — cost about a tenth of a
+request's CPU and does nothing those requests need: :meth:`.chat.Chat.handle` (the
+pipeline) answers every refusal, request error and bug in the client's dialect itself.
+
+:class:`GatewayApp` is the Starlette app, with one test in front: those requests go straight
+to :class:`ChatEndpoints` (:meth:`Chat.handle`), with what the middleware did for them done
+there (the ``x-request-id`` header, the request id in ``scope["state"]``) or wrapped around it
+(``create_app`` wraps it in ``extensions.AskedMiddleware``); everything else (Gemini's paths,
+models, admin, console, WebSocket, a wrong method) takes Starlette's path as before. Every request
+also gets ``scope["llmbridge.started"]``, the moment it reached the app, which the
+``Server-Timing`` header counts from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ._pipeline import REQUEST_ID
+from ._response import STARTED, StreamResponse
+
+__all__ = ["ChatEndpoints", "GatewayApp", "new_request_id", "request_id_header"]
+
+log = logging.getLogger("llmbridge.gateway")
+
+
+def new_request_id() -> str:
+    """A fresh request id: ``req_`` and 32 hex digits (as ``uuid4().hex``, without the UUID object)."""
+    return "req_" + os.urandom(16).hex()
+
+
+def request_id_header(scope: Scope) -> bytes:
+    """The request's id (the client's ``x-request-id`` if sane, else a fresh one), stored in
+    ``scope["state"]["request_id"]``; returned encoded for the response header."""
+    rid = None
+    for k, v in scope["headers"]:
+        if k == b"x-request-id":
+            rid = v.decode("latin-1")
+            break
+    if rid is None or not REQUEST_ID.fullmatch(rid):
+        rid = new_request_id()
+    scope.setdefault("state", {})["request_id"] = rid
+    return rid.encode()
+
+
+Handler = Callable[[Request, str], Awaitable[Response | StreamResponse]]  # Chat.handle(request, endpoint)
+
+
+class ChatEndpoints:
+    """The chat endpoints as one ASGI app: ``handler`` (:meth:`Chat.handle`) for the path's
+    dialect, and the ``x-request-id`` header (what ``RequestIdMiddleware`` does elsewhere)."""
+
+    def __init__(self, endpoints: Mapping[str, str], handler: Handler) -> None:
+        self.endpoints = dict(endpoints)
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        header = (b"x-request-id", request_id_header(scope))
+        response = await self.handler(Request(scope, receive), self.endpoints[scope["path"]])
+        if isinstance(response, StreamResponse):
+            response.headers.append(header)
+        else:
+            response.raw_headers.append(header)
+        await response(scope, receive, send)
+
+
+class GatewayApp(Starlette):
+    """Starlette, with some ``POST`` paths dispatched before its middleware stack (:meth:`serve_hot`)."""
+
+    hot: frozenset[str] = frozenset()
+    hot_app: ASGIApp | None = None
+
+    def serve_hot(self, paths: Iterable[str], app: ASGIApp) -> None:
+        """``POST`` requests to ``paths`` go to ``app`` directly (it must do what the
+        middleware stack would have done for them: see ``create_app``)."""
+        self.hot = frozenset(paths)
+        self.hot_app = app
+
+    def add_middleware(self, *args: Any, **kwargs: Any) -> None:
+        """A middleware added by a program embedding the app sees every request: no hot path then."""
+        self.hot_app = None
+        super().add_middleware(*args, **kwargs)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[STARTED] = time.perf_counter()
+            if scope["method"] == "POST" and scope["path"] in self.hot and self.hot_app is not None:
+                scope["app"] = self
+                await self.hot_app(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)

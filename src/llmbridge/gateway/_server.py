@@ -1,0 +1,322 @@
+"""Serving the gateway: uvicorn with client timeouts, a connection cap, redacted logs, workers.
+
+What an operator in front of real users needs that uvicorn does not do by default:
+
+- **Header-read timeout.** uvicorn's only client clock is the keep-alive timeout, armed
+  *after* a response; a socket that sends nothing, or half a request head, or stops in the
+  middle of a body, stays open for ever. :class:`GuardedHttpToolsProtocol` arms
+  ``header_timeout`` when a connection opens and when a request begins, closes the
+  connection when the head is not complete by then, and gives a body ``idle_timeout``
+  between chunks.
+- **Idle keep-alive timeout** (uvicorn's ``timeout_keep_alive``) and a **cap on open
+  connections** (uvicorn's ``limit_concurrency``: past it, a request gets 503).
+- **Open files.** Each connection is a file descriptor: the soft ``RLIMIT_NOFILE`` is raised
+  to the hard limit at start (:func:`raise_open_files_limit`).
+- **No credentials in logs.** uvicorn's access log prints the query string, where Gemini
+  clients put ``?key=``. :class:`RedactSecrets`, on every handler of the logging config,
+  masks credential-like query values, bearer tokens and every configured key.
+- **Workers.** ``workers > 1`` runs that many processes on one socket (uvicorn's
+  multiprocess supervisor); each builds its app from the config path through
+  :func:`app_from_environment`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import resource
+from collections.abc import Iterable
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from . import _heap as heap
+from ._app import create_app
+from .config import Config, ConfigError, default_config, load
+
+__all__ = [
+    "CONFIG_ENV",
+    "GuardedConfig",
+    "GuardedHttpToolsProtocol",
+    "REDACTED",
+    "RedactSecrets",
+    "app_from_environment",
+    "build_app",
+    "log_config",
+    "raise_open_files_limit",
+    "redact",
+    "register_secrets",
+    "serve",
+]
+
+log = logging.getLogger("llmbridge.gateway")
+
+CONFIG_ENV = "LLMBRIDGE_CONFIG"  # the config path the workers build their app from ("" = default)
+
+
+# --------------------------------------------------------------------------- header timeout
+
+
+class GuardedConfig(uvicorn.Config):
+    """uvicorn's config plus ``header_timeout`` (seconds to receive a whole request head).
+
+    A module-level class, so the config pickles into worker processes."""
+
+    # ``app`` and ``kwargs`` go to uvicorn.Config as they are (an ASGI app, a factory or an
+    # import string; uvicorn's own options): its signature is the type.
+    def __init__(self, app: Any, *, header_timeout: float = 10.0, **kwargs: Any) -> None:
+        self.header_timeout = header_timeout
+        super().__init__(app, **kwargs)
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol that closes connections slow to send a request head.
+
+    The clock starts when the connection opens and when each request's first byte arrives
+    (a keep-alive connection between requests is under uvicorn's idle timeout instead), and
+    stops when the head is complete. A request body then has the idle timeout between two
+    of its chunks (a slow upload is fine, a stalled one is closed); the answer takes as long
+    as it takes.
+    """
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self._header_timeout: float = getattr(config, "header_timeout", 10.0)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None  # idle_timeout between body chunks
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self._header_timeout, self._header_timed_out)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timed_out(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()  # nothing was answered: close, as uvicorn's keep-alive timeout does
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if self.flow.read_paused:  # we stopped reading (the app is behind), not the client
+            self._arm_body_timer()
+        elif not self.transport.is_closing():
+            self.transport.close()  # the app sees http.disconnect and answers nobody
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_header_timer()
+
+    def _arm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+        self._body_timer = self.loop.call_later(self.timeout_keep_alive, self._body_timed_out)
+
+    def _disarm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_timer()
+        super().on_headers_complete()
+        self._arm_body_timer()  # a body that stalls for idle_timeout closes the connection too
+
+    def on_body(self, body: bytes) -> None:
+        self._arm_body_timer()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._disarm_body_timer()
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        self._disarm_body_timer()
+        super().connection_lost(exc)
+
+
+# --------------------------------------------------------------------------- open files
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit (each connection is a file).
+
+    Returns the (soft, hard) limits now in force; never raises (an unchanged limit is fine).
+    """
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ValueError, OSError):  # a platform or container that refuses: keep what we have
+        return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+# --------------------------------------------------------------------------- redaction
+
+REDACTED = "***"
+_SECRETS: set[str] = set()  # the configured keys of this process (gateway and upstream keys)
+# query parameters and header-like "name: value" / "name=value" pairs that hold credentials
+# (names that END in one of these words: "key", "api_key", "x-goog-api-key", "access_token",
+# but not "max_tokens" or "input_tokens")
+_SENSITIVE = r"[\w.-]*?(?:key|token|secret|password|passwd|auth|authorization|signature|credential)"
+_QUERY = re.compile(rf"([?&;]{_SENSITIVE}=)[^&#\s\"']*", re.IGNORECASE)
+_PAIR = re.compile(rf"(\b{_SENSITIVE}\s*[:=]\s*)(?:Bearer\s+)?[^\s&,;\"']+", re.IGNORECASE)
+_ADDRESS = re.compile(r"[0-9A-Fa-f.:\[\]]*")  # an IPv4/IPv6 address and port, as uvicorn logs the client
+_BEARER = re.compile(r"(\bBearer\s+)[^\s\"',;]+", re.IGNORECASE)
+
+
+def register_secrets(values: Iterable[object]) -> None:
+    """Add configured keys (strings) that must never appear in a log line of this process."""
+    _SECRETS.update(v for v in values if isinstance(v, str) and len(v) >= 4)
+
+
+def redact(text: str) -> str:
+    """``text`` with credential-like query values, bearer tokens and registered keys masked."""
+    for secret in _SECRETS:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    if "=" in text:
+        text = _QUERY.sub(rf"\g<1>{REDACTED}", text)
+    if ":" in text or "=" in text:
+        text = _PAIR.sub(rf"\g<1>{REDACTED}", text)
+    if "earer" in text:
+        text = _BEARER.sub(rf"\g<1>{REDACTED}", text)
+    return text
+
+
+class RedactSecrets(logging.Filter):
+    """A handler filter that masks credentials in every record (see :func:`redact`).
+
+    uvicorn's access formatter reads ``record.args`` by position, so string arguments are
+    redacted in place; other records' arguments are rendered into the message first.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple):
+            # (a client address, host:port, holds no credential: skipping it saves the
+            # pattern scan its colon would cost on every request)
+            record.args = tuple(
+                redact(a) if isinstance(a, str) and not _ADDRESS.fullmatch(a) else a for a in record.args
+            )
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string: let logging report it as it does
+            return True
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging config with :class:`RedactSecrets` on every handler, and the
+    gateway's own logger (``llmbridge``, warnings and errors) writing through uvicorn's
+    default handler, so its lines are redacted too."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redact_secrets"] = {"()": f"{__name__}.RedactSecrets"}
+    for handler in config["handlers"].values():
+        handler.setdefault("filters", []).append("redact_secrets")
+    # the access lines of one event-loop turn in one write, after the turn (accesslog.py)
+    config["handlers"]["access"]["class"] = "llmbridge.gateway._accesslog.BatchedStreamHandler"
+    if config["formatters"]["access"].get("()") == "uvicorn.logging.AccessFormatter":
+        config["formatters"]["access"]["()"] = "llmbridge.gateway._accesslog.PlainAccessFormatter"
+    # WARNING as before (the per-exchange INFO lines stay off), but through a filtered handler
+    config["loggers"]["llmbridge"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
+    return config
+
+
+# --------------------------------------------------------------------------- apps and serving
+
+
+def _secrets_of(config: Config) -> list[str]:
+    keys = [*config.gateway.api_keys, config.gateway.ui_key or "", config.gateway.teams.master_key or ""]
+    for upstream in config.upstreams.values():
+        keys.append(upstream.api_key or "")
+        keys += list(upstream.headers.values())  # an Authorization / api-key header from the config
+    return keys
+
+
+def build_app(config: Config) -> Starlette:
+    """The gateway app for ``config``, its keys registered for log redaction in this
+    process. Raises RuntimeError as create_app (a missing local extra)."""
+    register_secrets(_secrets_of(config))
+    heap.keep_large_buffers_on_heap()  # megabyte image events without page faults (gateway/_heap.py)
+    return create_app(config)
+
+
+def app_from_environment() -> Starlette:
+    """The app factory each worker process calls (``uvicorn ... --factory``): the config
+    path comes from the ``LLMBRIDGE_CONFIG`` environment variable ("" = the local model)."""
+    path = os.environ.get(CONFIG_ENV)
+    try:
+        return build_app(load(path) if path else default_config())
+    except (ConfigError, RuntimeError) as exc:
+        raise SystemExit(f"llmbridge serve: {exc}") from None
+
+
+def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+    """Run the gateway until SIGINT/SIGTERM. Exits with a one-line message (no traceback) on
+    a bad config or a missing local extra; with ``workers > 1`` each worker process loads the
+    config (and the embedded model, if the config uses it) itself."""
+    try:
+        config = load(config_path) if config_path else default_config()
+        app = build_app(config) if workers <= 1 else None  # workers build their own
+    except (ConfigError, RuntimeError) as exc:  # a bad config or a missing extra: say so, no traceback
+        raise SystemExit(f"llmbridge serve: {exc}") from None
+    if workers < 1:
+        raise SystemExit("llmbridge serve: --workers must be at least 1")
+    g = config.gateway
+    soft, _ = raise_open_files_limit()
+    if soft < g.max_connections + 64:
+        log.warning("open-files limit %d is below max_connections %d", soft, g.max_connections)
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "log_config": log_config(),
+        "http": GuardedHttpToolsProtocol,
+        "header_timeout": g.header_timeout,
+        "timeout_keep_alive": g.idle_timeout,
+        # uvicorn counts the connection asking too: +1 serves max_connections, 503s the one after
+        "limit_concurrency": g.max_connections + 1,
+    }
+    if workers > 1:
+        os.environ[CONFIG_ENV] = os.path.abspath(config_path) if config_path else ""
+        target: str | Starlette | None = f"{__name__}:app_from_environment"
+        options.update(factory=True, workers=workers)
+    else:
+        target = app
+    uv_config = GuardedConfig(target, **options)
+    if workers > 1:
+        import inspect
+
+        from uvicorn.supervisors import Multiprocess
+
+        sock = uv_config.bind_socket()  # as uvicorn.run does: one socket, shared by the workers
+        if "target" in inspect.signature(Multiprocess).parameters:  # older uvicorn: the supervisor takes the target
+            Multiprocess(uv_config, target=uvicorn.Server(uv_config).run, sockets=[sock]).run()  # type: ignore[call-arg]
+        else:
+            Multiprocess(uv_config, sockets=[sock]).run()
+    else:
+        uvicorn.Server(uv_config).run()

@@ -1,0 +1,619 @@
+"""Moving one upstream answer to one client: translate or relay, keep alive, time out, cancel.
+
+The shape of the data path, and why (docs/gateway.md, "Data path", has the profile):
+
+- **One reader per upstream answer, no task per read.**  An HTTP upstream's bytes arrive in
+  the connection protocol's callback and land in an :class:`~._http.Inbox`; an in-process
+  upstream's events are put there by one long-lived task.  The one task serving the client
+  awaits the inbox, and when it wakes it takes *everything* that arrived meanwhile.
+- **Whatever is ready leaves in one write.**  What one wake-up took is decoded, translated
+  (or relayed) and sent as one ASGI message, so when events arrive together they leave
+  together and the cost per event falls as load rises.
+- **Deadlines and keep-alives are timers**, re-armed lazily: data only moves a timestamp, and
+  the timer, when it fires, either finds it moved (and sleeps again) or raises an alarm in the
+  inbox.  No ``asyncio.wait``/``wait_for`` per read.
+- **The relay watches, it does not keep.**  A same-dialect stream goes out byte for byte; the
+  decoder still reads it to note usage, finish and errors, but the exchange keeps only what
+  it needs to end the stream properly if the upstream breaks off (the start, the blocks still
+  open, the usage so far): memory per stream does not grow with its length.
+- **Every buffer has a cap.**  An upstream event (the bytes between two blank lines) larger
+  than ``max_event_bytes`` ends the answer with an error; the scan for event boundaries looks
+  at each byte once.
+
+:class:`Exchange` runs in two phases.  :meth:`Exchange.prime` reads until the answer really
+starts (its first event other than ``ResponseStart``/``Usage``, or a keep-alive interval
+without one); an error before that is still an HTTP status for the client, and the caller
+may try the next upstream.  After it, :meth:`Exchange.body` yields client bytes and every
+error is an event in the client's dialect followed by its terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+from .. import dialects, hub, sse
+from ..dialects.base import KEEPALIVE_COMMENT, StreamDecoder, StreamEncoder
+from ..sse import EventBoundaries, marked_events, next_event_end
+from ._failures import as_hub_error
+from ._sources import Source
+from ._timers import LazyTimer
+
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "Exchange",
+    "Framing",
+    "JSONArrayFraming",
+    "Options",
+    "KEEPALIVE_BYTES",
+    "RELAY_MARKERS",
+]
+
+log = logging.getLogger("llmbridge.gateway")
+
+_NON_COMMITTING = (hub.ResponseStart, hub.Usage)
+DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024  # a few base64 images in one event; see docs/gateway.md
+
+# Each served dialect's traits (dialects.base.Served, its package's GATEWAY): the keep-alive
+# bytes its clients skip (an SSE comment is the idiom; Gemini's google-genai dies on one and
+# gets a bare line break: docs/gateway.md, "Keep-alives", lists the clients each choice was
+# tested with), the terminal a relayed stream needs after a non-terminal error event (the
+# gateway spec: a chat error chunk, then [DONE]), and what a relay's watcher must decode once
+# the answer has started: a stretch of whole events holding none of RELAY_MARKERS is relayed
+# without being decoded (a superset test: text that happens to contain one costs a decode).
+KEEPALIVE_BYTES = {name: dialects.served(name).keepalive for name in dialects.NAMES}
+_RELAY_DONE = {name: done for name in dialects.NAMES if (done := dialects.served(name).relay_done) is not None}
+RELAY_MARKERS: dict[str, tuple[bytes, ...]] = {
+    name: markers for name in dialects.NAMES if (markers := dialects.served(name).relay_markers) is not None
+}
+
+
+class Framing(Protocol):
+    """Re-frames the client dialect's SSE bytes (e.g. as a JSON array, or binary frames)."""
+
+    def feed(self, data: bytes) -> bytes: ...
+
+    def close(self) -> bytes: ...
+
+
+class JSONArrayFraming:
+    """Re-frames an SSE body as a JSON array stream (Gemini's ``streamGenerateContent`` without ``alt=sse``)."""
+
+    def __init__(self) -> None:
+        self._sse = sse.Decoder()
+        self._sep = b"["
+
+    def feed(self, data: bytes) -> bytes:
+        out = []
+        for event in self._sse.feed(data):
+            out.append(self._sep + event.data.encode())
+            self._sep = b",\r\n"
+        return b"".join(out)
+
+    def close(self) -> bytes:
+        tail = self.feed(b"")
+        for event in self._sse.close():
+            tail += self._sep + event.data.encode()
+            self._sep = b",\r\n"
+        return tail + (b"[]" if self._sep == b"[" else b"]")
+
+
+class _RelayState:
+    """What a relay keeps to end a stream properly if the upstream breaks off: bounded."""
+
+    __slots__ = ("open_blocks", "start")
+
+    def __init__(self) -> None:
+        self.start: hub.ResponseStart | None = None
+        self.open_blocks: dict[tuple[int, int], hub.BlockStart] = {}  # (choice, index) -> start
+
+    def note(self, event: hub.Event) -> None:
+        # One type() for the dispatch (this runs per watched event); mypy cannot narrow
+        # ``event`` through ``kind``, so each branch casts what ``kind is ...`` just checked.
+        kind = type(event)
+        if kind is hub.BlockStart:
+            start = cast(hub.BlockStart, event)
+            self.open_blocks[(start.choice, start.index)] = start
+        elif kind is hub.BlockStop:
+            index = cast(hub.BlockStop, event).index
+            for key in [k for k in self.open_blocks if k[1] == index]:
+                del self.open_blocks[key]
+        elif kind is hub.ResponseStart and self.start is None:
+            self.start = cast(hub.ResponseStart, event)
+
+    def replay(self) -> list[hub.Event]:
+        """Events that bring a fresh encoder to where the relayed stream stands."""
+        events: list[hub.Event] = [self.start] if self.start is not None else []
+        return events + list(self.open_blocks.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How one :class:`Exchange` carries its answer (the caller's decisions, fixed for its life).
+
+    ``dialect``: the client's; ``relay``: send the upstream's bytes untouched (same dialect,
+    same framing) while its decoder watches them; ``relay_filter`` may rewrite whole relayed
+    events (the chat usage chunk for a client that did not ask for ``include_usage``);
+    ``keepalive``: seconds of client silence before the dialect's keep-alive bytes (``None``:
+    never); ``json_array``: Gemini's JSON-array framing instead of SSE; ``request_id``: the
+    client's own, stamped into the stream; ``max_event_bytes``: the cap on one upstream
+    event; ``observer`` sees each wake-up's raw bytes and hub events (the console's Traffic
+    page); ``on_end`` is called once, with the exchange, when it is over; ``model`` is named
+    in an answer whose upstream named none (every vendor's answer names its model).
+    """
+
+    dialect: str = ""
+    relay: bool = False
+    relay_filter: Callable[[bytes], bytes] | None = None
+    keepalive: float | None = None
+    json_array: bool = False
+    request_id: str | None = None
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    observer: Callable[[tuple[bytes | None, list[hub.Event]]], None] | None = None
+    on_end: Callable[[Exchange], None] | None = None
+    model: str | None = None  # the model to name when the upstream's answer names none
+
+
+_DEFAULTS = Options()
+
+
+class Exchange:
+    """One upstream answer on its way to one client.
+
+    ``encoder_factory`` makes the client dialect's ``StreamEncoder``; ``options`` (one frozen
+    :class:`Options`) says how the answer goes out: relayed or translated, keep-alives,
+    framing, caps, and who is told what.  Attributes after the end: ``usage``, ``finish``,
+    ``error`` (the error the client got), ``events`` (hub events seen), ``started``/``first_byte_at``
+    (loop times).
+    """
+
+    def __init__(self, source: Source, encoder_factory: Callable[[], StreamEncoder], options: Options = _DEFAULTS):
+        dialect, relay = options.dialect, options.relay
+        self.options = options
+        self.source = source
+        self.inbox = source.inbox
+        self._loop = asyncio.get_running_loop()
+        self.started = source.started  # loop time the upstream request was sent
+        self.first_byte_at: float | None = None  # loop time the first client bytes were produced
+        # perf_counter() of the wake-up that brought the answer's start (prime), or its end
+        # (collect): where the upstream's share of the time to the first byte ends (Server-Timing)
+        self.upstream_at: float | None = None
+        self._encoder_factory = encoder_factory
+        # A relay never encodes through this one (its end, if the upstream breaks off, is
+        # written by a fresh encoder: _encode_end); a _NullEncoder keeps the type plain.
+        self._encoder: StreamEncoder = _NullEncoder() if relay else encoder_factory()
+        self.relay = relay
+        self._relay_filter = options.relay_filter
+        self._relay_state = _RelayState()  # noted only while relaying
+        self._relay_done = _RELAY_DONE.get(dialect) if relay else None
+        self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
+        self._relay_markers = RELAY_MARKERS.get(dialect) if relay else None
+        self._saw_done = False
+        self.dialect = dialect
+        self.keepalive = options.keepalive
+        self._keepalive_bytes = KEEPALIVE_BYTES.get(dialect, KEEPALIVE_COMMENT)
+        self._framing: Framing | None = JSONArrayFraming() if options.json_array else None
+        self.request_id = options.request_id
+        self._on_end = options.on_end
+        self._observer = options.observer  # called once per wake-up with (raw bytes, hub events decoded)
+        cap = options.max_event_bytes
+        self._boundaries = EventBoundaries(cap) if source.decoder is not None else None
+        self._pending = bytearray()  # relay: the bytes of an event not complete yet
+        self._held: list[bytes] = []  # client bytes made while priming
+        self._held_events: list[hub.Event] = []  # and the hub events seen (for collect)
+        self._deadlines = source.start_deadlines()
+        self._keepalive_timer: LazyTimer | None = None
+        self._got_data = False
+        self._last_write = self._loop.time()
+        self.upstream_done = False  # the inbox reached its end (or was abandoned)
+        self.ended = False  # the client's stream reached its terminal event
+        self.error: hub.Error | None = None
+        self.usage: hub.Usage | None = None
+        self.finish: hub.Finish | None = None
+        self.events = 0
+        self.closed = False
+        # body() has yielded its last bytes (set just before that yield): the response can end
+        # with them (StreamResponse.last) instead of an empty write of its own
+        self.finished = False
+
+    # -- phase 1
+
+    async def prime(self) -> hub.Error | None:
+        """Read until the answer starts; an error before that is returned (nothing was sent).
+
+        Returns ``None`` once the answer has started (or is slow: a keep-alive interval
+        passed), with the client bytes made so far held for :meth:`body`.
+        """
+        inbox = self.inbox
+        patience = None
+        keepalive = self.keepalive
+        try:
+            while True:
+                if patience is None and keepalive is not None and not inbox.ready:
+                    # (only once there is something to wait for: a quick upstream's answer is often
+                    # in the inbox already; the due time counts from the exchange's start either way)
+                    patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
+                await inbox.wait()
+                self.upstream_at = time.perf_counter()
+                if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
+                    inbox.alarms.discard("keepalive")
+                    return None
+                try:
+                    events, out = self._step()
+                except Exception:  # a codec bug before the answer started: a 500 in the client's dialect
+                    log.exception("stream failed before it started")
+                    return hub.Error("internal gateway error", "api_error", status=500)
+                self._held_events += events
+                if out:
+                    self._held.append(out)
+                for event in events:
+                    if type(event) is hub.Error:
+                        return event
+                    if not isinstance(event, _NON_COMMITTING):
+                        return None
+                if self.upstream_done:
+                    return hub.Error("upstream ended without an answer", "incomplete_stream", status=502)
+        finally:
+            if patience is not None:
+                patience.cancel()
+
+    # -- phase 2, streaming
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The client's bytes, one item per wake-up; ends with the dialect's terminal event."""
+        try:
+            async for out in self._body():
+                if self.first_byte_at is None:
+                    self.first_byte_at = self._loop.time()
+                yield out
+        except Exception:  # a codec bug mid-stream: still end with the dialect's error + terminal event
+            log.exception("stream failed")
+            if not self.ended:
+                error = hub.Error("internal gateway error while streaming", "api_error", status=500)
+                try:
+                    out = self._encode_end(error)
+                except Exception:
+                    log.exception("cannot encode the error either")
+                    out = b""
+                if out:
+                    yield out
+        finally:
+            await self.aclose()
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        held, self._held = b"".join(self._held), []
+        if self.upstream_done or self.ended:  # the whole answer came while priming: one write, the last
+            self.finished = True
+            out = held + self._finish()
+            if out:
+                yield out
+            return
+        if held:
+            yield held
+        if self.relay:
+            self._skim = self._relay_markers
+        inbox = self.inbox
+        loop = self._loop
+        self._last_write = loop.time()
+        keepalive = self.keepalive
+        timer = None
+        if keepalive is not None:
+            # Keep-alives go out when the *client* has had no bytes for an interval: a silent
+            # upstream, or one whose events the encoder is still buffering.
+            timer = self._keepalive_timer = LazyTimer(
+                lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
+            )
+        while not self.upstream_done and not self.ended:
+            await inbox.wait()
+            _, out = self._step()
+            if "keepalive" in inbox.alarms:
+                inbox.alarms.discard("keepalive")
+                if not out:
+                    out = self._keepalive_bytes
+                if timer is not None:  # (always: only the timer raises this alarm)
+                    timer.rearm()
+            if self.upstream_done or self.ended:  # the last bytes and the terminal event: one write
+                out += self._finish()
+                self.finished = True
+                if out:
+                    yield out
+                return
+            if out:
+                self._last_write = loop.time()
+                yield out
+        tail = self._finish()
+        self.finished = True
+        if tail:
+            yield tail
+
+    def _step(self) -> tuple[list[hub.Event], bytes]:
+        """Take everything the inbox holds; the hub events seen and the client bytes made."""
+        inbox = self.inbox
+        items = inbox.take()
+        source = self.source
+        if items and not self._got_data:
+            self._got_data = True
+            self._deadlines.data_arrived()
+        decoder = source.decoder
+        if decoder is None:  # in-process: the items are hub events
+            events: list[hub.Event] = items
+            out = self._encode(events) if items else b""
+            if self._observer is not None and items:
+                self._observer((b"", events))
+        else:
+            data = items[0] if len(items) == 1 else b"".join(items)
+            events, out = self._bytes(data, decoder) if data else ([], b"")
+            if self._observer is not None and data:
+                self._observer((data, events))
+        if "deadline" in inbox.alarms and not self.ended:
+            inbox.alarms.discard("deadline")
+            error = self._deadlines.missed or hub.Error("upstream timed out", "timeout", status=504)
+            self._abandon()
+            events.append(error)
+            return events, out + self._encode_end(error)
+        if inbox.eof and not inbox.items and not self.upstream_done:
+            self.upstream_done = True
+            if decoder is not None and not self.ended:
+                if inbox.error is not None:
+                    error = as_hub_error(inbox.error, source.name)
+                    events.append(error)
+                    out += self._encode_end(error)
+                else:
+                    tail = bytes(self._pending) if self.relay else b""
+                    tail_events = (decoder.feed(tail) if tail else []) + decoder.close()
+                    events.extend(tail_events)
+                    out += self._relay_end(tail_events) if self.relay else self._encode(tail_events)
+        return events, out
+
+    def _bytes(self, data: bytes, decoder: StreamDecoder) -> tuple[list[hub.Event], bytes]:
+        """Raw upstream bytes: decoded by ``decoder`` (the source's) and relayed, or translated."""
+        source = self.source
+        if source.record is not None:
+            source.record(data)
+        boundaries = self._boundaries
+        assert boundaries is not None
+        cut = boundaries.feed(data)
+        if boundaries.over:
+            # One event larger than the cap: end the answer here, and read no more of it.
+            error = hub.Error(
+                f"upstream {source.name!r} sent an event larger than {boundaries.cap} bytes",
+                "api_error",
+                "upstream_event_too_large",
+                502,
+            )
+            self._abandon()
+            self._pending.clear()
+            return [error], self._encode_end(error)
+        if not self.relay:
+            events = decoder.feed(data)
+            return events, self._encode(events)
+        # Relay whole events only, so that an upstream breaking off mid-event can still be
+        # followed by a well-formed error event.
+        pending = self._pending
+        if cut < 0:
+            pending += data
+            return [], b""
+        if pending:
+            out = bytes(pending) + data[:cut]
+            pending.clear()
+        else:
+            out = data[:cut] if cut < len(data) else data
+        if cut < len(data):
+            pending += data[cut:]
+        # The watcher reads whole events only (the decoder never holds a partial one), and once
+        # the answer has started only the stretches that hold something it notes: a stretch of
+        # plain text deltas is relayed without being decoded.
+        if self._skim is None and self._relay_markers is not None:
+            events = self._watch_until_started(out, decoder)
+        elif self._skim is None:
+            events = decoder.feed(out)
+            for event in events:
+                self._watch(event)
+        else:
+            events = self._watch_marked(out, 0, decoder)
+        return events, self._relayed(out)
+
+    def _watch_marked(self, out: bytes, start: int, decoder: StreamDecoder) -> list[hub.Event]:
+        """Decode only the events of ``out[start:]`` that hold one of the dialect's markers."""
+        events: list[hub.Event] = []
+        for begin, end in marked_events(out, start, self._skim or ()):
+            got = decoder.feed(out[begin:end])
+            for event in got:
+                self._watch(event)
+            events += got
+        return events
+
+    def _watch_until_started(self, out: bytes, decoder: StreamDecoder) -> list[hub.Event]:
+        """Before the answer starts: decode one event at a time until it does, skim the rest.
+
+        An unpaced upstream's first read can hold most of its answer; decoding all of it just
+        to find the first content event would undo the skim for exactly the fast streams.
+        """
+        events: list[hub.Event] = []
+        start, n = 0, len(out)
+        while start < n:
+            end = next_event_end(out, start)
+            got = decoder.feed(out[start:end])
+            events += got
+            for event in got:
+                self._watch(event)
+            start = end
+            if any(not isinstance(e, _NON_COMMITTING) for e in got):
+                self._skim = self._relay_markers  # started: the rest is skimmed
+                events += self._watch_marked(out, start, decoder)
+                break
+        return events
+
+    def _relayed(self, out: bytes) -> bytes:
+        if self._relay_done is not None and b"[DONE]" in out:
+            self._saw_done = True
+        if self._relay_filter is not None:
+            out = self._relay_filter(out)
+        return out
+
+    def _encode(self, events: list[hub.Event]) -> bytes:
+        """Translate hub events (the client's bytes, re-framed if asked)."""
+        if self.ended:
+            return b""
+        encode = self._encoder.encode
+        parts = []
+        for event in events:
+            self._observe(event)
+            parts.append(encode(event))
+            if self.ended:
+                break
+        out = b"".join(parts)
+        return self._framing.feed(out) if self._framing is not None and out else out
+
+    def _observe(self, event: hub.Event) -> None:
+        # Per event: one type() and identity tests, and a Delta (nearly every event) enters no
+        # branch.  mypy cannot narrow ``event`` through ``kind``: each branch casts what
+        # ``kind is ...`` just checked (a call that returns its argument, on rare events only).
+        self.events += 1
+        kind = type(event)
+        if kind is hub.ResponseStart:
+            start = cast(hub.ResponseStart, event)
+            if self.request_id and not self.relay:
+                start.request_id = self.request_id
+            if not start.model and self.options.model:  # vendors' answers name a model (required)
+                start.model = self.options.model
+        elif kind is hub.ResponseEnd:
+            self.ended = True
+            if self.request_id and not self.relay:
+                cast(hub.ResponseEnd, event).request_id = self.request_id
+        elif kind is hub.Usage:
+            self.usage = hub.merge_usage(self.usage, cast(hub.Usage, event))
+        elif kind is hub.Finish:
+            self.finish = cast(hub.Finish, event)
+        elif kind is hub.Error:
+            self.error = cast(hub.Error, event)
+
+    def _watch(self, event: hub.Event) -> None:
+        """Relay: note what the upstream reported; keep only what ending the stream needs."""
+        if self.ended:
+            return
+        self._observe(event)
+        self._relay_state.note(event)
+
+    def _relay_end(self, tail_events: list[hub.Event]) -> bytes:
+        """The upstream ended (cleanly or not) while relaying: what the client still needs."""
+        for event in tail_events:
+            if type(event) is hub.Error and not self.ended:
+                # Broke off (truncated): drop the partial event, end with our own error event.
+                self._pending.clear()
+                return self._encode_end(event)
+            self._watch(event)
+        tail = bytes(self._pending)
+        self._pending.clear()
+        if tail.strip() and not tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n")):
+            tail += b"\n\n"  # a last event without its blank line: relay it, terminated
+        out = self._relayed(tail) if tail else b""
+        if self._relay_done is not None and not self._saw_done:
+            out += self._relay_done  # e.g. an upstream chat error chunk not followed by [DONE]
+        return out
+
+    def _encode_end(self, error: hub.Error) -> bytes:
+        """``error`` and the terminal event, in the client's dialect (nothing if it ended)."""
+        if self.ended:
+            return b""
+        if not self.relay:
+            return self._encode([error, hub.ResponseEnd()])
+        # Relayed so far: a fresh encoder brought to where the stream stands writes the end.
+        encoder = self._encoder_factory()
+        for event in self._relay_state.replay():
+            encoder.encode(event)
+        self._observe(error)
+        out = encoder.encode(error)
+        end = hub.ResponseEnd()
+        self._observe(end)
+        out += encoder.encode(end)
+        if self._relay_done is not None and not out.rstrip().endswith(b"[DONE]"):
+            out += self._relay_done
+        self._saw_done = True
+        return out
+
+    def _abandon(self) -> None:
+        """Read no more from the upstream (a deadline passed, an event was too large)."""
+        self.upstream_done = True
+        self._deadlines.cancel()
+        self.inbox.take()
+        with contextlib.suppress(Exception):
+            resp = getattr(self.source, "response", None)
+            if resp is not None:
+                resp.close()
+
+    def _finish(self) -> bytes:
+        """The upstream is done; make sure the client sees a terminal event."""
+        out = b""
+        if not self.ended:
+            error = hub.Error("upstream ended before its terminal event", "incomplete_stream", status=502)
+            out = self._encode_end(error)
+        elif self._relay_done is not None and not self._saw_done:
+            # Relayed to an upstream error chunk; its own [DONE], if it ever comes, is not awaited.
+            out = self._relay_done
+            self._saw_done = True
+        if self._framing is not None:
+            out += self._framing.close()
+        return out
+
+    # -- phase 2, not streaming
+
+    async def collect(self) -> hub.Response:
+        """The whole answer assembled (for a client that did not ask for a stream)."""
+        assembler = hub.Assembler()
+        self._encoder = _NullEncoder()
+        self.relay = False
+        try:
+            inbox = self.inbox
+            held_events, self._held_events = self._held_events, []
+            for event in held_events:
+                assembler.feed(event)
+            while not self.ended:
+                if self.upstream_done:
+                    error = hub.Error("upstream ended before its terminal event", "incomplete_stream", status=502)
+                    for event in (error, hub.ResponseEnd()):
+                        self._observe(event)
+                        assembler.feed(event)
+                    break
+                await inbox.wait()
+                self.upstream_at = time.perf_counter()
+                inbox.alarms.discard("keepalive")
+                events, _ = self._step()
+                for event in events:
+                    assembler.feed(event)
+                    if type(event) is hub.ResponseEnd:
+                        break
+            return assembler.response
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop everything at once: timers, the upstream (its connection is not reused)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._deadlines.cancel()
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+        await self.source.aclose()
+        if self._on_end is not None:
+            try:
+                self._on_end(self)
+            except Exception:
+                log.exception("on_end callback failed")
+        # What can be large goes now, by reference counting, even if something still refers
+        # to the exchange (a callback, a cycle only the cyclic GC would break).
+        self._held, self._held_events = [], []
+        self._pending.clear()
+
+
+class _NullEncoder:
+    """The encoder of a non-streaming answer: events are only observed and assembled."""
+
+    def encode(self, event: hub.Event) -> bytes:
+        return b""
