@@ -56,7 +56,7 @@ STEPS = (
     ("gateway/server", "HTTP server (uvicorn: parse, ASGI messages)"),
     ("uvicorn/logging", "access log (format, redact, write)"),
     ("logging/__init__", "access log (format, redact, write)"),
-    ("gateway/_server.py", "access log (format, redact, write)"),
+    ("gateway/accesslog", "access log (format, redact, write)"),
     ("re/__init__", "access log (format, redact, write)"),
     ("starlette", "framework (Starlette router, middleware, Request)"),
     ("gateway/hotpath", "framework (Starlette router, middleware, Request)"),
@@ -66,7 +66,7 @@ STEPS = (
     ("asyncio/base_events", "tasks and disconnect watchers"),
     ("asyncio/events", "tasks and disconnect watchers"),
     ("asyncio/timeouts", "upstream request (assembly, pool, send)"),
-    ("gateway/_http", "upstream request (assembly, pool, send)"),
+    ("gateway/http", "upstream request (assembly, pool, send)"),
     ("gateway/upstream", "upstream request (assembly, pool, send)"),
     ("urllib/parse", "upstream request (assembly, pool, send)"),
     ("_encoder", "dialect codecs (request decode/encode, stream)"),
@@ -89,6 +89,8 @@ STEPS = (
 
 
 def _step(path: str) -> str:
+    # The gateway's modules are private (``gateway/_chat.py``): matched by their plain names.
+    path = path.replace("gateway/_", "gateway/")
     return next((name for key, name in STEPS if key in path), "other")
 
 
