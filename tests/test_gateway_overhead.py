@@ -300,3 +300,50 @@ def test_the_plain_access_formatter_writes_uvicorns_line(status):
     assert ours == AccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=False).format(record)
     coloured = PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=True).format(record)
     assert coloured == AccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=True).format(record)
+
+
+def _access_setup(stream: io.StringIO, *, colors: bool = False) -> logging.Logger:
+    """uvicorn's access logger as ``llmbridge serve`` configures it (server.log_config), standalone."""
+    from llmbridge.gateway._accesslog import UVICORN_ACCESS_FORMAT, PlainAccessFormatter
+    from llmbridge.gateway._server import RedactSecrets
+    from llmbridge.gateway._teams.redact import RedactKeys
+
+    logger = logging.Logger("uvicorn.access", logging.INFO)
+    logger.propagate = False
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=colors))
+    handler.addFilter(RedactSecrets())
+    logger.addHandler(handler)
+    logger.addFilter(RedactKeys())  # what the team features add (teams/redact.py)
+    return logger
+
+
+async def test_the_fast_access_line_is_the_logged_line():
+    """AccessLine (no LogRecord, no formatter) writes what logging writes, masked the same way."""
+    from llmbridge.gateway._accesslog import UVICORN_ACCESS_MESSAGE, AccessLine, access_logger
+    from llmbridge.gateway._server import register_secrets
+
+    register_secrets(["sk-configured-0123456789"])
+    for path in ("/v1/chat/completions", "/v1beta/models/m:x?key=AIzaSecret&t=sk-configured-0123456789"):
+        for status in (200, 429, 799):
+            slow_out, fast_out = io.StringIO(), io.StringIO()
+            args = ("[::1]:5", "POST", path, "1.1", status)
+            _access_setup(slow_out).info(UVICORN_ACCESS_MESSAGE, *args)
+            fast = access_logger(_access_setup(fast_out))
+            assert isinstance(fast, AccessLine)
+            fast.info(UVICORN_ACCESS_MESSAGE, *args)
+            await asyncio.sleep(0)
+            assert fast_out.getvalue() == slow_out.getvalue() != ""
+            assert "AIzaSecret" not in fast_out.getvalue() and "sk-configured" not in fast_out.getvalue()
+
+
+def test_any_other_access_log_setup_goes_through_logging():
+    from llmbridge.gateway._accesslog import access_logger
+
+    assert access_logger(_access_setup(io.StringIO(), colors=True)).__class__ is logging.Logger
+    logger = _access_setup(io.StringIO())
+    logger.addFilter(lambda record: True)  # a filter that does not say how it redacts
+    assert access_logger(logger) is logger
+    logger = _access_setup(io.StringIO())
+    logger.addHandler(logging.StreamHandler(io.StringIO()))
+    assert access_logger(logger) is logger

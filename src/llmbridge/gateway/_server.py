@@ -35,6 +35,7 @@ from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import _heap as heap
+from ._accesslog import access_logger
 from ._app import create_app
 from .config import Config, ConfigError, default_config, load
 
@@ -88,6 +89,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_timeout: float = getattr(config, "header_timeout", 10.0)
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None  # idle_timeout between body chunks
+        # the shipped access log's lines without logging's machinery (accesslog.AccessLine)
+        self.access_logger = access_logger(self.access_logger)  # type: ignore[assignment]
 
     def _arm_header_timer(self) -> None:
         if self._header_timer is None:
@@ -223,6 +226,11 @@ class RedactSecrets(logging.Filter):
         if record.exc_text:
             record.exc_text = redact(record.exc_text)
         return True
+
+    @staticmethod
+    def redact_access(text: str) -> str:
+        """What :meth:`filter` does to a string argument of an access line (accesslog.AccessLine)."""
+        return redact(text)
 
 
 def log_config() -> dict[str, Any]:

@@ -30,6 +30,11 @@ class RedactKeys(logging.Filter):
             record.args = tuple(redact(a) if isinstance(a, str) else a for a in args)
         return True
 
+    @staticmethod
+    def redact_access(text: str) -> str:
+        """What :meth:`filter` does to a string argument of an access line (gateway/_accesslog.py)."""
+        return redact(text)
+
 
 def install(logger_name: str = "uvicorn.access") -> None:
     """Add the filter to ``logger_name`` once (idempotent)."""
