@@ -82,72 +82,102 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     stops when the head is complete. A request body then has the idle timeout between two
     of its chunks (a slow upload is fine, a stalled one is closed); the answer takes as long
     as it takes.
+
+    **One timer per connection, not four per request** (issue 23). The head, body and
+    keep-alive timeouts are one deadline (``_due``, and what it is for) that the parser's
+    callbacks move by writing a number; a single timer handle wakes up, finds the deadline
+    moved (or gone) and sleeps again, or closes the connection. The timer is always due no
+    later than any deadline could be (it is scheduled at most the shortest timeout ahead),
+    so a deadline set later never needs it re-armed. Before, a request armed and cancelled
+    the header timer, the body timer (twice) and uvicorn's keep-alive timer.
     """
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         self._header_timeout: float = getattr(config, "header_timeout", 10.0)
-        self._header_timer: asyncio.TimerHandle | None = None
-        self._body_timer: asyncio.TimerHandle | None = None  # idle_timeout between body chunks
+        self._shortest = min(self._header_timeout, self.timeout_keep_alive)
+        self._due: float | None = None  # loop time the connection is closed at, unless moved
+        self._due_for = _IDLE  # what the deadline is for (_HEAD, _BODY, _IDLE)
+        self._clock: asyncio.TimerHandle | None = None  # the one timer, re-armed lazily
         # the shipped access log's lines without logging's machinery (accesslog.AccessLine)
         self.access_logger = access_logger(self.access_logger)  # type: ignore[assignment]
 
-    def _arm_header_timer(self) -> None:
-        if self._header_timer is None:
-            self._header_timer = self.loop.call_later(self._header_timeout, self._header_timed_out)
+    # -- the one deadline
 
-    def _disarm_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+    def _expect(self, what: int, seconds: float) -> None:
+        now = self.loop.time()
+        self._due, self._due_for = now + seconds, what
+        if self._clock is None:
+            self._clock = self.loop.call_at(now + self._shortest, self._tick)
 
-    def _header_timed_out(self) -> None:
-        self._header_timer = None
-        if not self.transport.is_closing():
-            self.transport.close()  # nothing was answered: close, as uvicorn's keep-alive timeout does
-
-    def _body_timed_out(self) -> None:
-        self._body_timer = None
-        if self.flow.read_paused:  # we stopped reading (the app is behind), not the client
-            self._arm_body_timer()
+    def _tick(self) -> None:
+        due = self._due
+        if due is None:  # nothing to wait for: the next _expect starts the clock again
+            self._clock = None
+            return
+        now = self.loop.time()
+        if now < due:
+            self._clock = self.loop.call_at(min(due, now + self._shortest), self._tick)
+            return
+        self._clock = None
+        self._due = None
+        if self._due_for == _BODY and self.flow.read_paused:  # we stopped reading (the app is behind)
+            self._expect(_BODY, self.timeout_keep_alive)
         elif not self.transport.is_closing():
-            self.transport.close()  # the app sees http.disconnect and answers nobody
+            # a head or body that stalled, or an idle keep-alive connection: nothing is being
+            # answered (a stalled body's app sees http.disconnect and answers nobody)
+            self.transport.close()
+
+    # -- uvicorn's callbacks, moving it
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_header_timer()
+        self._expect(_HEAD, self._header_timeout)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._arm_header_timer()
-
-    def _arm_body_timer(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-        self._body_timer = self.loop.call_later(self.timeout_keep_alive, self._body_timed_out)
-
-    def _disarm_body_timer(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
+        if self._due is None or self._due_for != _HEAD:  # (a new connection's clock keeps running)
+            self._expect(_HEAD, self._header_timeout)
 
     def on_headers_complete(self) -> None:
-        self._disarm_header_timer()
         super().on_headers_complete()
-        self._arm_body_timer()  # a body that stalls for idle_timeout closes the connection too
+        self._expect(_BODY, self.timeout_keep_alive)  # a body that stalls for idle_timeout closes it too
 
     def on_body(self, body: bytes) -> None:
-        self._arm_body_timer()
+        self._due = self.loop.time() + self.timeout_keep_alive
         super().on_body(body)
 
     def on_message_complete(self) -> None:
-        self._disarm_body_timer()
+        self._due = None  # the answer takes as long as it takes
         super().on_message_complete()
 
+    def on_response_complete(self) -> None:
+        # uvicorn's, with its keep-alive timer as our deadline
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:  # pipelined requests waiting: the next one starts
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._expect(_IDLE, self.timeout_keep_alive)
+
+    def _unset_keepalive_if_required(self) -> None:
+        super()._unset_keepalive_if_required()  # (uvicorn's own timer, should anything still set it)
+        if self._due_for == _IDLE:
+            self._due = None
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_header_timer()
-        self._disarm_body_timer()
+        self._due = None
+        if self._clock is not None:
+            self._clock.cancel()
+            self._clock = None
         super().connection_lost(exc)
+
+
+_HEAD, _BODY, _IDLE = 0, 1, 2  # what a connection's deadline is for
 
 
 # --------------------------------------------------------------------------- open files
