@@ -121,7 +121,8 @@ class AccessLine:
         client, method, path, version, status = args
         for redact in self._redactions:  # (the client address holds no credential: not scanned)
             method, path, version = redact(method), redact(path), redact(version)
-        self._handler.queue(f'INFO:     {client} - "{method} {path} HTTP/{version}" {status} {_PHRASES.get(status, "")}\n')
+        phrase = _PHRASES.get(status, "")
+        self._handler.queue(f'INFO:     {client} - "{method} {path} HTTP/{version}" {status} {phrase}\n')
 
     def __getattr__(self, name: str) -> Any:  # anything else a caller may use: the logger's
         return getattr(self._logger, name)
