@@ -347,3 +347,70 @@ def test_any_other_access_log_setup_goes_through_logging():
     logger = _access_setup(io.StringIO())
     logger.addHandler(logging.StreamHandler(io.StringIO()))
     assert access_logger(logger) is logger
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def _cycle(kind: type, method: str = "POST", keep_alive: bool = True):
+    from uvicorn.protocols.http.flow_control import FlowControl
+
+    transport = _Transport()
+    scope = {"type": "http", "method": method, "path": "/v1/x", "query_string": b"", "http_version": "1.1",
+             "client": ("127.0.0.1", 5), "headers": []}  # fmt: skip
+    cycle = kind(scope=scope, transport=transport, flow=FlowControl(transport), logger=logging.getLogger("t"),
+                 access_logger=logging.getLogger("t.access"), access_log=False,
+                 default_headers=[(b"server", b"uvicorn")], message_event=asyncio.Event(),
+                 expect_100_continue=False, keep_alive=keep_alive, on_response=lambda: None)  # fmt: skip
+    return cycle, transport
+
+
+_ANSWERS = [
+    ("POST", True, [(b"content-type", b"text/event-stream"), (b"X-Request-Id", b"req_1")], [b"data: 1\n\n", b"", b"x"]),
+    ("POST", True, [(b"content-length", b"5")], [b"he", b"llo"]),
+    ("POST", False, [(b"content-type", b"application/json")], [b"{}"]),
+    ("POST", True, [(b"connection", b"keep-alive, Close")], [b"bye"]),
+    ("HEAD", True, [(b"content-length", b"10")], [b""]),
+    ("POST", True, [(b"transfer-encoding", b"chunked"), (b"a", b"b\tc")], [b"", b"z"]),
+]
+
+
+@pytest.mark.parametrize(("method", "keep_alive", "headers", "chunks"), _ANSWERS)
+async def test_the_lean_cycle_writes_what_uvicorns_writes(method, keep_alive, headers, chunks):
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    from llmbridge.gateway._server import LeanCycle
+
+    outputs = []
+    for kind in (RequestResponseCycle, LeanCycle):
+        cycle, transport = _cycle(kind, method, keep_alive)
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": list(headers)})
+        for n, chunk in enumerate(chunks):
+            await cycle.send({"type": "http.response.body", "body": chunk, "more_body": n < len(chunks) - 1})
+        outputs.append((b"".join(transport.written), transport.closed, cycle.response_complete, cycle.keep_alive))
+    assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [[(b"bad name", b"v")], [(b"x", b"v\r\nevil: 1")], [(b"x", b"ok"), (b"y", b"\x00")], [(b"x:", b"v")]],
+)
+async def test_the_lean_cycle_refuses_what_uvicorn_refuses(headers):
+    from llmbridge.gateway._server import LeanCycle
+
+    cycle, transport = _cycle(LeanCycle)
+    with pytest.raises(RuntimeError, match="Invalid HTTP header"):
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
+    assert transport.written == []
