@@ -32,14 +32,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from uvicorn.protocols.http.httptools_impl import (
-    HEADER_RE,
-    HEADER_VALUE_RE,
-    STATUS_LINE,
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
-from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from . import _heap as heap
 from ._accesslog import access_logger
@@ -148,8 +141,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
-        if type(self.cycle) is RequestResponseCycle:  # (its task has not run yet: nothing bound its send)
-            self.cycle.__class__ = LeanCycle
         self._expect(_BODY, self.timeout_keep_alive)  # a body that stalls for idle_timeout closes it too
 
     def on_body(self, body: bytes) -> None:
@@ -187,97 +178,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 _HEAD, _BODY, _IDLE = 0, 1, 2  # what a connection's deadline is for
-
-
-class LeanCycle(RequestResponseCycle):
-    """uvicorn's request/response cycle with a cheaper ``send``: the same bytes, the same
-    checks, done once per response rather than once per header (issue 23).
-
-    uvicorn validates each response header with two regular-expression searches and
-    lower-cases it; for the ~10 headers of an answer that was a fifth of ``send``'s cost, on
-    every request. Here the names are checked in one search over their concatenation and the
-    values in one over theirs joined by a tab (a tab is valid in a value, and each forbidden
-    byte is forbidden wherever it stands), with the same errors. A cycle becomes this class
-    when uvicorn has made it, before its task first runs (``on_headers_complete``).
-    """
-
-    async def send(self, message: Any) -> None:
-        if self.flow.write_paused and not self.disconnected:
-            await self.flow.drain()
-        if self.disconnected:
-            return
-        if not self.response_started:
-            if message["type"] != "http.response.start":
-                raise RuntimeError(f"Expected ASGI message 'http.response.start', but got '{message['type']}'.")
-            self._write_head(message["status"], message.get("headers", ()))
-        elif not self.response_complete:
-            if message["type"] != "http.response.body":
-                raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{message['type']}'.")
-            self._write_body(message.get("body", b""), message.get("more_body", False))
-        else:
-            raise RuntimeError(f"Unexpected ASGI message '{message['type']}' sent, after response already completed.")
-
-    def _write_head(self, status: int, app_headers: Iterable[tuple[bytes, bytes]]) -> None:
-        self.response_started = True
-        self.waiting_for_100_continue = False
-        scope = self.scope
-        if self.access_log:
-            self.access_logger.info(
-                '%s - "%s %s HTTP/%s" %d',
-                get_client_addr(scope),
-                scope["method"],
-                get_path_with_query_string(scope),
-                scope["http_version"],
-                status,
-            )
-        headers = [*self.default_headers, *app_headers]
-        names = [name.lower() for name, _ in headers]
-        if HEADER_RE.search(b"".join(names)):
-            raise RuntimeError("Invalid HTTP header name.")
-        if HEADER_VALUE_RE.search(b"\t".join([value for _, value in headers])):
-            raise RuntimeError("Invalid HTTP header value.")
-        content = [STATUS_LINE[status]]
-        has_connection_close = False
-        for name, (_, value) in zip(names, headers, strict=True):
-            if name == b"content-length" and self.chunked_encoding is None:
-                self.expected_content_length = int(value.decode())
-                self.chunked_encoding = False
-            elif name == b"transfer-encoding" and value.lower() == b"chunked":
-                self.expected_content_length = 0
-                self.chunked_encoding = True
-            elif name == b"connection" and b"close" in [t.lower().strip() for t in value.split(b",")]:
-                self.keep_alive = False
-                has_connection_close = True
-            content += (name, b": ", value, b"\r\n")
-        if not self.keep_alive and not has_connection_close:
-            content.append(b"connection: close\r\n")
-        if self.chunked_encoding is None and scope["method"] != "HEAD" and status not in (204, 304):
-            self.chunked_encoding = True  # neither content-length nor transfer-encoding: chunked
-            content.append(b"transfer-encoding: chunked\r\n")
-        content.append(b"\r\n")
-        self.transport.write(b"".join(content))
-
-    def _write_body(self, body: bytes, more_body: bool) -> None:
-        if self.scope["method"] == "HEAD":
-            self.expected_content_length = 0
-        elif self.chunked_encoding:
-            if body:
-                self.transport.write(b"%x\r\n%b\r\n%b" % (len(body), body, b"" if more_body else b"0\r\n\r\n"))
-            elif not more_body:
-                self.transport.write(b"0\r\n\r\n")
-        else:
-            if len(body) > self.expected_content_length:
-                raise RuntimeError("Response content longer than Content-Length")
-            self.expected_content_length -= len(body)
-            self.transport.write(body)
-        if not more_body:
-            if self.expected_content_length != 0:
-                raise RuntimeError("Response content shorter than Content-Length")
-            self.response_complete = True
-            self.message_event.set()
-            if not self.keep_alive:
-                self.transport.close()
-            self.on_response()
 
 
 # --------------------------------------------------------------------------- open files
