@@ -347,3 +347,24 @@ def test_any_other_access_log_setup_goes_through_logging():
     logger = _access_setup(io.StringIO())
     logger.addHandler(logging.StreamHandler(io.StringIO()))
     assert access_logger(logger) is logger
+
+
+def test_lookup_headers_answer_as_starlettes_headers():
+    from starlette.datastructures import Headers
+
+    from llmbridge.gateway._hotpath import LookupHeaders
+
+    raw = [(b"content-type", b"application/json"), (b"x-dup", b"first"), (b"x-dup", b"second"),
+           (b"authorization", b"Bearer k"), (b"x-latin", "caf\u00e9".encode("latin-1"))]  # fmt: skip
+    ours, theirs = LookupHeaders({"headers": raw}), Headers(scope={"headers": raw})
+    for name in ("content-type", "Content-Type", "x-dup", "AUTHORIZATION", "x-latin", "absent", "x-api-key"):
+        assert ours.get(name) == theirs.get(name)
+        assert ours.get(name, "d") == theirs.get(name, "d")
+        assert (name in ours) == (name in theirs)
+        if name in theirs:
+            assert ours[name] == theirs[name]
+        else:
+            with pytest.raises(KeyError):
+                ours[name]
+    assert ours.getlist("x-dup") == ["first", "second"] and list(ours.items()) == list(theirs.items())
+    assert 1 not in ours
