@@ -415,3 +415,62 @@ def test_an_ended_exchange_is_freed_without_the_cyclic_gc():
         assert decoder() is None
     finally:
         gc.enable()
+
+
+_WHOLE_ANSWERS = {
+    "complete": [
+        chat_chunk({"role": "assistant", "content": ""}),
+        chat_chunk({"content": "Hi"}),
+        chat_chunk({"content": " there"}),
+        chat_chunk({}, "stop"),
+        chunk("[DONE]"),
+    ],
+    "no [DONE]": [chat_chunk({"role": "assistant", "content": "Hi"}), chat_chunk({}, "stop")],
+    "cut off": [chat_chunk({"role": "assistant", "content": "Hi"}), b'data: {"id": "chatc'],
+}
+
+
+@pytest.mark.parametrize("answer", list(_WHOLE_ANSWERS))
+@pytest.mark.parametrize("relay", [True, False])
+def test_an_answer_complete_while_priming_goes_out_whole_as_body_would_stream_it(answer, relay):
+    """Exchange.whole() (one write with the head: issue 23) is exactly what body() yields."""
+    from llmbridge.dialects import anthropic_messages
+
+    async def run(whole: bool) -> bytes:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=None, idle=None, total=None), loop.time())
+        dialect, encoder = (
+            ("openai-chat", openai_chat.StreamEncoder)
+            if relay
+            else ("anthropic-messages", anthropic_messages.StreamEncoder)
+        )
+        exchange = Exchange(source, encoder, Options(dialect=dialect, relay=relay))
+        for piece in _WHOLE_ANSWERS[answer]:
+            source.inbox.put(piece, len(piece))
+        source.inbox.finish()
+        assert await exchange.prime() is None
+        if whole:
+            out = exchange.whole()
+            assert out is not None and exchange.finished
+            await exchange.aclose()
+            return out
+        return b"".join([part async for part in exchange.body()])
+
+    streamed, whole = asyncio.run(run(False)), asyncio.run(run(True))
+    assert whole == streamed and whole
+
+
+def test_an_answer_still_arriving_is_not_whole():
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=None, idle=None, total=None), loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True))
+        source.inbox.put(chat_chunk({"role": "assistant", "content": "Hi"}), 10)
+        assert await exchange.prime() is None
+        assert exchange.whole() is None
+        source.inbox.put(chat_chunk({}, "stop") + chunk("[DONE]"), 10)
+        source.inbox.finish()
+        rest = b"".join([part async for part in exchange.body()])
+        assert b'"Hi"' in rest and rest.endswith(b"data: [DONE]\n\n") and b"error" not in rest
+
+    asyncio.run(run())

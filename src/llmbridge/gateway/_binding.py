@@ -80,6 +80,10 @@ def as_binary(response: Response | StreamResponse) -> Response | StreamResponse:
             if not value.startswith(b"text/event-stream"):
                 return response
             headers[n] = (b"content-type", BINARY_MEDIA_TYPE.encode())
+    if isinstance(response.body, bytes):  # the whole body already: framed whole
+        framing = BinaryFraming()
+        response.body = framing.feed(response.body) + framing.close()
+        return response
     response.body = _reframed(response.body)
     response.last = None  # the framing's close follows the body's last chunk
     return response

@@ -345,7 +345,10 @@ class Chat:
             media = turn.media_type or (
                 "application/json" if turn.json_array else dialects.get(out_dialect).STREAM_CONTENT_TYPE
             )
-            streamed = StreamResponse(exchange.body(), media_type=media, on_close=exchange.aclose)
+            whole = exchange.whole()  # came complete while priming: one write, no iterator
+            streamed = StreamResponse(
+                exchange.body() if whole is None else whole, media_type=media, on_close=exchange.aclose
+            )
             streamed.last = lambda: exchange.finished
             if turn.arrived:
                 timing = self.pipeline.timing

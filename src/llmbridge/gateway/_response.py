@@ -118,6 +118,10 @@ class StreamResponse:
 
     ``timing``, when set, is called as the head goes out: its value is the answer's
     ``Server-Timing`` header (the gateway's and the upstream's time to this first byte).
+
+    ``body`` may be the whole body already (an answer that came complete while the gateway
+    waited for it to start): it goes out right after the head, with no disconnect watch
+    (nothing is waited for any more) and no iterator.
     """
 
     timing: Callable[[], str] | None = None
@@ -127,7 +131,7 @@ class StreamResponse:
 
     def __init__(
         self,
-        body: AsyncIterator[bytes],
+        body: AsyncIterator[bytes] | bytes,
         status: int = 200,
         headers: dict[str, str] | None = None,
         media_type: str = "text/event-stream",
@@ -144,14 +148,29 @@ class StreamResponse:
         for k, v in (headers or {}).items():
             self.headers.append((k.lower().encode("latin-1"), v.encode("latin-1")))
 
+    def _start(self) -> dict[str, Any]:
+        headers = self.headers
+        if self.timing is not None:
+            headers = [*headers, (b"server-timing", self.timing().encode("latin-1"))]
+        return {"type": "http.response.start", "status": self.status, "headers": headers}
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = self.body
+        if isinstance(body, bytes):
+            try:
+                await send(self._start())
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+            except OSError:  # gone mid-write: nobody to answer (as until_disconnected counts it)
+                pass
+            finally:
+                if self.on_close is not None:
+                    await self.on_close()
+            return
+
         async def pump() -> None:
-            headers = self.headers
-            if self.timing is not None:
-                headers = [*headers, (b"server-timing", self.timing().encode("latin-1"))]
-            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send(self._start())
             last = self.last
-            async for chunk in self.body:
+            async for chunk in body:
                 if last is not None and last():
                     await send({"type": "http.response.body", "body": chunk, "more_body": False})
                     return
@@ -161,7 +180,7 @@ class StreamResponse:
         try:
             await until_disconnected(receive, pump())
         finally:
-            aclose = getattr(self.body, "aclose", None)  # an async generator's, if the body is one
+            aclose = getattr(body, "aclose", None)  # an async generator's, if the body is one
             if aclose is not None:
                 await aclose()
             if self.on_close is not None:

@@ -272,18 +272,42 @@ class Exchange:
                     self.first_byte_at = self._loop.time()
                 yield out
         except Exception:  # a codec bug mid-stream: still end with the dialect's error + terminal event
-            log.exception("stream failed")
-            if not self.ended:
-                error = hub.Error("internal gateway error while streaming", "api_error", status=500)
-                try:
-                    out = self._encode_end(error)
-                except Exception:
-                    log.exception("cannot encode the error either")
-                    out = b""
-                if out:
-                    yield out
+            out = self._failed_end()
+            if out:
+                yield out
         finally:
             await self.aclose()
+
+    def whole(self) -> bytes | None:
+        """The client's whole body, when the answer came complete while priming (the upstream
+        is done, or the client's stream has its terminal event): what :meth:`body` would
+        yield, in one piece; ``None`` otherwise (then :meth:`body` streams it).
+
+        A short answer — most of them, when an upstream is fast — then goes out with the
+        response head and no iterator, disconnect watch or wake-up of its own (issue 23).
+        The caller still closes the exchange (:meth:`aclose`)."""
+        if not (self.upstream_done or self.ended):
+            return None
+        held, self._held = b"".join(self._held), []
+        self.finished = True
+        self.first_byte_at = self._loop.time()
+        try:
+            return held + self._finish()
+        except Exception:  # a codec bug at the end: ended as body() ends it
+            return held + self._failed_end()
+
+    def _failed_end(self) -> bytes:
+        """After a codec bug mid-stream: the dialect's error and terminal event, if the client
+        has not had its terminal event yet (logged; never raises)."""
+        log.exception("stream failed")
+        if self.ended:
+            return b""
+        error = hub.Error("internal gateway error while streaming", "api_error", status=500)
+        try:
+            return self._encode_end(error)
+        except Exception:
+            log.exception("cannot encode the error either")
+            return b""
 
     async def _body(self) -> AsyncIterator[bytes]:
         held, self._held = b"".join(self._held), []
