@@ -247,3 +247,53 @@ async def test_a_slow_consumer_pauses_the_upstream_socket():
     assert got == total
     await client.aclose()
     server.close()
+
+
+async def test_one_connection_reads_heads_of_every_shape_in_turn_and_times_out_a_missing_head():
+    """The head's fields (repeated ones joined, an interim 100 dropped, a gzip body after a
+    chunked one) on one kept-alive connection, response after response; a head that never
+    comes is a TimeoutError and that connection is not pooled again."""
+    answers = [
+        b"HTTP/1.1 200 OK\r\nX-Multi: a\r\nx-multi: b\r\nRetry-After: 3\r\ncontent-length: 2\r\n\r\nhi",
+        b"HTTP/1.1 100 Continue\r\nx-interim: 1\r\n\r\nHTTP/1.1 429 Slow\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"2\r\nno\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n%s"
+        % (len(gzip.compress(b"zipped")), gzip.compress(b"zipped")),
+        None,  # no answer at all
+    ]
+    connections = 0
+
+    async def handler(reader, writer):
+        nonlocal connections
+        connections += 1
+        try:
+            while answers:
+                await read_request(reader)
+                answer = answers.pop(0)
+                if answer is None:
+                    await asyncio.sleep(5)
+                    return
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    url = f"http://127.0.0.1:{port}/"
+    first = await client.request("POST", url, {}, b"")
+    assert first.status == 200 and first.headers["x-multi"] == "a, b" and first.headers["retry-after"] == "3"
+    assert await body_of(first) == b"hi"
+    second = await client.request("POST", url, {}, b"")
+    assert second.status == 429 and "x-interim" not in second.headers
+    assert second.headers["transfer-encoding"] == "chunked" and await body_of(second) == b"no"
+    third = await client.request("POST", url, {}, b"")
+    assert third.status == 200 and await body_of(third) == b"zipped"
+    assert connections == 1
+    with pytest.raises(TimeoutError):
+        await client.request("POST", url, {}, b"", head_timeout=0.2)
+    assert not client._idle.get(next(iter(client._idle)), [])  # the timed-out connection was dropped
+    await client.aclose()
+    server.close()

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-__all__ = ["ConnectError", "HTTPClient", "Inbox", "ProtocolError", "Response", "UpstreamHTTPError"]
+__all__ = ["ConnectError", "HTTPClient", "Head", "Inbox", "ProtocolError", "Response", "UpstreamHTTPError"]
 
 # Flow control: above this many bytes waiting in an inbox, stop reading the upstream socket
 # until the consumer (which waits on a slow client) takes them.  It bounds memory per stream
@@ -167,6 +167,9 @@ class _Origin:
         return self.scheme == "https"
 
 
+Head = tuple[_Origin, bytes]  # a request's origin, and its head up to the content-length value
+
+
 class Response:
     """An upstream HTTP response: status and headers at once, the body through :attr:`inbox`."""
 
@@ -214,12 +217,15 @@ class _Connection(asyncio.Protocol):
         self.response: Response | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._header_name = b""
+        self._raw_headers: list[tuple[bytes, bytes]] = []  # the head's, until it is complete
+        self._in_head = True  # header callbacks now are the head's (after it: trailers)
         self._decompress: Any = None
         self._parts: list[bytes] = []  # body pieces of the current socket read
         self._parts_size = 0
         self.closed = False
         self.reused = False
         self._keep_alive = True
+        self._reading_paused = False  # pause_reading() was the last of the two called
 
     # -- asyncio.Protocol
 
@@ -269,13 +275,20 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # A head's fields are only collected here (a vendor API sends a score of them) and
+        # read into ``response.headers`` once, at the end of the head.
+        if self._in_head:
+            self._raw_headers.append((name, value))
+        else:  # a trailer
+            assert self.response is not None
+            self._add_header(self.response.headers, name, value)
+
+    def _add_header(self, headers: dict[str, str], name: bytes, value: bytes) -> None:
         if name:
             self._header_name = name.lower()
         else:  # a continuation of the previous value (httptools may split one header)
             name = self._header_name
         key = self._header_name.decode("latin-1")
-        assert self.response is not None
-        headers = self.response.headers
         text = value.decode("latin-1")
         if key in headers and name:
             headers[key] += ", " + text
@@ -285,10 +298,24 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         response = self.response
         assert response is not None
+        raw, self._raw_headers = self._raw_headers, []
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim response (100 Continue): the real head follows
-            response.headers = {}
             return
+        self._in_head = False
+        headers = response.headers
+        last = self._header_name
+        key = last.decode("latin-1")
+        for name, value in raw:  # (_add_header's steps, inline: no call per field)
+            text = value.decode("latin-1")
+            if name:
+                last = name.lower()
+                key = last.decode("latin-1")
+                if key in headers:
+                    headers[key] += ", " + text
+                    continue
+            headers[key] = headers.get(key, "") + text
+        self._header_name = last
         response.status = status
         self._keep_alive = self._parser.should_keep_alive()
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
@@ -300,8 +327,6 @@ class _Connection(asyncio.Protocol):
             response.head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        response = self.response
-        assert response is not None
         if self._decompress is not None:
             try:
                 body = self._decompress.decompress(body)
@@ -346,6 +371,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self.response = Response(self)
         self._decompress = None
+        self._in_head = True
         self._parts, self._parts_size = [], 0
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
@@ -357,18 +383,22 @@ class _Connection(asyncio.Protocol):
             return
         self.response = None
         if response.complete and self._keep_alive and not self.closed and self.transport is not None:
-            self.resume_reading()
-            self._parser = httptools.HttpResponseParser(self)
+            if self._reading_paused:
+                self.resume_reading()
+            # The parser is at a message boundary (the response is complete, the connection
+            # kept alive): it reads the next response as it is, no new parser per request.
             self._pool.put_back(self)
         else:
             self.abort()
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed:
+            self._reading_paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
         if self.transport is not None and not self.closed:
+            self._reading_paused = False
             with contextlib.suppress(RuntimeError):  # already reading
                 self.transport.resume_reading()
 
@@ -389,7 +419,7 @@ class HTTPClient:
         self._all: set[_Connection] = set()
         self._max_idle = max_idle_per_origin
         self._ssl = ssl_context
-        self._heads: dict[tuple[object, ...], tuple[_Origin, bytes]] = {}  # see request()
+        self._heads: dict[tuple[object, ...], Head] = {}  # see head()
         self.closed = False
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -468,6 +498,13 @@ class HTTPClient:
         """
         if self.closed:
             raise UpstreamHTTPError("the HTTP client is closed")
+        return await self.send(
+            self.head(method, url, headers), body, connect_timeout=connect_timeout, head_timeout=head_timeout
+        )
+
+    def head(self, method: str, url: str, headers: dict[str, str]) -> Head:
+        """The request head of ``method`` ``url`` with ``headers``, for :meth:`send`. Raises
+        :class:`UpstreamHTTPError` for a URL that is not http(s) or a header with a line break."""
         # The head of a request to the same URL with the same headers is the same but for its
         # length: made once (the upstream's few URLs and header sets), then one concatenation.
         key: tuple[object, ...] = (method, url, *headers.items())
@@ -476,16 +513,31 @@ class HTTPClient:
             if len(self._heads) >= _MAX_HEADS:
                 self._heads.clear()
             cached = self._heads[key] = _head_for(method, url, headers)
-        origin, prefix = cached
-        head = b"%s%d\r\n\r\n" % (prefix, len(body))
+        return cached
+
+    async def send(
+        self, head: Head, body: bytes, *, connect_timeout: float | None = None, head_timeout: float | None = None
+    ) -> Response:
+        """:meth:`request` with a head made by :meth:`head` (a caller that keeps it saves
+        building the lookup key of its headers per request)."""
+        if self.closed:
+            raise UpstreamHTTPError("the HTTP client is closed")
+        origin, prefix = head
+        data = b"%s%d\r\n\r\n" % (prefix, len(body))
         for attempt in (0, 1):
             connection = self._checkout(origin) if attempt == 0 else None
             if connection is None:
                 connection = await self._connect(origin, connect_timeout)
-            response = connection.send(head, body)
+            response = connection.send(data, body)
+            # The head's timeout fails the head future itself (one timer, no asyncio.timeout
+            # around the await: that is a context manager, a task lookup and a cancellation
+            # to undo per request); what awaits it gets the TimeoutError as before.
+            timer = None
+            if head_timeout is not None:
+                loop = asyncio.get_running_loop()
+                timer = loop.call_at(loop.time() + head_timeout, _head_timed_out, response.head)
             try:
-                async with asyncio.timeout(head_timeout):
-                    await response.head
+                await response.head
             except ProtocolError:
                 response.close()
                 # A pooled connection the server had already closed: nothing was answered,
@@ -497,6 +549,9 @@ class HTTPClient:
                 connection.abort()
                 response.close()
                 raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -509,6 +564,11 @@ class HTTPClient:
 
 
 _MAX_HEADS = 256  # distinct (method, URL, headers) heads kept per client
+
+
+def _head_timed_out(head: asyncio.Future[None]) -> None:
+    if not head.done():
+        head.set_exception(TimeoutError())
 
 
 def _head_for(method: str, url: str, headers: dict[str, str]) -> tuple[_Origin, bytes]:

@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import hub
+from ._response import StreamResponse  # (once: an import statement per request cost 1.5 µs)
 from .config import NO_COOLDOWN, Config, Cooldown, Deployment, ModelConfig, Retries, Route
 
 if TYPE_CHECKING:
     from starlette.responses import Response
 
-    from ._response import StreamResponse
     from ._teams import Teams
     from ._upstream import Upstream
 
@@ -93,6 +93,7 @@ FAILURE_SAMPLE = 1.0  # seconds: what a failed attempt counts as in the latency 
 MAX_RETRY_AFTER = 3600.0  # an upstream's retry-after is believed up to an hour
 _WINDOW = 60.0  # rpm: a sliding 60-second window
 _TOKENS_PER_BYTE = 0.25  # tpm's up-front estimate: ~4 bytes of request JSON per prompt token
+_NO_RETRIES = Retries()  # a model without [models.retries]
 
 # The one retry table: status -> retry?  Statuses not listed: 5xx retry, anything else not.
 # A connect error is a 502 and a first-byte timeout a 504 by the time they get here.
@@ -306,8 +307,11 @@ class Attempt:
         if self.probe:
             s.state = PROBING
         if count_locally:  # (else Redis counted it, and its claim set tpm_minute)
-            s.take(now, self.slot.deployment, self.plan.estimate)
-            self.tpm_minute = int(time.time() // 60)
+            d = self.slot.deployment
+            if d.rpm is not None or d.tpm is not None:
+                s.take(now, d, self.plan.estimate)
+            if d.tpm is not None:  # (read only to correct a tpm count)
+                self.tpm_minute = int(time.time() // 60)
 
     def answered(self, now: float) -> None:
         """The answer started (its first event that is content): a success."""
@@ -411,9 +415,26 @@ class Plan:
     def next(self, now: float) -> Attempt | None:
         """The next attempt (a deployment and the seconds to wait first), or None: stop, the
         client gets :attr:`error` with :attr:`headers`."""
+        if not self.attempts and len(self.slots) == 1 and not self._refused:
+            # The usual first attempt: one deployment, healthy, unlimited, not waiting on a
+            # retry-after -- what the loop below picks then, without its lists.
+            slot = self.slots[0]
+            s, d = slot.state, slot.deployment
+            if (
+                s.state == OK
+                and not s.failures
+                and s.limited_until <= now
+                and s.retry_after_until <= now
+                and d.rpm is None
+                and d.tpm is None
+                and (d.fallback or (self.model.retries or _NO_RETRIES).attempts > 0)
+            ):
+                if self.deadline is not None and now > self.deadline:
+                    return None
+                return Attempt(self, slot, 0.0, False)
         if self.error is not None and not should_retry(self.error):
             return None
-        retries = self.model.retries or Retries()
+        retries = self.model.retries or _NO_RETRIES
         delay = 0.0
         if self.attempts and not self._waited:
             delay = backoff(self.attempts, retries, self.router.rng)
@@ -729,7 +750,7 @@ class Router:
         """A request's plan for ``model``; ``routes`` other than the model's (a caller with its
         own list) get plain deployments tried in order.  ``deadline`` on :attr:`clock`."""
         config = self.models.get(model or "")
-        if config is not None and (routes is None or tuple(routes) == config.routes):
+        if config is not None and (routes is None or routes is config.routes or tuple(routes) == config.routes):
             slots = self._slots[config.name]
         else:  # an ad-hoc list: in order, each once, no cooldown
             routes = routes or ()
@@ -754,7 +775,8 @@ class Router:
                     continue
             shared = self.shared
             if shared is None or self.local_limits:
-                if attempt.slot.state.room(self.clock(), attempt.slot.deployment) > 0:
+                d = attempt.slot.deployment
+                if (d.rpm is not None or d.tpm is not None) and attempt.slot.state.room(self.clock(), d) > 0:
                     plan.refused(attempt, self.clock() + 0.001)  # filled while we slept
                     continue
                 attempt.begin(self.clock())
@@ -964,8 +986,6 @@ def named(response: Response | StreamResponse, attempt: Attempt | None) -> Respo
     and :data:`ATTEMPTS_HEADER` counting the upstream requests it took."""
     if attempt is None:
         return response
-    from ._response import StreamResponse
-
     name = attempt.name.encode("latin-1", "replace")
     tries = str(attempt.plan.attempts).encode()
     if isinstance(response, StreamResponse):

@@ -48,9 +48,13 @@ class LazyTimer:
             self._arm()
 
     def rearm(self) -> None:
-        """Arm again after a fire (or after the due time moved earlier)."""
-        if self._handle is not None:
-            self._handle.cancel()
+        """Arm again after a fire, or after the due time moved (a move later costs nothing:
+        the armed timer wakes first, finds the new due time and sleeps again)."""
+        handle = self._handle
+        if handle is not None:
+            if handle.when() <= self._due():
+                return
+            handle.cancel()
             self._handle = None
         self._arm()
 

@@ -64,6 +64,7 @@ MAX_JSON_BYTES = 256 * 1024 * 1024  # a JSON answer larger than this is refused 
 PASSED_HEADERS = ("retry-after", "retry-after-ms")  # on an upstream error the client's SDK should honour
 OPENAI_FORMATS = ("openai-chat", "openai-responses")
 _EXTENSION_BYTES = f'"{EXTENSION_KEY}"'.encode()  # our key, as it appears in an encoded body
+_MAX_HEADS = 64  # distinct request heads kept per upstream (its few endpoints and header sets)
 
 
 class Tap(Protocol):
@@ -151,6 +152,9 @@ class HTTPUpstream:
         self.timeouts = config.timeouts
         self.client = client or _http.HTTPClient()
         self._config_headers = {k.lower(): v for k, v in config.headers.items()}
+        # The dialect's (URL, headers) for a request -> the request head they make: the few
+        # distinct ones an upstream sees, merged with the config's headers once, not per request.
+        self._heads: dict[tuple[object, ...], _http.Head] = {}
 
     # -- generation
 
@@ -160,15 +164,26 @@ class HTTPUpstream:
         Reads are bounded by the gateway's own first-byte/idle/total clocks (streaming.py);
         here only connecting and the response head are timed.
         """
-        url, headers = self.endpoint(request)
-        return await self._post(url, headers, self.request_bytes(request))
+        url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
+        body = self.request_bytes(request)
+        key: tuple[object, ...] = (url, *headers.items())
+        head = self._heads.get(key)
+        if head is None:
+            head = self._head(url, self._all_headers(headers))
+            if len(self._heads) >= _MAX_HEADS:
+                self._heads.clear()
+            self._heads[key] = head
+        return await self._send(head, body)
 
     def endpoint(self, request: hub.Request) -> tuple[str, dict[str, str]]:
         url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
+        return url, self._all_headers(headers)
+
+    def _all_headers(self, headers: dict[str, str]) -> dict[str, str]:
         all_headers = {"content-type": "application/json"}
         all_headers.update({k.lower(): v for k, v in headers.items()})  # the dialect's own content-type wins
         all_headers.update(self._config_headers)
-        return url, all_headers
+        return all_headers
 
     async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
         response = await self.open(request)
@@ -259,11 +274,19 @@ class HTTPUpstream:
         """POST on the pool; the OK response once its head is in. An error status raises
         :class:`UpstreamFailed` with the body read and decoded by the upstream's dialect and
         the headers a client should honour (``retry-after``)."""
+        return await self._send(self._head(url, headers), body)
+
+    def _head(self, url: str, headers: dict[str, str]) -> _http.Head:
+        try:
+            return self.client.head("POST", url, headers)
+        except Exception as exc:  # not an http(s) URL, a header with a line break
+            raise UpstreamFailed(as_hub_error(exc, self.name)) from None
+
+    async def _send(self, head: _http.Head, body: bytes) -> _http.Response:
+        """:meth:`_post` with the request head made."""
         t = self.timeouts
         try:
-            response = await self.client.request(
-                "POST", url, headers, body, connect_timeout=t.connect, head_timeout=t.first_byte
-            )
+            response = await self.client.send(head, body, connect_timeout=t.connect, head_timeout=t.first_byte)
         except Exception as exc:
             raise UpstreamFailed(as_hub_error(exc, self.name)) from None
         if response.status >= 400:

@@ -294,10 +294,23 @@ def period_start(period: str, now: float) -> float:
     """Epoch seconds at which the budget period holding ``now`` began (UTC; 0 for "total")."""
     if period == "total":
         return 0.0
-    tm = time.gmtime(now)
-    if period == "day":
-        return float(calendar.timegm((tm.tm_year, tm.tm_mon, tm.tm_mday, 0, 0, 0)))
-    return float(calendar.timegm((tm.tm_year, tm.tm_mon, 1, 0, 0, 0)))
+    # Asked twice per request of a key with a budget (admit, settle): kept per UTC day, which
+    # decides both periods (epoch time has exactly 86,400 s a day), not worked out each time.
+    key = (period, int(now // 86400))
+    start = _PERIOD_STARTS.get(key)
+    if start is None:
+        tm = time.gmtime(now)
+        if period == "day":
+            start = float(calendar.timegm((tm.tm_year, tm.tm_mon, tm.tm_mday, 0, 0, 0)))
+        else:
+            start = float(calendar.timegm((tm.tm_year, tm.tm_mon, 1, 0, 0, 0)))
+        if len(_PERIOD_STARTS) >= 64:
+            _PERIOD_STARTS.clear()
+        _PERIOD_STARTS[key] = start
+    return start
+
+
+_PERIOD_STARTS: dict[tuple[str, int], float] = {}
 
 
 def period_end(period: str, now: float) -> float | None:

@@ -26,8 +26,11 @@ class RedactKeys(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        if isinstance(args, tuple) and any(isinstance(a, str) and "key" in a.lower() for a in args):
-            record.args = tuple(redact(a) if isinstance(a, str) else a for a in args)
+        if isinstance(args, tuple):
+            for a in args:  # (a loop, not any() over a generator: every access log line comes here)
+                if isinstance(a, str) and "key" in a.lower():
+                    record.args = tuple(redact(x) if isinstance(x, str) else x for x in args)
+                    break
         return True
 
     @staticmethod
