@@ -398,3 +398,14 @@ def test_a_request_leaves_no_reference_cycle_for_the_collector(gw, stream):
         gc.garbage.clear()
     # (the test's own httpx client leaves cycles of its own: only the gateway's objects count)
     assert ours == [], f"gateway objects in reference cycles: {sorted(set(ours))}"
+
+
+def test_a_serving_process_freezes_what_it_started_with():
+    from llmbridge.gateway._server import freeze_startup_objects
+
+    assert gc.get_freeze_count() == 0  # (building apps, as the tests do, freezes nothing)
+    try:
+        freeze_startup_objects()
+        assert gc.get_freeze_count() > 10_000  # the modules, their functions and classes at least
+    finally:
+        gc.unfreeze()

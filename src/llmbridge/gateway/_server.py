@@ -23,6 +23,7 @@ What an operator in front of real users needs that uvicorn does not do by defaul
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import re
@@ -47,6 +48,7 @@ __all__ = [
     "RedactSecrets",
     "app_from_environment",
     "build_app",
+    "freeze_startup_objects",
     "log_config",
     "raise_open_files_limit",
     "redact",
@@ -308,9 +310,23 @@ def app_from_environment() -> Starlette:
     path comes from the ``LLMBRIDGE_CONFIG`` environment variable ("" = the local model)."""
     path = os.environ.get(CONFIG_ENV)
     try:
-        return build_app(load(path) if path else default_config())
+        app = build_app(load(path) if path else default_config())
     except (ConfigError, RuntimeError) as exc:
         raise SystemExit(f"llmbridge serve: {exc}") from None
+    freeze_startup_objects()
+    return app
+
+
+def freeze_startup_objects() -> None:
+    """Move every object alive now (the modules, the app, its config) out of the cyclic
+    garbage collector's sight, for the life of this serving process.
+
+    They live as long as the process, yet each full collection walked all of them (~40,000
+    objects, ~25 ms on this machine: a pause in every request being served, every few
+    thousand requests). Only a process that serves until it exits does this: frozen objects
+    are never collected, which a program building many apps (the tests) must not do."""
+    gc.collect()
+    gc.freeze()
 
 
 def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
@@ -346,6 +362,8 @@ def serve(config_path: str | None = None, host: str = "127.0.0.1", port: int = 8
     else:
         target = app
     uv_config = GuardedConfig(target, **options)
+    if workers <= 1:
+        freeze_startup_objects()  # (each worker freezes its own, in app_from_environment)
     if workers > 1:
         import inspect
 
