@@ -30,6 +30,7 @@ __all__ = ["AccessLine", "BatchedStreamHandler", "PlainAccessFormatter", "access
 
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 UVICORN_ACCESS_FORMAT = '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
+_REQUEST_LINES = 64  # masked request lines an AccessLine keeps
 UVICORN_ACCESS_MESSAGE = '%s - "%s %s HTTP/%s" %d'  # what uvicorn's cycle passes to access_logger.info
 
 
@@ -107,22 +108,35 @@ class AccessLine:
 
     Made per connection by :func:`access_logger`, which checks the configuration."""
 
-    __slots__ = ("_handler", "_logger", "_redactions")
+    __slots__ = ("_handler", "_logger", "_redactions", "_requests")
 
     def __init__(self, logger: logging.Logger, handler: BatchedStreamHandler, redactions: list[Any]) -> None:
         self._logger = logger
         self._handler = handler
         self._redactions = redactions
+        # "METHOD path HTTP/version" as masked, by what the client sent: a keep-alive
+        # connection asks the same few paths again and again (bounded: cleared when full)
+        self._requests: dict[tuple[str, str, str], str] = {}
 
     def info(self, msg: str, *args: Any) -> None:
         if msg != UVICORN_ACCESS_MESSAGE or len(args) != 5 or not self._logger.isEnabledFor(logging.INFO):
             self._logger.info(msg, *args)
             return
         client, method, path, version, status = args
+        request = self._requests.get((method, path, version))
+        if request is None:
+            request = self._request_line(method, path, version)
+        phrase = _PHRASES.get(status, "")
+        self._handler.queue(f'INFO:     {client} - "{request}" {status} {phrase}\n')
+
+    def _request_line(self, method: str, path: str, version: str) -> str:
+        key = (method, path, version)
         for redact in self._redactions:  # (the client address holds no credential: not scanned)
             method, path, version = redact(method), redact(path), redact(version)
-        phrase = _PHRASES.get(status, "")
-        self._handler.queue(f'INFO:     {client} - "{method} {path} HTTP/{version}" {status} {phrase}\n')
+        if len(self._requests) >= _REQUEST_LINES:
+            self._requests.clear()
+        line = self._requests[key] = f"{method} {path} HTTP/{version}"
+        return line
 
     def __getattr__(self, name: str) -> Any:  # anything else a caller may use: the logger's
         return getattr(self._logger, name)
