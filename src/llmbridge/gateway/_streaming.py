@@ -420,13 +420,26 @@ class Exchange:
 
     def _watch_marked(self, out: bytes, start: int, decoder: StreamDecoder) -> list[hub.Event]:
         """Decode only the events of ``out[start:]`` that hold one of the dialect's markers."""
+        spans = marked_events(out, start, self._skim or ())
+        if not spans:
+            return []
         events: list[hub.Event] = []
-        for begin, end in marked_events(out, start, self._skim or ()):
-            got = decoder.feed(out[begin:end])
-            for event in got:
-                self._watch(event)
-            events += got
+        # Marked events next to each other (a stream's finish chunk, usage chunk and [DONE]
+        # usually arrive in one read) are decoded in one feed: the same events, one call.
+        begin, end = spans[0]
+        for a, b in spans[1:]:
+            if a != end:
+                events += self._watch_bytes(out[begin:end], decoder)
+                begin = a
+            end = b
+        events += self._watch_bytes(out[begin:end], decoder)
         return events
+
+    def _watch_bytes(self, data: bytes, decoder: StreamDecoder) -> list[hub.Event]:
+        got = decoder.feed(data)
+        for event in got:
+            self._watch(event)
+        return got
 
     def _watch_until_started(self, out: bytes, decoder: StreamDecoder) -> list[hub.Event]:
         """Before the answer starts: decode one event at a time until it does, skim the rest.
