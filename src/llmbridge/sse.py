@@ -168,6 +168,8 @@ class Decoder:
                 if line[:6] == "data: " and len(head) > 7 and "\n" not in line:
                     append(Event(head[7:], line[6:], last_id, None))
                     continue
+            elif not block:  # the "" after a read's last blank line: _block would dispatch nothing
+                continue
             event = self._block(block)
             last_id = self.last_id
             if event is not None:

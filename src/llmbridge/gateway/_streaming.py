@@ -458,7 +458,8 @@ class Exchange:
             start = end
             if any(not isinstance(e, _NON_COMMITTING) for e in got):
                 self._skim = self._relay_markers  # started: the rest is skimmed
-                events += self._watch_marked(out, start, decoder)
+                if start < n:
+                    events += self._watch_marked(out, start, decoder)
                 break
         return events
 
