@@ -140,6 +140,8 @@ class StreamEncoder(EncoderDispatch):
         if type(own) is dict:
             for key, value in own.items():
                 message.setdefault(key, value)
+        if not self.extensions:  # (what PlainEncoder would strip: every stream has some)
+            return sse(b"message_start", {"type": "message_start", "message": message})
         ours = {"request_id": start.request_id, "created": start.created, "extensions": foreign, "usage": usage_extra}
         ours = {k: v for k, v in ours.items() if v is not None}
         if start.id is None:
@@ -199,6 +201,8 @@ class StreamEncoder(EncoderDispatch):
         for key, value in extras.items():
             if key != "delta":
                 body.setdefault(key, value)
+        if not self.extensions:  # (what PlainEncoder would strip: every stream has some)
+            return sse(b"message_delta", body)
         if usage_extra:
             ours["usage"] = usage_extra
         if self._late:
