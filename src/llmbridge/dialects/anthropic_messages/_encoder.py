@@ -20,6 +20,8 @@ from ._common import NAME, error_body, event_to_json, stop_from_finish, usage_to
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
+_TEXT_START = b'event: content_block_start\ndata: {"type":"content_block_start","index":'
+_TEXT_START_END = b',"content_block":{"type":"text","text":""}}\n\n'
 # The states as globals for the per-event checks (see EncoderState).
 _IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 
@@ -239,6 +241,12 @@ class StreamEncoder(EncoderDispatch):
         start = block.start
         kind = start.kind
         index = str(block.wire).encode()
+        if kind == "text" and not (start.id or start.extensions or start.fidelity) and start.index == block.wire:
+            # The usual block: nothing under our key, so its start is the same bytes every time.
+            block.wire_type = "text"
+            block.prefix = _DELTA + index + b',"delta":{"type":"text_delta","text":'
+            block.started = True
+            return _TEXT_START + index + _TEXT_START_END
         own_ext, foreign_ext = _split(start.extensions, kind != "data")
         if kind == "thinking":
             block.wire_type = "thinking"
