@@ -237,7 +237,7 @@ class StreamDecoder(SSEStreamDecoder):
             self._hot_skip -= 1
             return False
         data = event.data
-        if event.event == "error" or data[:1] != "{":  # (``[DONE]``: no decode to fail first)
+        if data == "[DONE]" or event.event == "error":  # ([DONE]: no struct decode to fail first)
             return False
         try:
             chunk = _hot_decode(data)
