@@ -350,3 +350,23 @@ def test_blocks_without_a_wire_form_are_left_out_when_plain(dialect):
     assert decoded.complete and [b.text for b in decoded.blocks if b.kind == "text"] == ["hi"]
     whole = plain_body(codec.encode_response(plain_response(hub.assemble(events), dialect)))
     assert "llmbridge" not in json.dumps(whole) and '"type": "server_tool_use"' not in json.dumps(whole)
+
+
+@pytest.mark.parametrize("dialect", [d for d in VENDOR if d != "mmsp"])  # (mmsp stamps each event's time)
+def test_encoders_told_plain_write_what_stripping_would_leave(dialect):
+    """A PlainEncoder tells its encoder that no "llmbridge" data goes out
+    (``EncoderDispatch.extensions``), and the encoder may leave those entries out instead of
+    writing them to be parsed out again: the bytes are the same either way, for every corpus
+    stream decoded and encoded into ``dialect``."""
+    from llmbridge.gateway._extensions import PlainEncoder
+
+    codec = dialects.get(dialect)
+    checked = 0
+    for source in ("openai-chat", "openai-responses", "anthropic-messages", "gemini"):
+        for path in sorted((CORPUS / source).glob("*.sse")):
+            events = decode_all(dialects.get(source).StreamDecoder(), path.read_bytes())
+            told, stripped = PlainEncoder(codec.StreamEncoder(), dialect), PlainEncoder(codec.StreamEncoder(), dialect)
+            stripped._inner.extensions = True  # type: ignore[union-attr]  # (the encoder writes it all)
+            assert [told.encode(e) for e in events] == [stripped.encode(e) for e in events], path.name
+            checked += 1
+    assert checked > 50

@@ -96,6 +96,13 @@ _CHOICE = st.one_of(
     st.just({"index": 1, "delta": {"content": "second choice"}}),
     st.just({"index": 0, "delta": {"content": "x"}, "logprobs": {"content": [{"token": "x"}]}}),
     st.just({"index": 0, "delta": {}, "finish_reason": "stop"}),
+    # finish chunks: the hot path takes those whose delta holds no fragment
+    st.builds(
+        lambda d, r: {"index": 0, "delta": d, "finish_reason": r, "logprobs": None},
+        st.sampled_from([{}, {"role": "assistant"}, {"content": ""}, {"content": "x"}, {"tool_calls": []}]),
+        st.sampled_from(["stop", "length", "tool_calls", "", "odd"]),
+    ),
+    st.just({"index": 1, "delta": {}, "finish_reason": "stop"}),
 )
 
 _CHUNK = st.one_of(
@@ -104,6 +111,15 @@ _CHUNK = st.one_of(
     st.builds(lambda c, p: _chunk(c, provider=p), _CHOICE, st.sampled_from(["A", "B"])),
     st.builds(lambda c: _chunk(c, usage={"prompt_tokens": 1, "completion_tokens": 2}), _CHOICE),
     st.just({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
+    # usage chunks: the hot path takes ``choices: []`` with a usage object
+    st.just({"id": "chatcmpl-1", "choices": [], "usage": {}}),
+    st.just({"id": "chatcmpl-1", "choices": [], "usage": None}),
+    st.just({"id": "chatcmpl-1", "choices": []}),
+    st.builds(
+        lambda fp: {"id": "chatcmpl-1", "choices": [], "system_fingerprint": fp, "usage": {"total_tokens": 9}},
+        st.sampled_from(["fp_1", "fp_2"]),
+    ),
+    st.just({"choices": [], "usage": {"prompt_tokens": 1, "llmbridge": {"none": ["output_tokens"]}}}),
 )
 
 

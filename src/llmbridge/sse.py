@@ -168,6 +168,8 @@ class Decoder:
                 if line[:6] == "data: " and len(head) > 7 and "\n" not in line:
                     append(Event(head[7:], line[6:], last_id, None))
                     continue
+            elif not block:  # the "" after a read's last blank line: _block would dispatch nothing
+                continue
             event = self._block(block)
             last_id = self.last_id
             if event is not None:
@@ -381,6 +383,9 @@ def last_event_end(data: bytes, start: int, stop: int) -> int:
     """The offset just past the last blank line lying wholly in ``data[start:stop]``, or -1."""
     ends = EventBoundaries._ENDS
     if stop - start < _BIG:
+        if data.find(13, start, stop) < 0:  # LF line ends only (nearly every stream): one separator
+            at = data.rfind(b"\n\n", start, stop)
+            return at + 2 if at >= 0 else -1
         best = -1
         for sep in ends:
             at = data.rfind(sep, start, stop)
@@ -405,6 +410,9 @@ def next_event_end(data: bytes, start: int) -> int:
     """The offset just past the first blank line at or after ``start`` (``len(data)`` if none)."""
     ends = EventBoundaries._ENDS
     if len(data) - start < _BIG:
+        if data.find(13, start) < 0:  # LF line ends only (nearly every stream): one separator
+            at = data.find(b"\n\n", start)
+            return at + 2 if at >= 0 else len(data)
         found = [at + len(sep) for sep in ends if (at := data.find(sep, start)) >= 0]
         return min(found) if found else len(data)
     nl, cr = data.find(10, start), data.find(13, start)

@@ -143,6 +143,10 @@ class EncoderDispatch:
     """
 
     _state = EncoderState.IDLE
+    # False: the client takes no "llmbridge" data (the gateway's PlainEncoder, which strips what
+    # is left of it from the bytes, sets this).  An encoder may then leave out the entries it
+    # would write under EXTENSION_KEY instead of making them only to be parsed out again.
+    extensions = True
 
     def encode(self, event: hub.Event) -> bytes:
         """The wire bytes for ``event`` (``b""`` while buffering and after the end)."""

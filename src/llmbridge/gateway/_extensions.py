@@ -24,7 +24,7 @@ import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import hub
-from ..dialects.base import EXTENSION_KEY, StreamEncoder, json_decode, json_encode
+from ..dialects.base import EXTENSION_KEY, EncoderDispatch, StreamEncoder, json_decode, json_encode
 
 __all__ = [
     "HEADER",
@@ -208,6 +208,8 @@ class PlainEncoder:
     __slots__ = ("_dialect", "_dropped", "_encode", "_inner")
 
     def __init__(self, inner: StreamEncoder, dialect: str) -> None:
+        if isinstance(inner, EncoderDispatch):
+            inner.extensions = False  # it may leave out what encode() would strip (the same bytes)
         self._inner = inner
         self._encode = inner.encode
         self._dialect = dialect

@@ -266,14 +266,65 @@ class Exchange:
 
     async def body(self) -> AsyncIterator[bytes]:
         """The client's bytes, one item per wake-up; ends with the dialect's terminal event."""
+        # (one generator, not one wrapping another: each item would pass two frames)
+        loop = self._loop
         try:
-            async for out in self._body():
+            held, self._held = b"".join(self._held), []
+            if self.upstream_done or self.ended:  # the whole answer came while priming: one write, the last
+                self.finished = True
+                out = held + self._finish()
+                if out:
+                    self.first_byte_at = loop.time()
+                    yield out
+                return
+            if held:
+                self.first_byte_at = loop.time()
+                yield held
+            if self.relay:
+                self._skim = self._relay_markers
+            inbox = self.inbox
+            self._last_write = loop.time()
+            keepalive = self.keepalive
+            timer = None
+            if keepalive is not None:
+                # Keep-alives go out when the *client* has had no bytes for an interval: a silent
+                # upstream, or one whose events the encoder is still buffering.
+                timer = self._keepalive_timer = LazyTimer(
+                    lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
+                )
+            while not self.upstream_done and not self.ended:
+                await inbox.wait()
+                _, out = self._step()
+                if "keepalive" in inbox.alarms:
+                    inbox.alarms.discard("keepalive")
+                    if not out:
+                        out = self._keepalive_bytes
+                    if timer is not None:  # (always: only the timer raises this alarm)
+                        timer.rearm()
+                if self.upstream_done or self.ended:  # the last bytes and the terminal event: one write
+                    out += self._finish()
+                    self.finished = True
+                    if out:
+                        if self.first_byte_at is None:
+                            self.first_byte_at = loop.time()
+                        yield out
+                    return
+                if out:
+                    self._last_write = now = loop.time()
+                    if self.first_byte_at is None:
+                        self.first_byte_at = now
+                    yield out
+            tail = self._finish()
+            self.finished = True
+            if tail:
                 if self.first_byte_at is None:
-                    self.first_byte_at = self._loop.time()
-                yield out
+                    self.first_byte_at = loop.time()
+                yield tail
         except Exception:  # a codec bug mid-stream: still end with the dialect's error + terminal event
             out = self._failed_end()
             if out:
+                if self.first_byte_at is None:
+                    self.first_byte_at = loop.time()
                 yield out
         finally:
             await self.aclose()
@@ -308,52 +359,6 @@ class Exchange:
         except Exception:
             log.exception("cannot encode the error either")
             return b""
-
-    async def _body(self) -> AsyncIterator[bytes]:
-        held, self._held = b"".join(self._held), []
-        if self.upstream_done or self.ended:  # the whole answer came while priming: one write, the last
-            self.finished = True
-            out = held + self._finish()
-            if out:
-                yield out
-            return
-        if held:
-            yield held
-        if self.relay:
-            self._skim = self._relay_markers
-        inbox = self.inbox
-        loop = self._loop
-        self._last_write = loop.time()
-        keepalive = self.keepalive
-        timer = None
-        if keepalive is not None:
-            # Keep-alives go out when the *client* has had no bytes for an interval: a silent
-            # upstream, or one whose events the encoder is still buffering.
-            timer = self._keepalive_timer = LazyTimer(
-                lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
-            )
-        while not self.upstream_done and not self.ended:
-            await inbox.wait()
-            _, out = self._step()
-            if "keepalive" in inbox.alarms:
-                inbox.alarms.discard("keepalive")
-                if not out:
-                    out = self._keepalive_bytes
-                if timer is not None:  # (always: only the timer raises this alarm)
-                    timer.rearm()
-            if self.upstream_done or self.ended:  # the last bytes and the terminal event: one write
-                out += self._finish()
-                self.finished = True
-                if out:
-                    yield out
-                return
-            if out:
-                self._last_write = loop.time()
-                yield out
-        tail = self._finish()
-        self.finished = True
-        if tail:
-            yield tail
 
     def _step(self) -> tuple[list[hub.Event], bytes]:
         """Take everything the inbox holds; the hub events seen and the client bytes made."""
@@ -444,13 +449,26 @@ class Exchange:
 
     def _watch_marked(self, out: bytes, start: int, decoder: StreamDecoder) -> list[hub.Event]:
         """Decode only the events of ``out[start:]`` that hold one of the dialect's markers."""
+        spans = marked_events(out, start, self._skim or ())
+        if not spans:
+            return []
         events: list[hub.Event] = []
-        for begin, end in marked_events(out, start, self._skim or ()):
-            got = decoder.feed(out[begin:end])
-            for event in got:
-                self._watch(event)
-            events += got
+        # Marked events next to each other (a stream's finish chunk, usage chunk and [DONE]
+        # usually arrive in one read) are decoded in one feed: the same events, one call.
+        begin, end = spans[0]
+        for a, b in spans[1:]:
+            if a != end:
+                events += self._watch_bytes(out[begin:end], decoder)
+                begin = a
+            end = b
+        events += self._watch_bytes(out[begin:end], decoder)
         return events
+
+    def _watch_bytes(self, data: bytes, decoder: StreamDecoder) -> list[hub.Event]:
+        got = decoder.feed(data)
+        for event in got:
+            self._watch(event)
+        return got
 
     def _watch_until_started(self, out: bytes, decoder: StreamDecoder) -> list[hub.Event]:
         """Before the answer starts: decode one event at a time until it does, skim the rest.
@@ -469,7 +487,8 @@ class Exchange:
             start = end
             if any(not isinstance(e, _NON_COMMITTING) for e in got):
                 self._skim = self._relay_markers  # started: the rest is skimmed
-                events += self._watch_marked(out, start, decoder)
+                if start < n:
+                    events += self._watch_marked(out, start, decoder)
                 break
         return events
 

@@ -83,6 +83,7 @@ _USAGE_KNOWN = {"input_tokens", "output_tokens", "cache_read_input_tokens", "cac
 # (and a null one read back says nothing).
 USAGE_NULLABLE = ("cache_creation", "server_tool_use", "service_tier")
 _SERVER_TOOL_COUNTS = ("web_fetch_requests", "web_search_requests")
+_NULLS = dict.fromkeys(USAGE_NULLABLE)
 
 
 def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
@@ -121,30 +122,43 @@ def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any
         "output_tokens": usage.output_tokens or 0,
     }
     extra: dict[str, Any] = {}
-    ext = usage.extensions or {}
-    own = ext.get(NAME)
-    if own:
-        raw.update((k, v) for k, v in own.items() if k not in _USAGE_KNOWN)
-    for key in USAGE_NULLABLE:
-        raw.setdefault(key, None)
-    said = raw["server_tool_use"]
-    if type(said) is dict:  # each count is required; 0 is the documented default
-        filled = [k for k in _SERVER_TOOL_COUNTS if k not in said]
-        if filled:
-            raw["server_tool_use"] = {**dict.fromkeys(filled, 0), **said}
-            extra["filled"] = filled  # (our decoder leaves them out again)
+    ext = usage.extensions
+    if not ext:  # (nearly every stream's usage: the nullable fields are null, nothing to fill)
+        raw.update(_NULLS)
+    else:
+        own = ext.get(NAME)
+        if own:
+            raw.update((k, v) for k, v in own.items() if k not in _USAGE_KNOWN)
+        for key in USAGE_NULLABLE:
+            raw.setdefault(key, None)
+        said = raw["server_tool_use"]
+        if type(said) is dict:  # each count is required; 0 is the documented default
+            filled = [k for k in _SERVER_TOOL_COUNTS if k not in said]
+            if filled:
+                raw["server_tool_use"] = {**dict.fromkeys(filled, 0), **said}
+                extra["filled"] = filled  # (our decoder leaves them out again)
     if usage.reasoning_tokens is not None:
         details = raw.get("output_tokens_details")
         if type(details) is not dict or details.get("thinking_tokens") != usage.reasoning_tokens:
             raw["output_tokens_details"] = {**(details or {}), "thinking_tokens": usage.reasoning_tokens}
     if usage.total_tokens is not None:
         extra["total_tokens"] = usage.total_tokens
-    for field in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
-        if getattr(usage, field) is None:
-            extra.setdefault("none", []).append(field)
-    foreign = {k: v for k, v in ext.items() if k != NAME}
-    if foreign:
-        extra["extensions"] = foreign
+    none = [
+        field
+        for field, value in (
+            ("input_tokens", usage.input_tokens),
+            ("output_tokens", usage.output_tokens),
+            ("cache_read_tokens", usage.cache_read_tokens),
+            ("cache_write_tokens", usage.cache_write_tokens),
+        )
+        if value is None
+    ]
+    if none:
+        extra["none"] = none
+    if ext:
+        foreign = {k: v for k, v in ext.items() if k != NAME}
+        if foreign:
+            extra["extensions"] = foreign
     return raw, extra or None
 
 

@@ -20,6 +20,8 @@ from ._common import NAME, error_body, event_to_json, stop_from_finish, usage_to
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
+_TEXT_START = b'event: content_block_start\ndata: {"type":"content_block_start","index":'
+_TEXT_START_END = b',"content_block":{"type":"text","text":""}}\n\n'
 # The states as globals for the per-event checks (see EncoderState).
 _IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 
@@ -140,6 +142,8 @@ class StreamEncoder(EncoderDispatch):
         if type(own) is dict:
             for key, value in own.items():
                 message.setdefault(key, value)
+        if not self.extensions:  # (what PlainEncoder would strip: every stream has some)
+            return sse(b"message_start", {"type": "message_start", "message": message})
         ours = {"request_id": start.request_id, "created": start.created, "extensions": foreign, "usage": usage_extra}
         ours = {k: v for k, v in ours.items() if v is not None}
         if start.id is None:
@@ -199,6 +203,8 @@ class StreamEncoder(EncoderDispatch):
         for key, value in extras.items():
             if key != "delta":
                 body.setdefault(key, value)
+        if not self.extensions:  # (what PlainEncoder would strip: every stream has some)
+            return sse(b"message_delta", body)
         if usage_extra:
             ours["usage"] = usage_extra
         if self._late:
@@ -235,6 +241,12 @@ class StreamEncoder(EncoderDispatch):
         start = block.start
         kind = start.kind
         index = str(block.wire).encode()
+        if kind == "text" and not (start.id or start.extensions or start.fidelity) and start.index == block.wire:
+            # The usual block: nothing under our key, so its start is the same bytes every time.
+            block.wire_type = "text"
+            block.prefix = _DELTA + index + b',"delta":{"type":"text_delta","text":'
+            block.started = True
+            return _TEXT_START + index + _TEXT_START_END
         own_ext, foreign_ext = _split(start.extensions, kind != "data")
         if kind == "thinking":
             block.wire_type = "thinking"

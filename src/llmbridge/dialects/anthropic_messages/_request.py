@@ -116,6 +116,34 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
     stream = body.get("stream")
     request.stream = False if stream is None else _want(stream, bool, "stream", "a boolean")
     request.max_tokens = _number(body, "max_tokens", (int,))
+    if not body.keys().isdisjoint(_OPTIONAL):  # (a body without any of them: every step below is a no-op)
+        _decode_optional(body, request)
+    for key, value in body.items():
+        if key not in _BODY_KEYS:
+            request.extensions[_PREFIX + key] = value
+    request.extensions[ORDER] = list(body)
+    return request
+
+
+# The optional fields _decode_optional reads: each leaves the hub default when it is absent.
+_OPTIONAL = frozenset(
+    (
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "metadata",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "service_tier",
+        "output_format",
+    )
+)
+
+
+def _decode_optional(body: dict[str, Any], request: hub.Request) -> None:
     request.temperature = _number(body, "temperature")
     request.top_p = _number(body, "top_p")
     request.top_k = _number(body, "top_k", (int,))
@@ -153,11 +181,6 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
     if body.get("output_format") is not None:  # the structured-outputs beta's spelling
         request.response_format = _format(body["output_format"], "output_format")
         request.extensions[_PREFIX + "output_format"] = True
-    for key, value in body.items():
-        if key not in _BODY_KEYS:
-            request.extensions[_PREFIX + key] = value
-    request.extensions[ORDER] = list(body)
-    return request
 
 
 def _form(content: Any, *, in_messages: bool = False) -> dict[str, Any]:

@@ -123,8 +123,16 @@ def error_object(error: hub.Error) -> dict[str, Any]:
 _USAGE_MAIN = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
+_USAGE_PLAIN = frozenset(_USAGE_MAIN)
+
+
 def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
     """OpenAI usage -> hub usage; fields the hub does not model stay in extensions."""
+    if raw.keys() <= _USAGE_PLAIN:  # the three counts only (what the general path makes of them)
+        get = raw.get
+        return hub.Usage(
+            _int(get("prompt_tokens")), _int(get("completion_tokens")), total_tokens=_int(get("total_tokens"))
+        )
     prompt = _int(raw.get("prompt_tokens"))
     completion = _int(raw.get("completion_tokens"))
     total = _int(raw.get("total_tokens"))

@@ -236,10 +236,11 @@ class StreamDecoder(SSEStreamDecoder):
         if self._hot_skip:
             self._hot_skip -= 1
             return False
-        if event.event == "error":
+        data = event.data
+        if data == "[DONE]" or event.event == "error":  # ([DONE]: no struct decode to fail first)
             return False
         try:
-            chunk = _hot_decode(event.data)
+            chunk = _hot_decode(data)
         except msgspec.DecodeError:  # (ValidationError included) another shape: back off, since
             self._hot_skip = self._hot_backoff  # a failed decode costs more than a successful one
             self._hot_backoff = min(2 * self._hot_backoff, _HOT_BACKOFF)
@@ -247,18 +248,40 @@ class StreamDecoder(SSEStreamDecoder):
         self._hot_backoff = 1
         seen = self._seen
         if (
-            len(chunk.choices) != 1
-            or chunk.usage is not None
-            or (chunk.service_tier is not None and seen.get("service_tier") != chunk.service_tier)
+            (chunk.service_tier is not None and seen.get("service_tier") != chunk.service_tier)
             or (chunk.system_fingerprint is not None and seen.get("system_fingerprint") != chunk.system_fingerprint)
             or (chunk.provider is not None and seen.get("provider") != chunk.provider)
         ):
             return False
-        choice = chunk.choices[0]
+        choices = chunk.choices
+        if len(choices) != 1:
+            # The usage chunk that ends nearly every stream (``choices: []``): on_event's
+            # only step for it is _usage, since the struct admits no extras or bridge key.
+            if choices or not chunk.usage:  # (an empty usage object: on_event skips it)
+                return False
+            self._usage(chunk.usage)
+            return True
+        if chunk.usage is not None:
+            return False
+        choice = choices[0]
         ch = self._choices.get(choice.index)
-        if ch is None or ch.finished or choice.finish_reason is not None:
+        if ch is None or ch.finished:
             return False
         delta = choice.delta
+        if choice.finish_reason is not None:
+            # The finish chunk with no fragment in its delta (``{}`` or role only): on_event
+            # would only flush the <think> parser (which _finish does first) and finish.
+            if (
+                not choice.finish_reason
+                or delta.content
+                or delta.reasoning_content
+                or delta.reasoning
+                or delta.refusal
+                or delta.tool_calls
+            ):
+                return False
+            self._finish(ch, choice.finish_reason, _NO_CHOICE, None)
+            return True
         content = delta.content
         reasoning = delta.reasoning_content or delta.reasoning
         refusal = delta.refusal
@@ -813,6 +836,7 @@ class StreamDecoder(SSEStreamDecoder):
 
 
 _MISSING = object()
+_NO_CHOICE: dict[str, Any] = {}  # (what _finish reads of a hot finish chunk's choice: no stop_reason)
 
 
 def _key(value: Any) -> Any:

@@ -74,6 +74,41 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
     elif body.get("max_tokens") is not None:
         req.max_tokens = _typed(body, "max_tokens", int)
         req.extensions[f"{NAME}:max_tokens_field"] = "max_tokens"
+    if not body.keys().isdisjoint(_OPTIONAL):  # (a body without any of them: every step below is a no-op)
+        _decode_optional(body, req)
+    if isinstance(body.get("stream_options"), dict):
+        req.extensions[f"{NAME}:stream_options"] = body["stream_options"]
+    for key, value in body.items():
+        if key not in _KNOWN and key != EXTENSION_KEY:
+            req.extensions[key if ":" in key else f"{NAME}:{key}"] = value
+    bridge = body.get(EXTENSION_KEY)
+    if isinstance(bridge, dict) and isinstance(bridge.get("extensions"), dict):
+        req.extensions.update(bridge["extensions"])
+    return req
+
+
+# The optional fields _decode_optional reads: each leaves the hub default when it is absent.
+_OPTIONAL = frozenset(
+    (
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "top_k",
+        "seed",
+        "n",
+        "parallel_tool_calls",
+        "stop",
+        "response_format",
+        "reasoning_effort",
+        "metadata",
+        "user",
+        "service_tier",
+    )
+)
+
+
+def _decode_optional(body: dict, req: hub.Request) -> None:
     for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         setattr(req, key, _number(body, key))
     for key in ("top_k", "seed", "n"):
@@ -102,15 +137,6 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
     tier = body.get("service_tier")
     if tier is not None:
         req.service_tier = _typed(body, "service_tier", str)
-    if isinstance(body.get("stream_options"), dict):
-        req.extensions[f"{NAME}:stream_options"] = body["stream_options"]
-    for key, value in body.items():
-        if key not in _KNOWN and key != EXTENSION_KEY:
-            req.extensions[key if ":" in key else f"{NAME}:{key}"] = value
-    bridge = body.get(EXTENSION_KEY)
-    if isinstance(bridge, dict) and isinstance(bridge.get("extensions"), dict):
-        req.extensions.update(bridge["extensions"])
-    return req
 
 
 def _typed(body: dict, key: str, kind: type) -> Any:
@@ -418,16 +444,18 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
             body["response_format"] = {"type": "json_schema", "json_schema": spec}
         else:
             body["response_format"] = {"type": rf.get("type") or "json_object"}
-    effort = hub.effort_for("openai", hub.thinking_effort(request.thinking))  # the hub's one effort table
-    if effort is not None:
-        body["reasoning_effort"] = effort
+    if request.thinking:  # (no thinking dict says no effort)
+        effort = hub.effort_for("openai", hub.thinking_effort(request.thinking))  # the hub's one effort table
+        if effort is not None:
+            body["reasoning_effort"] = effort
     if request.service_tier is not None:
         body["service_tier"] = request.service_tier
-    meta = {k: v for k, v in request.metadata.items() if k not in ("user_id", "request_id")}
-    if request.metadata.get("user_id") is not None:
-        body["user"] = request.metadata["user_id"]
-    if meta:
-        body["metadata"] = meta
+    if request.metadata:
+        meta = {k: v for k, v in request.metadata.items() if k not in ("user_id", "request_id")}
+        if request.metadata.get("user_id") is not None:
+            body["user"] = request.metadata["user_id"]
+        if meta:
+            body["metadata"] = meta
     foreign = {}
     for key, value in request.extensions.items():
         vendor, _, name = key.partition(":")
