@@ -411,3 +411,31 @@ def test_a_serving_process_freezes_what_it_started_with():
         assert gc.get_freeze_count() > 10_000  # the modules, their functions and classes at least
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        {"model": "m", "llmbridge": {"extensions": {"anthropic-messages:$order": [0, 1]}}, "stream": True},
+        {"model": "m", "messages": [{"role": "user", "content": "hi", "llmbridge": {"x": 1}}]},
+        {"llmbridge": None, "model": "m", "messages": [{"role": "user", "llmbridge": 2, "content": "llmbridge"}]},
+        {"model": "m", "messages": [{"role": "user", "content": '"llmbridge"'}], "llmbridge": {"y": 1}},
+    ],
+)
+def test_the_upstream_body_is_encoded_once_and_is_what_stripping_gives(body):
+    """request_bytes takes a top-level key off before encoding (the translated case), and is
+    byte for byte the stripped body, wherever the key stands."""
+    import copy
+    import types
+
+    from llmbridge.dialects.base import strip_extensions
+
+    upstream = HTTPUpstream(UpstreamConfig("u", "openai-chat", base_url="http://127.0.0.1:9/v1"))
+    upstream.dialect = types.SimpleNamespace(encode_request=lambda request: copy.deepcopy(body))  # type: ignore[assignment]
+    expected = json_encode(strip_extensions(copy.deepcopy(body))[0])
+    assert upstream.request_bytes(hub.Request(model="m")) == expected
+    assert b'"llmbridge":' not in expected
+    kept = HTTPUpstream(UpstreamConfig("u", "openai-chat", base_url="http://127.0.0.1:9/v1", extensions=True))
+    kept.dialect = upstream.dialect  # type: ignore[assignment]
+    assert kept.request_bytes(hub.Request(model="m")) == json_encode(body)  # an upstream that takes it gets it

@@ -64,6 +64,7 @@ MAX_JSON_BYTES = 256 * 1024 * 1024  # a JSON answer larger than this is refused 
 PASSED_HEADERS = ("retry-after", "retry-after-ms")  # on an upstream error the client's SDK should honour
 OPENAI_FORMATS = ("openai-chat", "openai-responses")
 _EXTENSION_BYTES = f'"{EXTENSION_KEY}"'.encode()  # our key, as it appears in an encoded body
+_ABSENT = object()  # (a body's own value may be None)
 _MAX_HEADS = 64  # distinct request heads kept per upstream (its few endpoints and header sets)
 
 
@@ -191,12 +192,26 @@ class HTTPUpstream:
         return HTTPSource(response, tap.decoder(decoder) if tap else decoder, self.name, self.timeouts, started)
 
     def request_bytes(self, request: hub.Request) -> bytes:
-        """The upstream request body, encoded. Encoded once: only a body whose bytes hold our
-        extension key (rare) is walked, stripped and encoded again (:meth:`request_body`)."""
+        """The upstream request body, encoded, without our extension key unless the upstream
+        takes it: the bytes of ``json_encode(request_body(request))``.
+
+        Encoded once. Where our key stands, it is nearly always at the top only (a
+        request-level extension: every request translated from Anthropic Messages carries its
+        block order), so that one is taken off before encoding; only a body whose bytes still
+        hold the key (nested, or text that happens to say it) is walked and encoded again.
+        Before, every translated request was encoded twice and walked once, a cost that grows
+        with the conversation (a coding agent's requests run to hundreds of kilobytes)."""
         body: dict[str, Any] = self.dialect.encode_request(request)
+        if self.config.extensions:
+            return json_encode(body)
+        top = body.pop(EXTENSION_KEY, _ABSENT)
         data = json_encode(body)
-        if self.config.extensions or _EXTENSION_BYTES not in data:
+        if _EXTENSION_BYTES not in data:
+            if top is not _ABSENT:
+                self._left_out([EXTENSION_KEY])
             return data
+        if top is not _ABSENT:
+            body[EXTENSION_KEY] = top  # (back in its place: request_body reports where each one was)
         return json_encode(self.request_body(request, body))
 
     def request_body(self, request: hub.Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -207,8 +222,11 @@ class HTTPUpstream:
             return body
         body, left_out = strip_extensions(body)
         if left_out:
-            logger.info("upstream %s (%s) has no field for %s: left out", self.name, self.format, ", ".join(left_out))
+            self._left_out(left_out)
         return body
+
+    def _left_out(self, where: list[str]) -> None:
+        logger.info("upstream %s (%s) has no field for %s: left out", self.name, self.format, ", ".join(where))
 
     async def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
         response = await self.open(request)
