@@ -284,13 +284,13 @@ class _Connection(asyncio.Protocol):
             self._add_header(self.response.headers, name, value)
 
     def _add_header(self, headers: dict[str, str], name: bytes, value: bytes) -> None:
+        """One field into ``headers``: a repeated name's values joined by ", "; an empty name
+        continues the previous value (httptools may split one header)."""
         if name:
             self._header_name = name.lower()
-        else:  # a continuation of the previous value (httptools may split one header)
-            name = self._header_name
         key = self._header_name.decode("latin-1")
         text = value.decode("latin-1")
-        if key in headers and name:
+        if name and key in headers:
             headers[key] += ", " + text
         else:
             headers[key] = headers.get(key, "") + text
@@ -304,18 +304,8 @@ class _Connection(asyncio.Protocol):
             return
         self._in_head = False
         headers = response.headers
-        last = self._header_name
-        key = last.decode("latin-1")
-        for name, value in raw:  # (_add_header's steps, inline: no call per field)
-            text = value.decode("latin-1")
-            if name:
-                last = name.lower()
-                key = last.decode("latin-1")
-                if key in headers:
-                    headers[key] += ", " + text
-                    continue
-            headers[key] = headers.get(key, "") + text
-        self._header_name = last
+        for name, value in raw:
+            self._add_header(headers, name, value)
         response.status = status
         self._keep_alive = self._parser.should_keep_alive()
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
