@@ -252,8 +252,8 @@ def create_app(
     middleware.append(Middleware(extensions.AskedMiddleware, configured=config.gateway.extensions))  # issue 22
     app = GatewayApp(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
     # POSTs to the chat endpoints skip Starlette's stack and router (hotpath.py), not the pipeline
-    hot = ChatEndpoints(ENDPOINTS, gateway.chat.handle)  # sets x-request-id as RequestIdMiddleware does
-    app.serve_hot(ENDPOINTS, extensions.AskedMiddleware(hot, configured=config.gateway.extensions))
+    # (sets x-request-id as RequestIdMiddleware does, records the extensions header as AskedMiddleware)
+    app.serve_hot(ENDPOINTS, ChatEndpoints(ENDPOINTS, gateway.chat.handle, configured=config.gateway.extensions))
     app.state.gateway = gateway
     app.state.websocket = websocket
     return app

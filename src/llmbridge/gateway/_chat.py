@@ -105,8 +105,9 @@ class Chat:
         """One HTTP chat request to ``endpoint`` (a dialect name), through every step."""
         arrived = request.scope.get(STARTED) or time.perf_counter()
         headers = request.headers
-        dialect = [negotiation.error_dialect(endpoint, headers.get("content-type"), headers.get("accept"))]
-        steps = self._steps(request, endpoint, dialect, url_model, stream, json_array, arrived)
+        content_type, accept = headers.get("content-type"), headers.get("accept")
+        dialect = [negotiation.error_dialect(endpoint, content_type, accept)]
+        steps = self._steps(request, endpoint, dialect, url_model, stream, json_array, arrived, content_type, accept)
         return await self.pipeline.answer(lambda: dialect[0], steps)
 
     async def _steps(
@@ -118,11 +119,11 @@ class Chat:
         stream: bool | None,
         json_array: bool,
         arrived: float,
+        content_type: str | None,
+        accept: str | None,
     ) -> Response | StreamResponse:
         p = self.pipeline
         who = await p.authenticate(request)
-        content_type = request.headers.get("content-type")
-        accept = request.headers.get("accept")
         try:
             request_dialect = negotiation.request_dialect(content_type, endpoint)
         except negotiation.UnsupportedMediaType as exc:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 import msgspec
@@ -31,6 +31,8 @@ __all__ = [
     "AskedMiddleware",
     "PlainEncoder",
     "VENDOR_DIALECTS",
+    "ask",
+    "asked_done",
     "plain_body",
     "plain_encoder",
     "plain_event",
@@ -79,9 +81,23 @@ def wanted_here(dialect: str) -> bool:
     return wanted(dialect, asked[0], asked[1])
 
 
+def ask(first: Mapping[bytes, bytes], configured: bool) -> Token[tuple[Mapping[str, str], bool] | None]:
+    """Record what the request being served says about extensions (``first``: its headers by
+    name, as ``hotpath.header_table`` makes them) for :func:`wanted_here`; the token for
+    :func:`asked_done` when the request is over."""
+    value = first.get(_HEADER_KEY)
+    return _ASKED.set(({HEADER: value.decode("latin-1")} if value is not None else {}, configured))
+
+
+def asked_done(token: Token[tuple[Mapping[str, str], bool] | None]) -> None:
+    """The request :func:`ask` recorded is over."""
+    _ASKED.reset(token)
+
+
 class AskedMiddleware:
     """ASGI middleware: records each HTTP request's :data:`HEADER` (and the config's
-    ``extensions``) for :func:`wanted_here`."""
+    ``extensions``) for :func:`wanted_here`. (The chat endpoints' hot path records it itself,
+    with :func:`ask`.)"""
 
     def __init__(self, app: ASGIApp, configured: bool = False) -> None:
         self.app = app
@@ -91,11 +107,8 @@ class AskedMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers: dict[str, str] = {}
-        for key, value in scope["headers"]:
-            if key == _HEADER_KEY:  # (ASGI header names are lower-case bytes)
-                headers[HEADER] = value.decode("latin-1")
-        token = _ASKED.set((headers, self.configured))
+        value = next((v for k, v in scope["headers"] if k == _HEADER_KEY), None)  # (the first, as Headers.get)
+        token = _ASKED.set(({HEADER: value.decode("latin-1")} if value is not None else {}, self.configured))
         try:
             await self.app(scope, receive, send)
         finally:

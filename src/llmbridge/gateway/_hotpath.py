@@ -10,7 +10,7 @@ pipeline) answers every refusal, request error and bug in the client's dialect i
 :class:`GatewayApp` is the Starlette app, with one test in front: those requests go straight
 to :class:`ChatEndpoints` (:meth:`Chat.handle`), with what the middleware did for them done
 there (the ``x-request-id`` header, the request id in ``scope["state"]``) or wrapped around it
-(``create_app`` wraps it in ``extensions.AskedMiddleware``); everything else (Gemini's paths,
+(what ``extensions.AskedMiddleware`` records, from the same header table); everything else (Gemini's paths,
 models, admin, console, WebSocket, a wrong method) takes Starlette's path as before. Every request
 also gets ``scope["llmbridge.started"]``, the moment it reached the app, which the
 ``Server-Timing`` header counts from.
@@ -30,10 +30,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from . import _extensions as extensions
 from ._pipeline import REQUEST_ID
 from ._response import STARTED, StreamResponse
 
-__all__ = ["ChatEndpoints", "GatewayApp", "HotRequest", "LookupHeaders", "new_request_id", "request_id_header"]
+__all__ = [
+    "ChatEndpoints",
+    "GatewayApp",
+    "HotRequest",
+    "LookupHeaders",
+    "header_table",
+    "new_request_id",
+    "request_id_header",
+]
 
 log = logging.getLogger("llmbridge.gateway")
 
@@ -43,18 +52,30 @@ def new_request_id() -> str:
     return "req_" + os.urandom(16).hex()
 
 
-def request_id_header(scope: Scope) -> bytes:
+def request_id_header(scope: Scope, first: Mapping[bytes, bytes] | None = None) -> bytes:
     """The request's id (the client's ``x-request-id`` if sane, else a fresh one), stored in
-    ``scope["state"]["request_id"]``; returned encoded for the response header."""
-    rid = None
-    for k, v in scope["headers"]:
-        if k == b"x-request-id":
-            rid = v.decode("latin-1")
-            break
+    ``scope["state"]["request_id"]``; returned encoded for the response header. ``first``:
+    the request's header table (:func:`header_table`), when the caller has one."""
+    if first is not None:
+        raw = first.get(b"x-request-id")
+    else:
+        raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+    rid = None if raw is None else raw.decode("latin-1")
     if rid is None or not REQUEST_ID.fullmatch(rid):
         rid = new_request_id()
     scope.setdefault("state", {})["request_id"] = rid
     return rid.encode()
+
+
+def header_table(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by name, the first value of a repeated name (as ``Headers.get``
+    reads them): made once per chat request, read for the request id, the extensions header
+    and every header lookup of the pipeline (:class:`LookupHeaders`)."""
+    first: dict[bytes, bytes] = {}
+    setdefault = first.setdefault
+    for name, value in scope["headers"]:
+        setdefault(name, value)  # (ASGI header names are lower-case)
+    return first
 
 
 class LookupHeaders(Headers):
@@ -66,33 +87,42 @@ class LookupHeaders(Headers):
     7 µs a request. The first value of a repeated name wins, as in ``Headers``; iteration,
     ``getlist`` and the raw list are ``Headers``' own."""
 
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, scope: Scope, first: dict[bytes, bytes] | None = None) -> None:
         super().__init__(scope=scope)
-        first: dict[bytes, bytes] = {}
-        for name, value in self.raw:
-            first.setdefault(name, value)  # (ASGI header names are lower-case)
-        self._first = first
+        self._first = header_table(scope) if first is None else first
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = self._first.get(key.lower().encode("latin-1"))
+        value = self._first.get(_KEYS.get(key) or _key(key))
         return default if value is None else value.decode("latin-1")
 
     def __getitem__(self, key: str) -> str:
-        value = self._first.get(key.lower().encode("latin-1"))
+        value = self._first.get(_KEYS.get(key) or _key(key))
         if value is None:
             raise KeyError(key)
         return value.decode("latin-1")
 
     def __contains__(self, key: Any) -> bool:
-        return isinstance(key, str) and key.lower().encode("latin-1") in self._first
+        return isinstance(key, str) and (_KEYS.get(key) or _key(key)) in self._first
+
+
+# Header names as asked (str) -> as ASGI has them (lower-case bytes): the pipeline asks for the
+# same dozen names on every request. Bounded, since a name can come from elsewhere.
+_KEYS: dict[str, bytes] = {}
+
+
+def _key(name: str) -> bytes:
+    key = name.lower().encode("latin-1")
+    if len(_KEYS) < 256:
+        _KEYS[name] = key
+    return key
 
 
 class HotRequest(Request):
-    """A chat endpoint's request: Starlette's, with :class:`LookupHeaders`."""
+    """A chat endpoint's request: Starlette's, with :class:`LookupHeaders` over ``first``."""
 
-    def __init__(self, scope: Scope, receive: Receive) -> None:
+    def __init__(self, scope: Scope, receive: Receive, first: dict[bytes, bytes] | None = None) -> None:
         super().__init__(scope, receive)
-        self._lookup = LookupHeaders(scope)
+        self._lookup = LookupHeaders(scope, first)
 
     @property
     def headers(self) -> Headers:
@@ -104,20 +134,29 @@ Handler = Callable[[Request, str], Awaitable[Response | StreamResponse]]  # Chat
 
 class ChatEndpoints:
     """The chat endpoints as one ASGI app: ``handler`` (:meth:`Chat.handle`) for the path's
-    dialect, and the ``x-request-id`` header (what ``RequestIdMiddleware`` does elsewhere)."""
+    dialect, with what the app's middleware does for other paths done here from one header
+    table: the ``x-request-id`` header (``RequestIdMiddleware``) and the extensions header
+    recorded for answers built far from the request (``extensions.AskedMiddleware``, with
+    ``configured``: the config's ``extensions``)."""
 
-    def __init__(self, endpoints: Mapping[str, str], handler: Handler) -> None:
+    def __init__(self, endpoints: Mapping[str, str], handler: Handler, configured: bool = False) -> None:
         self.endpoints = dict(endpoints)
         self.handler = handler
+        self.configured = configured
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        header = (b"x-request-id", request_id_header(scope))
-        response = await self.handler(HotRequest(scope, receive), self.endpoints[scope["path"]])
-        if isinstance(response, StreamResponse):
-            response.headers.append(header)
-        else:
-            response.raw_headers.append(header)
-        await response(scope, receive, send)
+        first = header_table(scope)
+        header = (b"x-request-id", request_id_header(scope, first))
+        token = extensions.ask(first, self.configured)
+        try:
+            response = await self.handler(HotRequest(scope, receive, first), self.endpoints[scope["path"]])
+            if isinstance(response, StreamResponse):
+                response.headers.append(header)
+            else:
+                response.raw_headers.append(header)
+            await response(scope, receive, send)
+        finally:
+            extensions.asked_done(token)
 
 
 class GatewayApp(Starlette):

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import functools
+
 __all__ = [
     "LLM_REQUEST",
     "PROFILE",
@@ -49,6 +51,13 @@ def parse_media_type(value: str) -> tuple[str, dict[str, str]]:
 def wants_standard_stream(accept: str | None) -> bool:
     if not accept or PROFILE not in accept:
         return False
+    return _wants_standard_stream(accept)
+
+
+# Clients send the same few Content-Type and Accept values request after request: their
+# parsed forms are kept (a bounded cache: the values are the client's).
+@functools.lru_cache(maxsize=64)
+def _wants_standard_stream(accept: str) -> bool:
     for item in accept.split(","):
         kind, params = parse_media_type(item)
         if kind in ("text/event-stream", "*/*") and params.get("profile") == PROFILE:
@@ -56,11 +65,16 @@ def wants_standard_stream(accept: str | None) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=64)
+def _media_kind(value: str) -> str:
+    return parse_media_type(value)[0]
+
+
 def request_dialect(content_type: str | None, endpoint_dialect: str) -> str:
     """The dialect that decodes the body; raises :class:`UnsupportedMediaType`."""
     if not content_type:
         return endpoint_dialect
-    kind, _ = parse_media_type(content_type)
+    kind = _media_kind(content_type)
     if kind == LLM_REQUEST:
         return STANDARD
     if kind in _JSON_TYPES or (kind.startswith("application/") and kind.endswith("+json") and kind != LLM_REQUEST):
@@ -79,6 +93,6 @@ def error_dialect(endpoint_dialect: str, content_type: str | None, accept: str |
     """The dialect to report an error in before the request was read."""
     if wants_standard_stream(accept):
         return STANDARD
-    if content_type and parse_media_type(content_type)[0] == LLM_REQUEST:
+    if content_type and _media_kind(content_type) == LLM_REQUEST:
         return STANDARD
     return endpoint_dialect

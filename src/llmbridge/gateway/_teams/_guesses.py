@@ -36,8 +36,8 @@ MAX_CLIENTS = 10_000
 
 def client_of(connection: HTTPConnection) -> str:
     """The client address of a request or WebSocket ("" when the server gave none)."""
-    client = connection.client
-    return client.host if client is not None else ""
+    client = connection.scope.get("client")  # (host, port); read as is, not as Starlette's Address
+    return client[0] if client else ""
 
 
 class Guesses:
@@ -74,7 +74,7 @@ class Guesses:
 
     def wait(self, client: str) -> float | None:
         """Seconds until ``client`` may try again, or None when it may try now."""
-        if not self.per_minute:
+        if not self.per_minute or not self._buckets:  # (no address has failed lately: all may try)
             return None
         now = self.clock()
         tokens = self._tokens(client, now)
