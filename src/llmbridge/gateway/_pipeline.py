@@ -324,22 +324,31 @@ class Pipeline:
         ``dialect``'s error shape (a callable gives the dialect negotiated so far)."""
         try:
             return await steps
-        except Refused as exc:
-            return replies.error_response(_name(dialect), exc.error, exc.headers)
-        except RequestError as exc:
-            return replies.error(_name(dialect), str(exc), exc.type, exc.status)
-        except UpstreamFailed as exc:
+        except Exception as exc:
+            return self.failed(_name(dialect), exc)
+
+    def failed(self, dialect: str, exc: Exception) -> Response:
+        """The catch-all's answer to ``exc``, raised by a step of a request answered in
+        ``dialect``: a refusal, a request error or an upstream failure in that dialect's error
+        shape, 499 for a client gone mid-body, and a bug as a 500 (logged with its traceback).
+        An entry point that runs its steps itself (``Chat.handle``: one coroutine less on the
+        busiest path) hands its exceptions here, so they are answered as :meth:`answer` does."""
+        if isinstance(exc, Refused):
+            return replies.error_response(dialect, exc.error, exc.headers)
+        if isinstance(exc, RequestError):
+            return replies.error(dialect, str(exc), exc.type, exc.status)
+        if isinstance(exc, UpstreamFailed):
             error = exc.error
             if error.status is None:
                 error.status = hub.ERROR_STATUS.get(error.type, 502)
-            response = replies.error_response(_name(dialect), error, exc.headers)
+            response = replies.error_response(dialect, error, exc.headers)
             routing.named(response, exc.deployment)  # (its headers: which deployment failed last)
             return response
-        except ClientDisconnect:  # gone (or cut off by the server's body timeout) mid-body
+        if isinstance(exc, ClientDisconnect):  # gone (or cut off by the server's body timeout) mid-body
             return Response(status_code=499)
-        except Exception:  # a bug must still answer in the client's dialect
-            log.exception("internal error")
-            return replies.error(_name(dialect), "internal gateway error", "api_error", 500)
+        # a bug must still answer in the client's dialect
+        log.error("internal error", exc_info=(type(exc), exc, exc.__traceback__))
+        return replies.error(dialect, "internal gateway error", "api_error", 500)
 
 
 def _name(dialect: str | Callable[[], str]) -> str:
