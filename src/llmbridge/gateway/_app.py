@@ -22,7 +22,7 @@ from ._chat import Chat
 from ._count_tokens import TokenCounter
 from ._embeddings import GEMINI_ACTIONS as GEMINI_EMBED_ACTIONS
 from ._embeddings import Embeddings
-from ._hotpath import ChatEndpoints, GatewayApp, request_id_header
+from ._hotpath import GatewayApp, request_id_header
 from ._images import Images
 from ._memory import Memory
 from ._pipeline import Pipeline, Refused
@@ -253,7 +253,7 @@ def create_app(
     app = GatewayApp(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
     # POSTs to the chat endpoints skip Starlette's stack and router (hotpath.py), not the pipeline
     # (sets x-request-id as RequestIdMiddleware does, records the extensions header as AskedMiddleware)
-    app.serve_hot(ENDPOINTS, ChatEndpoints(ENDPOINTS, gateway.chat.handle, configured=config.gateway.extensions))
+    app.serve_hot(ENDPOINTS, gateway.chat.handle, configured=config.gateway.extensions)
     app.state.gateway = gateway
     app.state.websocket = websocket
     return app

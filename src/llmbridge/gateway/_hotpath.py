@@ -8,10 +8,11 @@ request's CPU and does nothing those requests need: :meth:`.chat.Chat.handle` (t
 pipeline) answers every refusal, request error and bug in the client's dialect itself.
 
 :class:`GatewayApp` is the Starlette app, with one test in front: those requests go straight
-to :class:`ChatEndpoints` (:meth:`Chat.handle`), with what the middleware did for them done
-there (the ``x-request-id`` header, the request id in ``scope["state"]``) or wrapped around it
-(what ``extensions.AskedMiddleware`` records, from the same header table); everything else (Gemini's paths,
-models, admin, console, WebSocket, a wrong method) takes Starlette's path as before. Every request
+to :meth:`Chat.handle` (:meth:`GatewayApp.serve_hot`), with what the middleware did for them
+done there from one table of the request's headers (the ``x-request-id`` header, the request
+id in ``scope["state"]``, what ``extensions.AskedMiddleware`` records); everything else
+(Gemini's paths, models, admin, console, WebSocket, a wrong method) takes Starlette's path as
+before. Every request
 also gets ``scope["llmbridge.started"]``, the moment it reached the app, which the
 ``Server-Timing`` header counts from.
 """
@@ -21,21 +22,20 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from . import _extensions as extensions
 from ._pipeline import REQUEST_ID
 from ._response import STARTED, StreamResponse
 
 __all__ = [
-    "ChatEndpoints",
     "GatewayApp",
     "HotRequest",
     "LookupHeaders",
@@ -132,55 +132,48 @@ class HotRequest(Request):
 Handler = Callable[[Request, str], Awaitable[Response | StreamResponse]]  # Chat.handle(request, endpoint)
 
 
-class ChatEndpoints:
-    """The chat endpoints as one ASGI app: ``handler`` (:meth:`Chat.handle`) for the path's
-    dialect, with what the app's middleware does for other paths done here from one header
-    table: the ``x-request-id`` header (``RequestIdMiddleware``) and the extensions header
-    recorded for answers built far from the request (``extensions.AskedMiddleware``, with
-    ``configured``: the config's ``extensions``)."""
-
-    def __init__(self, endpoints: Mapping[str, str], handler: Handler, configured: bool = False) -> None:
-        self.endpoints = dict(endpoints)
-        self.handler = handler
-        self.configured = configured
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        first = header_table(scope)
-        header = (b"x-request-id", request_id_header(scope, first))
-        token = extensions.ask(first, self.configured)
-        try:
-            response = await self.handler(HotRequest(scope, receive, first), self.endpoints[scope["path"]])
-            if isinstance(response, StreamResponse):
-                response.headers.append(header)
-            else:
-                response.raw_headers.append(header)
-            await response(scope, receive, send)
-        finally:
-            extensions.asked_done(token)
-
-
 class GatewayApp(Starlette):
-    """Starlette, with some ``POST`` paths dispatched before its middleware stack (:meth:`serve_hot`)."""
+    """Starlette, with the chat endpoints' ``POST`` requests served before its middleware
+    stack (:meth:`serve_hot`)."""
 
-    hot: frozenset[str] = frozenset()
-    hot_app: ASGIApp | None = None
+    hot: Mapping[str, str] = {}  # path -> the endpoint's dialect
+    hot_handler: Handler | None = None
+    hot_extensions = False  # the config's ``extensions`` (extensions.ask)
 
-    def serve_hot(self, paths: Iterable[str], app: ASGIApp) -> None:
-        """``POST`` requests to ``paths`` go to ``app`` directly (it must do what the
-        middleware stack would have done for them: see ``create_app``)."""
-        self.hot = frozenset(paths)
-        self.hot_app = app
+    def serve_hot(self, endpoints: Mapping[str, str], handler: Handler, configured: bool = False) -> None:
+        """``POST`` requests to the paths of ``endpoints`` go to ``handler`` (:meth:`Chat.handle`,
+        with the path's dialect) directly, with what the middleware does for other paths done
+        here from one header table: the ``x-request-id`` header (``RequestIdMiddleware``) and
+        the extensions header recorded for answers built far from the request
+        (``extensions.AskedMiddleware``, with ``configured``: the config's ``extensions``)."""
+        self.hot = dict(endpoints)
+        self.hot_handler = handler
+        self.hot_extensions = configured
 
     def add_middleware(self, *args: Any, **kwargs: Any) -> None:
         """A middleware added by a program embedding the app sees every request: no hot path then."""
-        self.hot_app = None
+        self.hot_handler = None
         super().add_middleware(*args, **kwargs)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[STARTED] = time.perf_counter()
-            if scope["method"] == "POST" and scope["path"] in self.hot and self.hot_app is not None:
+            handler = self.hot_handler
+            if scope["method"] == "POST" and handler is not None and (endpoint := self.hot.get(scope["path"])):
+                # (written out here, not in a coroutine of its own: each coroutine a request
+                # passes through costs it more than the few lines it holds)
                 scope["app"] = self
-                await self.hot_app(scope, receive, send)
+                first = header_table(scope)
+                header = (b"x-request-id", request_id_header(scope, first))
+                token = extensions.ask(first, self.hot_extensions)
+                try:
+                    response = await handler(HotRequest(scope, receive, first), endpoint)
+                    if isinstance(response, StreamResponse):
+                        response.headers.append(header)
+                    else:
+                        response.raw_headers.append(header)
+                    await response(scope, receive, send)
+                finally:
+                    extensions.asked_done(token)
                 return
         await super().__call__(scope, receive, send)

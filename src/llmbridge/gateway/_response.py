@@ -56,7 +56,10 @@ class _Watch:
             self.gone = True
             self._task.cancel()
 
-    async def close(self) -> None:
+    def stop(self) -> asyncio.Task[None] | None:
+        """Stop watching; the watch task, cancelled, when one had started: the caller awaits
+        it (:meth:`close`), so that no ``http.disconnect`` it took is lost in the middle.
+        Without one (a short answer) there is nothing to await, and no coroutine to make."""
         self.active = False
         if self._handle is not None:
             self._handle.cancel()
@@ -66,6 +69,11 @@ class _Watch:
             self._watcher = None
             if not watcher.done():
                 watcher.cancel()
+        return watcher
+
+    async def close(self) -> None:
+        watcher = self.stop()
+        if watcher is not None:
             await asyncio.gather(watcher, return_exceptions=True)
 
 
@@ -99,7 +107,9 @@ async def until_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) -> 
     watch.active = False
     if watch.gone:  # the work swallowed the watch's cancel and finished anyway
         task.uncancel()
-    await watch.close()
+    watcher = watch.stop()
+    if watcher is not None:
+        await asyncio.gather(watcher, return_exceptions=True)
     return True, result
 
 
