@@ -44,7 +44,7 @@ from ._response import STARTED, StreamResponse, until_disconnected
 from ._routing import Attempt
 from ._streaming import Exchange, Options
 from ._teams import Principal
-from ._upstream import Upstream, adopt
+from ._upstream import adopt
 from .config import ModelConfig
 
 __all__ = ["Chat", "Turn"]
@@ -192,9 +192,11 @@ class Chat:
                 )
             else:
                 # a previous_response_id's conversation rebuilt, the model's cache asked (memory.py)
-                found = await self.memory.begin(
-                    turn.headers, who, turn.body or {}, hreq, model, turn.request_dialect, meter.ticket
-                )
+                found = None
+                if self.memory.involved(turn.request_dialect, model):
+                    found = await self.memory.begin(
+                        turn.headers, who, turn.body or {}, hreq, model, turn.request_dialect, meter.ticket
+                    )
                 if isinstance(found, Response):  # refused: an unknown previous_response_id, the store down
                     meter.responded(found)
                     return found
@@ -239,26 +241,10 @@ class Chat:
         if memo is not None and memo.hit is not None:
             return await self._replay(turn, memo, meter)
 
-        async def attempt(deployment: Attempt) -> Exchange:
-            upstream = self.pipeline.upstreams[deployment.upstream]
-            # a shallow copy, as dataclasses.replace makes, at a fraction of its cost
-            upstream_request = object.__new__(hub.Request)
-            upstream_request.__dict__.update(hreq.__dict__)
-            upstream_request.model, upstream_request.stream = deployment.model, True
-            exchange = await self.open(upstream, upstream_request, turn, meter, memo)
-            try:
-                error = await exchange.prime()
-            except BaseException:  # cancelled or broken: never leave the upstream request open
-                await exchange.aclose()
-                raise
-            if error is not None:
-                await exchange.aclose()
-                raise UpstreamFailed(error)
-            return exchange
-
         def failed(deployment: Attempt, error: hub.Error) -> None:
             turn.failures.append((deployment.upstream, error))
 
+        attempt = partial(self.start, turn, meter, memo)
         exchange, deployment = await self.pipeline.route(model, attempt, body_bytes=turn.size, failed=failed)
         meter.also(deployment.on_end)  # the router hears how the answer ended
         try:
@@ -273,23 +259,33 @@ class Chat:
 
     async def _replay(self, turn: Turn, memo: Memo, meter: Meter) -> Response | StreamResponse:
         """A cache hit: its stored events as an in-process upstream, through an exchange."""
-        assert memo.hit is not None
-        upstream = adopt(memo.hit)
-        exchange = await self.open(upstream, dataclasses.replace(turn.request, stream=True), turn, meter, memo)
+        # (UpstreamFailed is never raised here: a cache keeps only answers that ended well)
+        exchange = await self.start(turn, meter, memo, None)
         try:
-            error = await exchange.prime()
-            if error is not None:  # (never filed: a cache keeps only answers that ended well)
-                raise UpstreamFailed(error)
             return await self.answer(exchange, turn)
         except BaseException:
             await exchange.aclose()
             raise
 
-    async def open(
-        self, upstream: Upstream, hreq: hub.Request, turn: Turn, meter: Meter, memo: Memo | None = None
-    ) -> Exchange:
-        """Send ``hreq`` to ``upstream``; the exchange that will carry its answer to the client
-        (its events tapped for the response store and the cache when ``memo`` asks)."""
+    async def start(self, turn: Turn, meter: Meter, memo: Memo | None, deployment: Attempt | None) -> Exchange:
+        """One try of the request: sent to ``deployment`` (its upstream and model), or, for
+        ``None``, to the cache hit ``memo.hit`` (its stored events as an in-process upstream);
+        the exchange that carries its answer to the client once it has started (its events
+        tapped for the response store and the cache when ``memo`` asks). Raises
+        :class:`UpstreamFailed` when the upstream refused or failed before the answer began.
+
+        One coroutine for sending and priming, the pipeline's ``attempt`` itself: every
+        coroutine a request passes through costs more than the lines it holds (issue 23)."""
+        if deployment is not None:
+            upstream = self.pipeline.upstreams[deployment.upstream]
+            # a shallow copy, as dataclasses.replace makes, at a fraction of its cost
+            hreq = object.__new__(hub.Request)
+            hreq.__dict__.update(turn.request.__dict__)
+            hreq.model, hreq.stream = deployment.model, True
+        else:
+            assert memo is not None and memo.hit is not None
+            upstream = adopt(memo.hit)
+            hreq = dataclasses.replace(turn.request, stream=True)
         started = asyncio.get_running_loop().time()
         if turn.upstream_started is None:
             turn.upstream_started = time.perf_counter()
@@ -333,7 +329,16 @@ class Chat:
             on_end=entry.then(partial(_finished, upstream.name, hreq.model, out_dialect, recorder, meter)),
             model=hreq.model,
         )
-        return Exchange(source, encoder, options)
+        exchange = Exchange(source, encoder, options)
+        try:
+            error = await exchange.prime()
+        except BaseException:  # cancelled or broken: never leave the upstream request open
+            await exchange.aclose()
+            raise
+        if error is not None:
+            await exchange.aclose()
+            raise UpstreamFailed(error)
+        return exchange
 
     async def answer(self, exchange: Exchange, turn: Turn) -> Response | StreamResponse:
         """The client's response from a primed exchange: a stream, or the collected body."""

@@ -183,6 +183,12 @@ class Memory:
 
     # -- hook 1: before routing
 
+    def involved(self, request_dialect: str, model: ModelConfig) -> bool:
+        """Whether :meth:`begin` has anything to do for a request: one in the Responses dialect
+        (stored conversations), or to a model with a cache. (Checked first, so that the others,
+        most requests, skip a coroutine that would return ``None`` at once.)"""
+        return request_dialect == RESPONSES or model.cache is not None
+
     async def begin(
         self,
         headers: Mapping[str, str],
