@@ -37,7 +37,6 @@ points → ``pipeline`` → config, upstreams, teams.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
 import time
@@ -58,7 +57,7 @@ from ._failures import UpstreamFailed
 from ._metering import Meter
 from ._response import until_disconnected
 from ._routing import Attempt
-from ._teams import OPEN, STATIC, Principal, Refusal, Teams, presented_key
+from ._teams import OPEN, STATIC, Principal, Refusal, Teams, one_of, presented_key
 from ._teams._guesses import Guesses, client_of
 from ._traffic import TrafficLog
 from ._upstream import Upstream
@@ -157,10 +156,8 @@ class Pipeline:
             return who
         if not self._static:
             return Principal(OPEN)
-        if secret:
-            presented = secret.encode()
-            if any(hmac.compare_digest(presented, k) for k in self._static):
-                return Principal(STATIC)
+        if secret and one_of(secret.encode(), self._static):
+            return Principal(STATIC)
         self.guesses.failed(client)
         raise Refused.of("invalid or missing API key", "authentication", 401, "invalid_api_key")
 

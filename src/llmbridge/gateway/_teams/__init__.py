@@ -6,7 +6,7 @@ On when ``[gateway] master_key`` is set (keys, limits, ledger); ``/metrics`` unl
 
 from __future__ import annotations
 
-from .core import Teams, Ticket, create, presented_key
+from .core import Teams, Ticket, create, one_of, presented_key
 from .keys import KeyInputError, KeyRecord, hash_secret
 from .ledger import Ledger
 from .limits import Admission, LocalLimiter, RedisLimiter
@@ -40,5 +40,6 @@ __all__ = [
     "cost",
     "create",
     "hash_secret",
+    "one_of",
     "presented_key",
 ]

@@ -119,6 +119,15 @@ def bounded_request_id(value: str) -> str:
     return "".join(c for c in value[:4096] if "!" <= c <= "~")[:128]
 
 
+def one_of(presented: bytes, keys: list[bytes]) -> bool:
+    """Whether ``presented`` is one of ``keys``, each compared in constant time (a loop, not
+    ``any()`` over a generator: this runs on every request)."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(presented, key)
+    return found
+
+
 def presented_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The client's secret from ``Authorization: Bearer``, ``x-api-key``, ``x-goog-api-key`` or ``?key=``."""
     auth = headers.get("authorization", "")
@@ -245,7 +254,7 @@ class Teams:
         if not self.accounts:
             if not self._static:
                 return Principal(OPEN)
-            if secret and any(hmac.compare_digest(secret.encode(), k) for k in self._static):
+            if secret and one_of(secret.encode(), self._static):
                 return Principal(STATIC)
             return self._refuse_auth("invalid or missing API key")
         if not self._started:
@@ -254,8 +263,7 @@ class Teams:
             return self._refuse_auth("missing API key")
         if self.is_master(secret):
             return Principal(MASTER)
-        presented = secret.encode()
-        if any(hmac.compare_digest(presented, k) for k in self._static):
+        if one_of(secret.encode(), self._static):
             return Principal(STATIC)
         digest = _keys.hash_secret(secret)
         key = self._by_hash.get(digest)
