@@ -501,22 +501,8 @@ class Teams:
                 task.add_done_callback(self._tasks.discard)
         m = self.metrics
         if m is not None:
-            model = ticket.model
-            m.open_streams.dec()
-            m.requests.labels(model, ticket.dialect_out, str(status)).inc()
-            if inp:
-                m.tokens.labels(model, "input").inc(inp)
-            if out:
-                m.tokens.labels(model, "output").inc(out)
-            if spent:
-                m.cost.labels(model).inc(spent)
-            if ttft is not None:
-                m.ttft.labels(model).observe(ttft)
-            m.duration.labels(model).observe(duration)
-            if ticket.cache is not None:
-                m.cache.labels(model, ticket.cache).inc()
-            if error_type is not None and error_type != "client_disconnected":
-                m.upstream_errors.labels(ticket.upstream or "", error_type).inc()
+            blamed = None if error_type in (None, "client_disconnected") else (ticket.upstream or "", error_type)
+            m.settled(ticket.model, ticket.dialect_out, status, inp, out, spent, ttft, duration, ticket.cache, blamed)
             if self.ledger is not None:
                 m.ledger_pending.set(self.ledger.pending)
         if ticket.span is not None:

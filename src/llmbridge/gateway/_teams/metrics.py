@@ -150,6 +150,14 @@ class Family(Generic[_C]):
         return [metric]
 
 
+def _add(family: Family[Counter], values: tuple[str, ...], amount: float) -> None:
+    """``family.labels(*values).inc(amount)`` for a non-negative ``amount``, found directly."""
+    child = family.children.get(values)
+    if child is None:
+        child = family.labels(*values)
+    child.value += amount
+
+
 def _single(r: CollectorRegistry, name: str, doc: str, kind: str, make: Callable[[], _C]) -> _C:
     """A metric without labels: its one series (registered, there from the start)."""
     return Family(r, name, doc, kind, (), make).labels()
@@ -206,6 +214,43 @@ class Metrics:
         self.ledger_pending = _single(
             r, "llmbridge_ledger_rows_pending", "Ledger rows waiting to be written", "gauge", Gauge
         )
+
+    def settled(
+        self,
+        model: str,
+        dialect: str,
+        status: int,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        cost: float,
+        ttft: float | None,
+        duration: float,
+        cache: str | None,
+        error: tuple[str, str] | None,
+    ) -> None:
+        """One request settled (``Teams.settle``): the series it moves, in one call.
+
+        Each series is found in its family's children directly and moved in place, rather
+        than through ``labels()`` and ``inc()``/``observe()`` (two calls each, about ten
+        series a request). The same series come to exist as with those calls: a token count
+        only when it is positive, the cost only when there is one, the time to the first
+        byte only for a stream, the cache's only for a cached model, an upstream error
+        (``error``: (upstream, type)) only when there was one."""
+        self.open_streams.value -= 1.0
+        _add(self.requests, (model, dialect, str(status)), 1.0)
+        if input_tokens and input_tokens > 0:
+            _add(self.tokens, (model, "input"), input_tokens)
+        if output_tokens and output_tokens > 0:
+            _add(self.tokens, (model, "output"), output_tokens)
+        if cost and cost > 0:
+            _add(self.cost, (model,), cost)
+        if ttft is not None:
+            self.ttft.labels(model).observe(ttft)
+        self.duration.labels(model).observe(duration)
+        if cache is not None:
+            _add(self.cache, (model, cache), 1.0)
+        if error is not None:
+            _add(self.upstream_errors, error, 1.0)
 
     def on_ledger_write(self, written: int, dropped: int) -> None:
         if written:
