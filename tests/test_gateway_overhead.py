@@ -402,15 +402,18 @@ def test_a_request_leaves_no_reference_cycle_for_the_collector(gw, stream):
     assert ours == [], f"gateway objects in reference cycles: {sorted(set(ours))}"
 
 
-def test_a_serving_process_freezes_what_it_started_with():
+def test_a_serving_process_freezes_what_it_started_with_and_collects_young_objects_less_often():
     from llmbridge.gateway._server import freeze_startup_objects
 
     assert gc.get_freeze_count() == 0  # (building apps, as the tests do, freezes nothing)
+    threshold = gc.get_threshold()
     try:
         freeze_startup_objects()
         assert gc.get_freeze_count() > 10_000  # the modules, their functions and classes at least
+        assert gc.get_threshold() == (7_000, *threshold[1:])  # young collections ten times rarer
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,8 @@ def dropped(request: hub.Request, source: str, target: str) -> dict[str, str]:
 
 def report(response: Response | StreamResponse, request: hub.Request, source: str, target: str) -> None:
     """Put :func:`dropped`'s header on ``response`` (a JSON or a streamed answer)."""
+    if source == target:  # (a relayed dialect drops nothing: no walk)
+        return
     for key, value in dropped(request, source, target).items():
         if isinstance(response, StreamResponse):
             response.headers.append((key.encode(), value.encode("latin-1", "replace")))

@@ -981,15 +981,18 @@ def deadline(router: Router, upstreams: Mapping[str, Upstream], routes: Sequence
     return None if total is None else router.clock() + total
 
 
+_HEADER_KEY, _ATTEMPTS_KEY = HEADER.encode(), ATTEMPTS_HEADER.encode()
+
+
 def named(response: Response | StreamResponse, attempt: Attempt | None) -> Response | StreamResponse:
     """``response`` with :data:`HEADER` naming the deployment that served it (or failed last)
     and :data:`ATTEMPTS_HEADER` counting the upstream requests it took."""
     if attempt is None:
         return response
-    name = attempt.name.encode("latin-1", "replace")
+    name = attempt.slot.state.name.encode("latin-1", "replace")
     tries = str(attempt.plan.attempts).encode()
     if isinstance(response, StreamResponse):
-        response.headers += [(HEADER.encode(), name), (ATTEMPTS_HEADER.encode(), tries)]
+        response.headers += [(_HEADER_KEY, name), (_ATTEMPTS_KEY, tries)]
     else:
         response.headers[HEADER] = name.decode("latin-1")
         response.headers[ATTEMPTS_HEADER] = tries.decode()
