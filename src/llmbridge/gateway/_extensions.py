@@ -229,17 +229,24 @@ class PlainEncoder:
         self._dropped: set[int] = set()  # blocks left out: another vendor's native blocks
 
     def encode(self, event: hub.Event) -> bytes:
-        plain: hub.Event | None
-        if type(event) is hub.Delta:  # deltas carry no fidelity: the hot path skips the filter
+        # By the event's type, most frequent first: what carries no other dialect's data goes
+        # to the encoder as it is, without plain_event's tests and copies.
+        plain: hub.Event | None = event
+        if isinstance(event, hub.Delta):  # deltas carry no fidelity
             if self._dropped and event.index in self._dropped:
                 return b""
-            plain = event
-        else:
-            if isinstance(event, hub.BlockStart | hub.BlockStop) and self._skip(event):
+        elif isinstance(event, hub.BlockStart | hub.BlockStop):
+            if self._skip(event):
                 return b""
-            plain = plain_event(event, self._dialect)
-            if plain is None:
-                return b""
+            if event.fidelity or event.extensions:
+                plain = plain_event(event, self._dialect)
+        elif isinstance(event, hub.ResponseStart | hub.Usage):
+            if event.extensions:
+                plain = plain_event(event, self._dialect)
+        elif not isinstance(event, hub.Finish | hub.ResponseEnd | hub.Error):
+            plain = plain_event(event, self._dialect)  # an Extension: kept only in its own dialect
+        if plain is None:
+            return b""
         out: bytes = self._encode(plain)
         if _MARK in out:
             return strip_sse(out)
@@ -251,8 +258,9 @@ class PlainEncoder:
         dialect has no form for would go out as our ``"llmbridge"`` block, which users'
         tools show as an unknown type."""
         if isinstance(event, hub.BlockStop):
-            return event.index in self._dropped
-        if _left_out(event.kind, event.extensions, self._dialect):
+            return bool(self._dropped) and event.index in self._dropped
+        kind = event.kind  # (only a native or a data block may be left out)
+        if (kind == "native" or kind == "data") and _left_out(kind, event.extensions, self._dialect):
             self._dropped.add(event.index)
             return True
         return False
