@@ -86,6 +86,28 @@ class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 _hot_decode = msgspec.json.Decoder(_HotChunk).decode
+
+
+class _StartChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The first chunk of nearly every stream (``delta: {"role": "assistant", "content": ""}``):
+    :class:`_HotChunk` with the stream-level fields that ``_start`` reads decoded, and typed as
+    ``_start`` takes them (any other type fails the decode: the general path)."""
+
+    choices: list[_HotChoice]
+    id: str | None = None
+    object: msgspec.Raw = msgspec.Raw()
+    created: int | None = None
+    model: str | None = None
+    obfuscation: msgspec.Raw = msgspec.Raw()
+    sla_metrics: msgspec.Raw = msgspec.Raw()  # (present: the general path; _start reports it)
+    usage: dict | None = None
+    service_tier: str | None = None
+    system_fingerprint: str | None = None
+    provider: str | None = None
+
+
+_start_decode = msgspec.json.Decoder(_StartChunk).decode
+_NOT_YET = 1 << 62  # _hot_skip until _start: every event to on_event
 _Delta = hub.Delta
 _HOT_BACKOFF = 8  # after chunks of other shapes, try the hot decode on at most every 8th event
 
@@ -160,7 +182,9 @@ class StreamDecoder(SSEStreamDecoder):
         self._last_usage: dict | None = None
         self._response_id = ""
         self._calls = 0
-        self._hot_skip = 1 << 62  # events left to on_event before the next hot try: none until _start
+        # events left to on_event before the next hot try: the first event tries _hot_start, and
+        # if that leaves it to on_event, none until _start
+        self._hot_skip = 0
         self._hot_backoff = 1
 
     # ------------------------------------------------------------------ SSE events
@@ -239,6 +263,8 @@ class StreamDecoder(SSEStreamDecoder):
         data = event.data
         if data == "[DONE]" or event.event == "error":  # ([DONE]: no struct decode to fail first)
             return False
+        if not self.started:
+            return self._hot_start(data)
         try:
             chunk = _hot_decode(data)
         except msgspec.DecodeError:  # (ValidationError included) another shape: back off, since
@@ -335,6 +361,59 @@ class StreamDecoder(SSEStreamDecoder):
         # Nothing to add; but text the <think> parser holds is flushed by a role-only delta and not
         # by an empty one, which the struct does not tell apart.
         return not ch.buf
+
+    def _hot_start(self, data: str) -> bool:
+        """The first event, when it is the usual first chunk: one choice whose delta holds
+        nothing or text, or a finish without a fragment; at most one of the extras.
+
+        Does what on_event does with it (``_start``, then ``_choice`` for a new choice) without
+        the dict decode and walks; False (before any change) leaves it, and every event up to
+        the start, to on_event.
+        """
+        self._hot_skip = _NOT_YET  # whatever happens below: _start resets it
+        try:
+            chunk = _start_decode(data)
+        except msgspec.DecodeError:
+            return False
+        choices = chunk.choices
+        if len(choices) != 1 or chunk.usage is not None or chunk.sla_metrics:
+            return False
+        choice = choices[0]
+        delta = choice.delta
+        reason = choice.finish_reason
+        if (
+            delta.reasoning_content
+            or delta.reasoning
+            or delta.refusal
+            or delta.tool_calls
+            or (reason is not None and (not reason or delta.content))
+        ):
+            return False
+        # _start's extras, in the chunk's order: the struct does not keep it, so only one
+        pending: dict[str, Any] = {}
+        if chunk.service_tier is not None:
+            pending["service_tier"] = chunk.service_tier
+        if chunk.system_fingerprint is not None:
+            pending["system_fingerprint"] = chunk.system_fingerprint
+        if chunk.provider is not None:
+            pending["provider"] = chunk.provider
+        if len(pending) > 1:
+            return False
+        self.started = True
+        self._hot_skip = 0
+        self._pending_ext = pending
+        self._seen = dict(pending)
+        rid = chunk.id or None
+        self._response_id = rid or ""
+        extensions = {NAME: pending} if pending else None
+        self._out.append(hub.ResponseStart(rid, chunk.model or None, chunk.created or None, None, extensions))
+        n = choice.index
+        ch = self._choices[n] = _Choice(n)
+        if reason is not None:
+            self._finish(ch, reason, _NO_CHOICE, None)
+        elif delta.content:
+            self._content(ch, delta.content)
+        return True
 
     # ------------------------------------------------------------------ stream level
 
