@@ -862,3 +862,49 @@ def test_text_block_fast_path_is_the_general_path(block):
         return hub.TextPart(block["text"], amr._extras(block, ("type", "text")))
 
     assert _outcome(lambda: amr._part(block, "b", "user")) == _outcome(general)
+
+
+class _GeneralStops(am.StreamEncoder):
+    def _stop_bytes(self, block, stop):  # type: ignore[no-untyped-def]
+        return self._stop_general(block, stop)
+
+
+def _stop_streams() -> list[list[hub.Event]]:
+    streams = [decode_all(am.StreamDecoder(), path.read_bytes()) for path in corpus_files("anthropic-messages")]
+    for n in (1, 2, 11):
+        for stop in (
+            {},
+            {"fidelity": {"x": {"a": 1}}},
+            {"extensions": {"x": {"b": 2}}},
+            {"extensions": {NAME_AM: {"c": 3}}},
+        ):
+            events: list[hub.Event] = [hub.ResponseStart("r", "m")]
+            for i in range(n):
+                events += [hub.BlockStart(i, "text"), hub.Delta(i, "t")]
+                if i == 1:  # an annotation of the open block
+                    events.append(hub.Extension("x", {"note": i}, i))
+                events.append(hub.BlockStop(i, **stop))  # type: ignore[arg-type]
+            events += [hub.Extension("x", {"late": True}, 0), hub.Finish("end_turn"), hub.ResponseEnd()]
+            streams.append(events)
+    return streams
+
+
+NAME_AM = am.NAME
+
+
+def test_text_block_stop_fast_path_is_the_general_path():
+    for events in _stop_streams():
+        for extensions in (True, False):
+            fast, general = am.StreamEncoder(), _GeneralStops()
+            fast.extensions = general.extensions = extensions
+            assert encode_all(fast, events) == encode_all(general, events)
+
+
+def test_usage_to_raw_without_usage_is_that_of_an_empty_usage():
+    from llmbridge.dialects.anthropic_messages._common import usage_to_raw
+
+    fast, general = usage_to_raw(None), usage_to_raw(hub.Usage())
+    assert fast == general and json.dumps(fast) == json.dumps(general)
+    fast[0]["input_tokens"] = 5  # fresh objects: a caller may change them
+    fast[1]["none"].append("x")  # type: ignore[index]
+    assert usage_to_raw(None) == general

@@ -22,6 +22,7 @@ _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","inde
 _END = b"}}\n\n"
 _TEXT_START = b'event: content_block_start\ndata: {"type":"content_block_start","index":'
 _TEXT_START_END = b',"content_block":{"type":"text","text":""}}\n\n'
+_STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":'
 # The states as globals for the per-event checks (see EncoderState).
 _IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 
@@ -362,6 +363,12 @@ class StreamEncoder(EncoderDispatch):
         return b"".join(out)
 
     def _stop_bytes(self, block: _Out, stop: hub.BlockStop) -> bytes:
+        if block.wire_type == "text" and not (stop.fidelity or stop.extensions or block.annotations):
+            # The usual text block: nothing under our key, so its stop is the same bytes every time.
+            return _STOP + str(block.wire).encode() + b"}\n\n"
+        return self._stop_general(block, stop)
+
+    def _stop_general(self, block: _Out, stop: hub.BlockStop) -> bytes:
         out = b""
         fidelity = stop.fidelity
         if block.wire_type == "thinking":
