@@ -261,7 +261,10 @@ class StreamDecoder(SSEStreamDecoder):
             self._hot_skip -= 1
             return False
         data = event.data
-        if data == "[DONE]" or event.event == "error":  # ([DONE]: no struct decode to fail first)
+        if data == "[DONE]":  # (what on_event does with it, whatever the event's name)
+            self._end()
+            return True
+        if event.event == "error":
             return False
         if not self.started:
             return self._hot_start(data)
@@ -554,17 +557,24 @@ class StreamDecoder(SSEStreamDecoder):
             self.emit(hub.Delta(ch.seq, text))
 
     def _close_choice(self, ch: _Choice) -> None:
-        self._flush_think(ch)
-        self._close_seq(ch)
-        for index in ch.tools.values():
-            self.emit(hub.BlockStop(index))
-        ch.tools.clear()
-        for index in ch.natives.values():
-            self.emit(hub.BlockStop(index))
-        ch.natives.clear()
-        for index in ch.background:
-            self.emit(hub.BlockStop(index))
-        ch.background.clear()
+        # (each step only where it has something to do: a choice is closed at its finish and
+        # again at [DONE], when there is nothing left)
+        if ch.buf or ch.think == "start":
+            self._flush_think(ch)
+        if ch.seq is not None:
+            self._close_seq(ch)
+        if ch.tools:
+            for index in ch.tools.values():
+                self.emit(hub.BlockStop(index))
+            ch.tools.clear()
+        if ch.natives:
+            for index in ch.natives.values():
+                self.emit(hub.BlockStop(index))
+            ch.natives.clear()
+        if ch.background:
+            for index in ch.background:
+                self.emit(hub.BlockStop(index))
+            ch.background.clear()
 
     # ------------------------------------------------------------------ choices
 
