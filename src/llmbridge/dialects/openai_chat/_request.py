@@ -78,7 +78,7 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
     if "tools" in body or "functions" in body:  # (neither: no tools, nothing to report)
         req.tools, legacy_tools = _decode_tools(body)
         if legacy_tools:
-            req.extensions[f"{NAME}:tools"] = legacy_tools
+            req.extensions[_X_TOOLS] = legacy_tools
     choice = body.get("tool_choice", body.get("function_call"))
     if choice is not None:
         req.tool_choice = _decode_tool_choice(choice, req, body)
@@ -88,11 +88,11 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
         req.max_tokens = _typed(body, "max_completion_tokens", int)
     elif body.get("max_tokens") is not None:
         req.max_tokens = _typed(body, "max_tokens", int)
-        req.extensions[f"{NAME}:max_tokens_field"] = "max_tokens"
+        req.extensions[_X_MAX_TOKENS_FIELD] = "max_tokens"
     if not body.keys().isdisjoint(_OPTIONAL):  # (a body without any of them: every step below is a no-op)
         _decode_optional(body, req)
     if isinstance(body.get("stream_options"), dict):
-        req.extensions[f"{NAME}:stream_options"] = body["stream_options"]
+        req.extensions[_X_STREAM_OPTIONS] = body["stream_options"]
     for key, value in body.items():
         if key not in _KNOWN and key != EXTENSION_KEY:
             req.extensions[key if ":" in key else f"{NAME}:{key}"] = value
@@ -103,6 +103,11 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
 
 
 _PLAIN_ROLES = frozenset(("user", "system", "assistant"))
+# Extension keys of this dialect that the request codec reads and writes (spelled once)
+_X_TOOLS = f"{NAME}:tools"
+_X_TOOL_CHOICE = f"{NAME}:tool_choice"
+_X_STREAM_OPTIONS = f"{NAME}:stream_options"
+_X_MAX_TOKENS_FIELD = f"{NAME}:max_tokens_field"
 
 # The optional fields _decode_optional reads: each leaves the hub default when it is absent.
 _OPTIONAL = frozenset(
@@ -384,7 +389,7 @@ def _decode_tool_choice(value: Any, req: hub.Request, body: dict) -> hub.ToolCho
         fn = value.get("function") if value.get("type") == "function" else value
         if isinstance(fn, dict) and isinstance(fn.get("name"), str):
             return hub.ToolChoice("tool", fn["name"])
-        req.extensions[f"{NAME}:tool_choice"] = value  # allowed_tools, custom ...
+        req.extensions[_X_TOOL_CHOICE] = value  # allowed_tools, custom ...
         return None
     raise RequestError('expected "auto", "none", "required" or an object naming a function', "tool_choice")
 
@@ -437,20 +442,20 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
             messages.extend(_encode_message(message))
     body["messages"] = messages
     # another vendor's server tools (Anthropic web_search_...) are no functions: left out, reported
-    tools = [_encode_tool(t) for t in request.tools if server_tool_type(t, NAME) is None]
-    tools.extend(request.extensions.get(f"{NAME}:tools") or [])
+    tools = [_encode_tool(t) for t in request.tools if server_tool_type(t, NAME) is None] if request.tools else []
+    tools.extend(request.extensions.get(_X_TOOLS) or [])
     if tools:
         body["tools"] = tools
     tc = request.tool_choice
     if tc is not None:
         body["tool_choice"] = {"type": "function", "function": {"name": tc.name}} if tc.mode == "tool" else tc.mode
-    elif f"{NAME}:tool_choice" in request.extensions:
-        body["tool_choice"] = request.extensions[f"{NAME}:tool_choice"]
+    elif _X_TOOL_CHOICE in request.extensions:
+        body["tool_choice"] = request.extensions[_X_TOOL_CHOICE]
     if request.stream:
         body["stream"] = True
-        body["stream_options"] = {**(request.extensions.get(f"{NAME}:stream_options") or {}), "include_usage": True}
+        body["stream_options"] = {**(request.extensions.get(_X_STREAM_OPTIONS) or {}), "include_usage": True}
     if request.max_tokens is not None:
-        field = request.extensions.get(f"{NAME}:max_tokens_field") or "max_completion_tokens"
+        field = request.extensions.get(_X_MAX_TOKENS_FIELD) or "max_completion_tokens"
         body[field] = request.max_tokens
     # (in this order; attribute reads, not a getattr per name)
     if request.temperature is not None:
