@@ -139,7 +139,7 @@ class StreamEncoder(EncoderDispatch):
             "stop_sequence": None,
             "usage": usage,
         }
-        own, foreign = _split(start.extensions, True)
+        own, foreign = _split(start.extensions, True) if start.extensions else (None, None)
         if type(own) is dict:
             for key, value in own.items():
                 message.setdefault(key, value)
@@ -189,23 +189,25 @@ class StreamEncoder(EncoderDispatch):
 
     def _message_delta(self) -> bytes:
         delta: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
-        ours: dict[str, Any] = {}
+        exact = True
         if self._finish is not None:
             stop, exact = stop_from_finish(self._finish)
             delta["stop_reason"] = stop
             delta["stop_sequence"] = self._finish.stop_sequence
-            if not exact:
-                ours["finish"] = event_to_json(self._finish)
         extras = self._delta_extras
-        for key, value in (extras.get("delta") or {}).items():
-            delta.setdefault(key, value)
+        if extras:
+            for key, value in (extras.get("delta") or {}).items():
+                delta.setdefault(key, value)
         usage, usage_extra = usage_to_raw(self._usage)
         body: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": usage}
-        for key, value in extras.items():
-            if key != "delta":
-                body.setdefault(key, value)
+        if extras:
+            for key, value in extras.items():
+                if key != "delta":
+                    body.setdefault(key, value)
         if not self.extensions:  # (what PlainEncoder would strip: every stream has some)
             return sse(b"message_delta", body)
+        # (only now: a translated finish is seldom exact, and a plain client never sees this)
+        ours: dict[str, Any] = {"finish": event_to_json(self._finish)} if not exact else {}
         if usage_extra:
             ours["usage"] = usage_extra
         if self._late:
