@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
@@ -1216,3 +1217,17 @@ def test_request_decode_top_level_fast_paths(stream, extra):
         ocr._decode_tools(body)[0],
         ocr._decode_tool_choice(body.get("tool_choice", body.get("function_call")), hub.Request(), body),
     )
+
+
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+@pytest.mark.parametrize("keys", [k for n in range(4) for k in itertools.combinations(_COUNTS, n)])
+def test_usage_from_wire_fast_path_is_the_general_path(keys):
+    """A usage of the three counts only is read without the general walk; an empty llmbridge
+    entry (which says nothing) sends the same usage down the general path."""
+    from llmbridge.dialects.openai_chat._common import usage_from_wire
+
+    for value in (0, 7, None, True, 1.5, "3", [1]):
+        raw = dict.fromkeys(keys, value)
+        assert usage_from_wire(raw) == usage_from_wire({**raw, "llmbridge": {}})

@@ -157,6 +157,10 @@ class _Choice:
         self.background: list[int] = []  # blocks kept open under the llmbridge key (interleaved)
 
 
+# (the paths every stream takes append to ``_out`` themselves: SSEStreamDecoder.emit is that
+# append, one call more per event)
+
+
 class StreamDecoder(SSEStreamDecoder):
     """openai-chat ``data: {chunk}`` lines to hub events (any number of choices and tool calls).
 
@@ -481,7 +485,7 @@ class StreamDecoder(SSEStreamDecoder):
                 else:
                     del ext[NAME]
             usage.extensions = ext or None
-        self.emit(usage)
+        self._out.append(usage)
 
     def _error(self, chunk: dict) -> None:
         if not self.started:
@@ -529,7 +533,7 @@ class StreamDecoder(SSEStreamDecoder):
     ) -> int:
         index = self._next_block
         self._next_block += 1
-        self.emit(hub.BlockStart(index, kind, id, name, ch.n, mime_type, fidelity, extensions))
+        self._out.append(hub.BlockStart(index, kind, id, name, ch.n, mime_type, fidelity, extensions))
         ch.last = index
         return index
 
@@ -539,7 +543,7 @@ class StreamDecoder(SSEStreamDecoder):
         if ch.seq_items:
             fidelity = hub.merge_dicts(reasoning_fidelity(ch.seq_items), fidelity)
             ch.seq_items = []
-        self.emit(hub.BlockStop(ch.seq, fidelity, extensions))
+        self._out.append(hub.BlockStop(ch.seq, fidelity, extensions))
         ch.seq = None
         ch.seq_kind = ""
         ch.plain = False
@@ -548,13 +552,14 @@ class StreamDecoder(SSEStreamDecoder):
     def _seq(self, ch: _Choice, kind: str, text: str, refusal: bool = False) -> None:
         """Append text to the open block of ``kind``, opening one when another kind is open."""
         if ch.seq is None or ch.seq_kind != kind or ch.seq_refusal != refusal:
-            self._close_seq(ch)
+            if ch.seq is not None:
+                self._close_seq(ch)
             ch.seq = self._open(ch, kind, extensions={NAME: {"refusal": True}} if refusal else None)
             ch.seq_kind = kind
             ch.seq_refusal = refusal
         ch.plain = kind == "text" and not refusal and ch.think == "text" and not ch.buf and not ch.finished
         if text:
-            self.emit(hub.Delta(ch.seq, text))
+            self._out.append(hub.Delta(ch.seq, text))
 
     def _close_choice(self, ch: _Choice) -> None:
         # (each step only where it has something to do: a choice is closed at its finish and
@@ -841,7 +846,7 @@ class StreamDecoder(SSEStreamDecoder):
                 hub_reason = "stop_sequence"
         if isinstance(stop_reason, str) and stop_reason:
             stop_sequence = stop_reason
-        self.emit(hub.Finish(hub_reason, ch.n, raw, stop_sequence))
+        self._out.append(hub.Finish(hub_reason, ch.n, raw, stop_sequence))
 
     # ------------------------------------------------------------------ the llmbridge key on a choice
 
