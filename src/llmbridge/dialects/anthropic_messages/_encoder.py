@@ -207,7 +207,8 @@ class StreamEncoder(EncoderDispatch):
         if not self.extensions:  # (what PlainEncoder would strip: every stream has some)
             return sse(b"message_delta", body)
         # (only now: a translated finish is seldom exact, and a plain client never sees this)
-        ours: dict[str, Any] = {"finish": event_to_json(self._finish)} if not exact else {}
+        finish = self._finish  # (not exact: there is one)
+        ours: dict[str, Any] = {"finish": event_to_json(finish)} if finish is not None and not exact else {}
         if usage_extra:
             ours["usage"] = usage_extra
         if self._late:
