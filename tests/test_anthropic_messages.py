@@ -908,3 +908,14 @@ def test_usage_to_raw_without_usage_is_that_of_an_empty_usage():
     fast[0]["input_tokens"] = 5  # fresh objects: a caller may change them
     fast[1]["none"].append("x")  # type: ignore[index]
     assert usage_to_raw(None) == general
+
+
+@pytest.mark.parametrize("value", [None, 0, 5, -1, True, False, 1.5, "3", [], {}])
+@pytest.mark.parametrize("kinds", [(int, float), (int,)])
+def test_number_fast_check_is_the_general_check(value, kinds):
+    def general():  # type: ignore[no-untyped-def]
+        if value is None:
+            return None
+        return amr._want(value, kinds, "k", "an integer" if kinds == (int,) else "a number")
+
+    assert _outcome(lambda: amr._number({"k": value}, "k", kinds)) == _outcome(general)

@@ -186,7 +186,7 @@ class Decoder:
             self._skip_lf = chunk.endswith(b"\r")
             chunk = normalise_cr(chunk)
         if not self._bom_done and chunk:
-            head = b"".join(self._pending) + chunk
+            head = b"".join(self._pending) + chunk if self._pending else chunk
             if len(head) < 3 and _BOM.startswith(head):
                 self._pending[:] = [head]  # could still become a BOM
                 return b""

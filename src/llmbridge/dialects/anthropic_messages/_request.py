@@ -64,8 +64,8 @@ def _want(value: Any, kinds: type | tuple[type, ...], where: str, what: str) -> 
 
 def _number(body: dict[str, Any], key: str, kinds: tuple[type, ...] = (int, float)) -> Any:
     value = body.get(key)
-    if value is None:
-        return None
+    if value is None or (type(value) is int and int in kinds):  # (None or an int: nothing to check)
+        return value
     return _want(value, kinds, key, "an integer" if kinds == (int,) else "a number")
 
 
