@@ -220,6 +220,11 @@ _FIRST_EXTRAS = [
     {"service_tier": "default", "system_fingerprint": "fp_1"},
     {"system_fingerprint": "fp_1", "service_tier": "default"},
     {"provider": "P", "system_fingerprint": "fp_1"},
+    {"provider": "P", "service_tier": "default", "system_fingerprint": "fp_1"},
+    {"system_fingerprint": "fp_1", "provider": "P", "service_tier": "default"},
+    {"service_tier": "default", "system_fingerprint": "fp\\1"},  # a backslash: order not told from the text
+    {"service_tier": "system_fingerprint", "system_fingerprint": "fp_1"},  # the name twice
+    {"service_tier": "default", "system_fingerprint": "fp_1", "x": {"provider": 1}},
     {"sla_metrics": {"ttft": 1}},
     {"sla_metrics": None},
     {"obfuscation": "abc"},
@@ -253,6 +258,25 @@ def test_first_chunks_hot_path_is_the_general_path(choice):
         _same_json(_body([other, {"id": "x", "choices": [choice]}, *_FIRST_REST]))
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the key's name elsewhere: in a Raw field, in content (escaped quotes), a key spelled with an escape
+        '{"id":"c","object":{"system_fingerprint":1},"service_tier":"default","system_fingerprint":"fp",%s}',
+        '{"id":"c","system_fingerprint":"fp","service_tier":"default",%s,"obfuscation":"\\"service_tier\\""}',
+        '{"id":"c","system_fingerprint":"fp","service_tier":"default",%s}',
+        '{"id":"c","service_tier":"default","system_fingerprint":"fp",%s}',
+        '{"id":"c","service\\u005ftier":"default","system_fingerprint":"fp",%s,"object":{"service_tier":1}}',
+        '{"id":"c","service_tier":"a","system_fingerprint":"fp","service_tier":"b",%s}',
+        '{"id":"c", "provider": "P" ,"service_tier" : "default","system_fingerprint":"fp",%s}',
+    ],
+)
+def test_first_chunk_extras_in_their_order(text):
+    choice = '"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]'
+    body = ("data: " + text % choice + "\n\n").encode() + _body([_content("a")])
+    _same_json(body)
+
+
 def test_the_hot_path_takes_the_usual_first_chunk():
     """(else the comparisons above would pass with a _hot_start that never takes one)"""
     taken = []
@@ -264,6 +288,6 @@ def test_the_hot_path_takes_the_usual_first_chunk():
             return handled
 
     role = _chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})
-    for extra in ({}, {"system_fingerprint": "fp_1"}):
+    for extra in ({}, {"system_fingerprint": "fp_1"}, {"service_tier": "default", "system_fingerprint": "fp_1"}):
         _decode(Counting, _body([{**role, **extra}, _content("Hi")]), None)
-    assert taken == [True, True]
+    assert taken == [True, True, True]

@@ -371,7 +371,7 @@ class StreamDecoder(SSEStreamDecoder):
 
     def _hot_start(self, data: str) -> bool:
         """The first event, when it is the usual first chunk: one choice whose delta holds
-        nothing or text, or a finish without a fragment; at most one of the extras.
+        nothing or text, or a finish without a fragment; extras whose order _start_extras tells.
 
         Does what on_event does with it (``_start``, then ``_choice`` for a new choice) without
         the dict decode and walks; False (before any change) leaves it, and every event up to
@@ -396,16 +396,14 @@ class StreamDecoder(SSEStreamDecoder):
             or (reason is not None and (not reason or delta.content))
         ):
             return False
-        # _start's extras, in the chunk's order: the struct does not keep it, so only one
-        pending: dict[str, Any] = {}
-        if chunk.service_tier is not None:
-            pending["service_tier"] = chunk.service_tier
-        if chunk.system_fingerprint is not None:
-            pending["system_fingerprint"] = chunk.system_fingerprint
-        if chunk.provider is not None:
-            pending["provider"] = chunk.provider
-        if len(pending) > 1:
-            return False
+        tier, fingerprint, provider = chunk.service_tier, chunk.system_fingerprint, chunk.provider
+        if tier is None and fingerprint is None and provider is None:
+            pending: dict[str, Any] = {}
+        else:
+            extras = _start_extras(data, tier, fingerprint, provider)
+            if extras is None:
+                return False
+            pending = extras
         self.started = True
         self._hot_skip = 0
         self._pending_ext = pending
@@ -930,6 +928,38 @@ class StreamDecoder(SSEStreamDecoder):
 
 
 _MISSING = object()
+_EXTRA_NAMES = (
+    ("service_tier", '"service_tier"'),
+    ("system_fingerprint", '"system_fingerprint"'),
+    ("provider", '"provider"'),
+)
+
+
+def _start_extras(data: str, *values: str | None) -> dict[str, Any] | None:
+    """The first chunk's extras (``values`` by _EXTRA_NAMES, None where absent) in the order
+    the chunk has them, as _start's walk of the decoded dict would put them; None when that
+    order cannot be told from the text.
+
+    Without a backslash in ``data`` no string holds an escape, so each key present is spelled
+    as ``"name"`` where it stands; when that spelling occurs once, its place is the key's.
+    """
+    found = [
+        (key, quoted, value) for (key, quoted), value in zip(_EXTRA_NAMES, values, strict=True) if value is not None
+    ]
+    if len(found) == 1:
+        return {found[0][0]: found[0][2]}
+    if "\\" in data:
+        return None
+    placed = []
+    for key, quoted, value in found:
+        at = data.find(quoted)
+        if at < 0 or data.find(quoted, at + 1) >= 0:
+            return None
+        placed.append((at, key, value))
+    placed.sort()
+    return {key: value for _, key, value in placed}
+
+
 _NO_CHOICE: dict[str, Any] = {}  # (what _finish reads of a hot finish chunk's choice: no stop_reason)
 
 
