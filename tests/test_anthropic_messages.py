@@ -779,3 +779,143 @@ def test_any_hub_stream_round_trips(events):
         assert summary == wanted
     else:
         assert summary.error.startswith("APIStatusError")
+
+
+# ---------------------------------------------------------------- request codec fast paths
+#
+# decode_request takes the usual turn (a user or assistant message with string content) without
+# _decode_turn, and a text block without its extras walk; these compare them with the general
+# steps over messages of every shape near the usual ones.
+
+from llmbridge.dialects.anthropic_messages import _request as amr  # noqa: E402
+
+_NEAR_TURNS = [
+    {"role": role, "content": content, **extra}
+    for role in ("user", "assistant", "system", "tool", None)
+    for content in (
+        "hi",
+        "",
+        None,
+        3,
+        [],
+        [{"type": "text", "text": "a"}],
+        [{"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}],
+        [{"type": "text", "text": 3}],
+        [{"type": "text"}],
+        [{"type": "text", "text": "a"}, {"type": "tool_result", "tool_use_id": "t", "content": "r"}],
+    )
+    for extra in ({}, {"name": "n"}, {"cache_control": {"type": "ephemeral"}})
+] + [{"content": "hi"}, {"role": "user"}, "hi", None, ["user"]]
+
+
+def _outcome(fn):  # type: ignore[no-untyped-def]
+    try:
+        return fn()
+    except RequestError as exc:
+        return ("error", str(exc))
+
+
+@pytest.mark.parametrize("message", _NEAR_TURNS, ids=lambda m: json.dumps(m)[:50])
+def test_request_decode_fast_path_is_the_general_path(message):
+    body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}, message]}
+
+    def general():  # type: ignore[no-untyped-def]
+        out: list[hub.Message] = []
+        amr._decode_turn(message, "messages[1]", out)
+        return out
+
+    fast = _outcome(lambda: am.decode_request(body).messages[1:])
+    assert fast == _outcome(general)
+
+
+@pytest.mark.parametrize(
+    "value,kinds",
+    [(v, k) for v in (1, 1.5, True, "s", None, [], {}) for k in (int, bool, str, list, dict, (int, float), (int,))],
+)
+def test_want_fast_check_is_the_general_check(value, kinds):
+    def general():  # type: ignore[no-untyped-def]
+        ks = kinds if isinstance(kinds, tuple) else (kinds,)
+        if not isinstance(value, ks) or (type(value) is bool and bool not in ks):
+            raise RequestError("expected x", "w")
+        return value
+
+    assert _outcome(lambda: amr._want(value, kinds, "w", "x")) == _outcome(general)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "text", "text": "a"},
+        {"type": "text", "text": ""},
+        {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+        {"text": "a", "type": "text", "citations": []},
+        {"type": "text", "text": 3},
+        {"type": "text", "text": None},
+        {"type": "text"},
+        {"type": "text", "other": "a"},
+    ],
+    ids=json.dumps,
+)
+def test_text_block_fast_path_is_the_general_path(block):
+    def general():  # type: ignore[no-untyped-def]
+        amr._want(block.get("text"), str, "b.text", "a string")
+        return hub.TextPart(block["text"], amr._extras(block, ("type", "text")))
+
+    assert _outcome(lambda: amr._part(block, "b", "user")) == _outcome(general)
+
+
+class _GeneralStops(am.StreamEncoder):
+    def _stop_bytes(self, block, stop):  # type: ignore[no-untyped-def]
+        return self._stop_general(block, stop)
+
+
+def _stop_streams() -> list[list[hub.Event]]:
+    streams = [decode_all(am.StreamDecoder(), path.read_bytes()) for path in corpus_files("anthropic-messages")]
+    for n in (1, 2, 11):
+        for stop in (
+            {},
+            {"fidelity": {"x": {"a": 1}}},
+            {"extensions": {"x": {"b": 2}}},
+            {"extensions": {NAME_AM: {"c": 3}}},
+        ):
+            events: list[hub.Event] = [hub.ResponseStart("r", "m")]
+            for i in range(n):
+                events += [hub.BlockStart(i, "text"), hub.Delta(i, "t")]
+                if i == 1:  # an annotation of the open block
+                    events.append(hub.Extension("x", {"note": i}, i))
+                events.append(hub.BlockStop(i, **stop))  # type: ignore[arg-type]
+            events += [hub.Extension("x", {"late": True}, 0), hub.Finish("end_turn"), hub.ResponseEnd()]
+            streams.append(events)
+    return streams
+
+
+NAME_AM = am.NAME
+
+
+def test_text_block_stop_fast_path_is_the_general_path():
+    for events in _stop_streams():
+        for extensions in (True, False):
+            fast, general = am.StreamEncoder(), _GeneralStops()
+            fast.extensions = general.extensions = extensions
+            assert encode_all(fast, events) == encode_all(general, events)
+
+
+def test_usage_to_raw_without_usage_is_that_of_an_empty_usage():
+    from llmbridge.dialects.anthropic_messages._common import usage_to_raw
+
+    fast, general = usage_to_raw(None), usage_to_raw(hub.Usage())
+    assert fast == general and json.dumps(fast) == json.dumps(general)
+    fast[0]["input_tokens"] = 5  # fresh objects: a caller may change them
+    fast[1]["none"].append("x")  # type: ignore[index]
+    assert usage_to_raw(None) == general
+
+
+@pytest.mark.parametrize("value", [None, 0, 5, -1, True, False, 1.5, "3", [], {}])
+@pytest.mark.parametrize("kinds", [(int, float), (int,)])
+def test_number_fast_check_is_the_general_check(value, kinds):
+    def general():  # type: ignore[no-untyped-def]
+        if value is None:
+            return None
+        return amr._want(value, kinds, "k", "an integer" if kinds == (int,) else "a number")
+
+    assert _outcome(lambda: amr._number({"k": value}, "k", kinds)) == _outcome(general)

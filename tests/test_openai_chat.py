@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
@@ -1102,3 +1103,131 @@ def test_malformed_responses_never_crash(body):
     events = oc.decode_response(body)
     assert hub.validate(events) == []
     oc.encode_response(hub.assemble(events))
+
+
+# ---------------------------------------------------------------- request codec fast paths
+#
+# decode_request and encode_request take the usual message ({"role", "content": "text"}) without
+# _decode_message/_encode_message; these compare them with those functions over messages of
+# every shape near the usual one (and as JSON too: key order is part of an upstream body).
+
+from llmbridge.dialects.openai_chat import _request as ocr  # noqa: E402
+
+_NEAR_MESSAGES = [
+    {"role": role, "content": content, **extra}
+    for role in ("user", "system", "assistant", "developer", "tool", "function", "bot")
+    for content in ("hi", "", None, [{"type": "text", "text": "a"}], 3)
+    for extra in (
+        {},
+        {"name": "n"},
+        {"refusal": None},
+        {"refusal": "no"},
+        {"tool_call_id": "c"},
+        {"reasoning_content": "r"},
+        {"llmbridge": {"is_error": True}},
+        {"prefix": True},
+    )
+] + [{"content": "hi"}, {"role": "user"}, {"role": "user", "content": "hi", "name": None}, "hi", None]
+
+
+def _general_decode(message: object, i: int) -> object:
+    try:
+        return ocr._decode_message(message, f"messages[{i}]")
+    except RequestError as exc:
+        return ("error", str(exc), exc.field if hasattr(exc, "field") else None)
+
+
+def _fast_decode(message: object, i: int) -> object:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}] * i + [message]}
+    try:
+        return oc.decode_request(body).messages[i:]
+    except RequestError as exc:
+        return ("error", str(exc), exc.field if hasattr(exc, "field") else None)
+
+
+@pytest.mark.parametrize("message", _NEAR_MESSAGES, ids=lambda m: json.dumps(m)[:50])
+def test_request_decode_fast_path_is_the_general_path(message):
+    assert _fast_decode(message, 1) == _general_decode(message, 1)
+
+
+def _encoded(messages: list) -> tuple[bytes, bytes]:
+    fast = oc.encode_request(hub.Request(model="m", messages=messages))["messages"]
+    general = [m for message in messages for m in ocr._encode_message(message)]
+    return json.dumps(fast).encode(), json.dumps(general).encode()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        hub.Message(role, parts, name, ext)
+        for role in ("user", "system", "assistant", "tool")
+        for parts in (
+            [hub.TextPart("hi")],
+            [hub.TextPart("")],
+            [hub.TextPart("hi", {"openai-chat": {"role": "developer"}})],
+            [hub.TextPart("no", {"openai-chat": {"refusal": True}})],
+            [hub.TextPart("hi", {"anthropic-messages": {"cache_control": {"type": "ephemeral"}}})],
+            [hub.TextPart("a"), hub.TextPart("b")],
+            [hub.ThinkingPart("t")],
+            [hub.ToolResultPart("c", [hub.TextPart("r")])],
+            [],
+        )
+        for name in (None, "n")
+        for ext in (
+            None,
+            {"openai-chat": {"parts": True}},
+            {"openai-chat": {"extra": {"refusal": None}}},
+            {"anthropic-messages": {"content": "string", "turn": True}},
+        )
+    ],
+    ids=repr,
+)
+def test_request_encode_fast_path_is_the_general_path(message):
+    fast, general = _encoded([message])
+    assert fast == general
+
+
+def test_request_fast_paths_over_a_decoded_conversation():
+    body = {"model": "m", "messages": [m for m in _NEAR_MESSAGES if _general_decode(m, 0)[0] != "error"]}
+    request = oc.decode_request(body)
+    general = [m for i, message in enumerate(body["messages"]) for m in ocr._decode_message(message, f"messages[{i}]")]
+    assert request.messages == general
+    fast, general_bytes = _encoded(request.messages)
+    assert fast == general_bytes
+
+
+@pytest.mark.parametrize("stream", [True, False, None, "true", 1, 0, [], "absent"])
+@pytest.mark.parametrize("extra", [{}, {"tools": []}, {"functions": []}, {"tool_choice": "auto"}, {"functions": 3}])
+def test_request_decode_top_level_fast_paths(stream, extra):
+    """stream, tools and tool_choice read as _typed/_decode_tools/_decode_tool_choice read them."""
+    body: dict = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    if stream != "absent":
+        body["stream"] = stream
+    try:
+        want: object = ocr._typed(body, "stream", bool) or False
+    except RequestError as exc:
+        want = str(exc)
+    try:
+        request = oc.decode_request(body)
+    except RequestError as exc:
+        assert str(exc) == want
+        return
+    assert request.stream is want
+    assert (request.tools, request.tool_choice) == (
+        ocr._decode_tools(body)[0],
+        ocr._decode_tool_choice(body.get("tool_choice", body.get("function_call")), hub.Request(), body),
+    )
+
+
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+@pytest.mark.parametrize("keys", [k for n in range(4) for k in itertools.combinations(_COUNTS, n)])
+def test_usage_from_wire_fast_path_is_the_general_path(keys):
+    """A usage of the three counts only is read without the general walk; an empty llmbridge
+    entry (which says nothing) sends the same usage down the general path."""
+    from llmbridge.dialects.openai_chat._common import usage_from_wire
+
+    for value in (0, 7, None, True, 1.5, "3", [1]):
+        raw = dict.fromkeys(keys, value)
+        assert usage_from_wire(raw) == usage_from_wire({**raw, "llmbridge": {}})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -166,3 +167,127 @@ def test_edge_streams_hot_path_is_the_general_path(chunks):
 @given(st.lists(_CHUNK, max_size=14), st.booleans(), st.sampled_from([None, 5]))
 def test_generated_streams_hot_path_is_the_general_path(chunks, done, size):
     _same(_body(chunks, done), size)
+
+
+# First chunks: _hot_start takes the usual one (one choice, a delta of nothing or text, at most
+# one extra) and must leave every other shape to on_event before changing anything.  Every
+# combination below is decoded both ways, and the events are also compared as JSON, which
+# (unlike ==) sees the order of an extensions dict.
+_FIRST_DELTAS = [
+    {"role": "assistant", "content": ""},
+    {"role": "assistant"},
+    {},
+    {"content": None, "role": "assistant"},
+    {"role": "assistant", "content": "Hi"},
+    {"content": "<think>a"},
+    {"content": "<th"},
+    {"role": "assistant", "reasoning_content": "r"},
+    {"role": "assistant", "reasoning": "r", "channel": "analysis"},
+    {"role": "assistant", "refusal": "no"},
+    {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f", "arguments": ""}}]},
+    {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]},
+    {"content": ["x"]},
+]
+_FIRST_CHOICES = [
+    {"index": i, "delta": d, "finish_reason": r, "logprobs": None}
+    for d in _FIRST_DELTAS
+    for r in (None, "stop", "", "length")
+    for i in (0, 1)
+] + [
+    {"index": 0, "delta": {"role": "assistant", "content": ""}, "text": "", "seed": None, "token_ids": None},
+    {"index": 0, "delta": {"role": "assistant"}, "native_finish_reason": None},
+    {"delta": {"role": "assistant", "content": ""}},
+    {"index": True, "delta": {"role": "assistant", "content": ""}},
+    {"index": 0},
+    {"index": 0, "delta": {"content": "x"}, "extra": 1},
+    {"index": 0, "delta": {"content": "x"}, "logprobs": {"content": [{"token": "x"}]}},
+]
+_FIRST_META = [
+    {"id": "chatcmpl-1", "created": 1700000000, "model": "m"},
+    {"id": "", "created": 0, "model": ""},
+    {"id": None, "created": None, "model": None},
+    {"id": 7, "created": True, "model": "m"},
+    {"created": 1.5},
+    {"id": "chatcmpl-1", "created": -3},
+    {},
+]
+_FIRST_EXTRAS = [
+    {},
+    {"system_fingerprint": "fp_1"},
+    {"service_tier": "default"},
+    {"provider": "P"},
+    {"system_fingerprint": None},
+    {"service_tier": "default", "system_fingerprint": "fp_1"},
+    {"system_fingerprint": "fp_1", "service_tier": "default"},
+    {"provider": "P", "system_fingerprint": "fp_1"},
+    {"provider": "P", "service_tier": "default", "system_fingerprint": "fp_1"},
+    {"system_fingerprint": "fp_1", "provider": "P", "service_tier": "default"},
+    {"service_tier": "default", "system_fingerprint": "fp\\1"},  # a backslash: order not told from the text
+    {"service_tier": "system_fingerprint", "system_fingerprint": "fp_1"},  # the name twice
+    {"service_tier": "default", "system_fingerprint": "fp_1", "x": {"provider": 1}},
+    {"sla_metrics": {"ttft": 1}},
+    {"sla_metrics": None},
+    {"obfuscation": "abc"},
+    {"usage": None},
+    {"usage": {"prompt_tokens": 1}},
+    {"citations": ["u"]},
+    {"llmbridge": {"request_id": "r"}},
+    {"service_tier": 3},
+]
+_FIRST_REST = [
+    _content("a"),
+    _chunk({"index": 0, "delta": {}, "finish_reason": "stop"}, system_fingerprint="fp_1"),
+    {"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}},
+]
+
+
+def _same_json(body: bytes, size: int | None = None) -> None:
+    hot, general = _decode(StreamDecoder, body, size), _decode(_GeneralOnly, body, size)
+    assert hot == general
+    assert msgspec.json.encode(hot) == msgspec.json.encode(general)
+
+
+@pytest.mark.parametrize("choice", _FIRST_CHOICES, ids=lambda c: json.dumps(c)[:60])
+def test_first_chunks_hot_path_is_the_general_path(choice):
+    for meta in _FIRST_META:
+        for extras in _FIRST_EXTRAS:
+            first = {"object": "chat.completion.chunk", **meta, "choices": [choice], **extras}
+            _same_json(_body([first, *_FIRST_REST]))
+    _same_json(_body([{"choices": [choice]}, *_FIRST_REST], done=False), 7)
+    for other in ({"choices": []}, {"id": "x", "choices": [], "prompt_filter_results": [{"prompt_index": 0}]}):
+        _same_json(_body([other, {"id": "x", "choices": [choice]}, *_FIRST_REST]))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the key's name elsewhere: in a Raw field, in content (escaped quotes), a key spelled with an escape
+        '{"id":"c","object":{"system_fingerprint":1},"service_tier":"default","system_fingerprint":"fp",%s}',
+        '{"id":"c","system_fingerprint":"fp","service_tier":"default",%s,"obfuscation":"\\"service_tier\\""}',
+        '{"id":"c","system_fingerprint":"fp","service_tier":"default",%s}',
+        '{"id":"c","service_tier":"default","system_fingerprint":"fp",%s}',
+        '{"id":"c","service\\u005ftier":"default","system_fingerprint":"fp",%s,"object":{"service_tier":1}}',
+        '{"id":"c","service_tier":"a","system_fingerprint":"fp","service_tier":"b",%s}',
+        '{"id":"c", "provider": "P" ,"service_tier" : "default","system_fingerprint":"fp",%s}',
+    ],
+)
+def test_first_chunk_extras_in_their_order(text):
+    choice = '"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]'
+    body = ("data: " + text % choice + "\n\n").encode() + _body([_content("a")])
+    _same_json(body)
+
+
+def test_the_hot_path_takes_the_usual_first_chunk():
+    """(else the comparisons above would pass with a _hot_start that never takes one)"""
+    taken = []
+
+    class Counting(StreamDecoder):
+        def _hot_start(self, data):  # type: ignore[no-untyped-def]
+            handled = super()._hot_start(data)
+            taken.append(handled)
+            return handled
+
+    role = _chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})
+    for extra in ({}, {"system_fingerprint": "fp_1"}, {"service_tier": "default", "system_fingerprint": "fp_1"}):
+        _decode(Counting, _body([{**role, **extra}, _content("Hi")]), None)
+    assert taken == [True, True, True]

@@ -974,3 +974,21 @@ def test_the_docs_table_lists_every_row(dialect):
     documented = doc_rows(dialect)
     tested = [row[1] for row in ROWS if row[0] == dialect]
     assert documented == tested
+
+
+def test_text_parts_report_only_their_extensions():
+    """dropped_fields passes over a text part without extensions (its fast branch) and reports
+    another namespace's keys of one that has them, as _part_fields does for any part."""
+    from llmbridge import hub
+    from llmbridge.dialects import fields
+
+    extensions = [None, {}, {"anthropic-messages": {"cache_control": {"type": "ephemeral"}}}, {"gemini": {"x": 1}}]
+    for ext in extensions:
+        for role in ("user", "system"):
+            request = hub.Request(model="m", messages=[hub.Message(role, [hub.TextPart("hi", ext)])])
+            for source, target in (("anthropic-messages", "openai-chat"), ("openai-chat", "gemini")):
+                want: set[str] = set()
+                fields._part_fields(
+                    request.messages[0].parts[0], "system" if role == "system" else "messages", target, want
+                )
+                assert dropped_fields(request, source, target) == sorted(want)

@@ -198,3 +198,36 @@ def test_corpus_any_chunking_same_events(path, cuts):
     # byte by byte too (the first 16 KiB: every boundary kind occurs there, and large files stay fast)
     head = body[:16384]
     assert decode([head[i : i + 1] for i in range(len(head))]) == decode([head])
+
+
+def test_marked_events_and_boundaries_lf_fast_paths_match_the_general_search():
+    """marked_events and EventBoundaries.feed search a read without CR for "\\n\\n" themselves;
+    the spans and ends must be those the general last_event_end/next_event_end give."""
+    import random
+
+    from llmbridge.sse import EventBoundaries, last_event_end, marked_events, next_event_end
+
+    def reference(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[tuple[int, int]]:
+        hits = sorted(at for m in markers for at in _all(data, m, start))
+        spans: list[tuple[int, int]] = []
+        for at in hits:
+            if spans and at < spans[-1][1]:
+                continue
+            spans.append((max(start, last_event_end(data, start, at)), next_event_end(data, at)))
+        return spans
+
+    def _all(data: bytes, marker: bytes, start: int) -> list[int]:
+        out, at = [], data.find(marker, start)
+        while at >= 0:
+            out.append(at)
+            at = data.find(marker, at + len(marker))
+        return out
+
+    rng = random.Random(23)
+    markers = (b"X", b"[D]", b"e:")
+    for _ in range(3000):
+        alphabet = rng.choice([b"ab\n\nX", b"data: [D]\n", b"ab\r\nX\n", b"e:\n\n\n", b"abc"])
+        data = bytes(rng.choice(alphabet) for _ in range(rng.choice([0, 1, 5, 40, 300])))
+        start = rng.randrange(len(data) + 1)
+        assert marked_events(data, start, markers) == reference(data, start, markers), (data, start)
+        assert EventBoundaries(1 << 20).feed(data) == last_event_end(data, 0, len(data)), data

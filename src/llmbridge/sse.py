@@ -186,7 +186,7 @@ class Decoder:
             self._skip_lf = chunk.endswith(b"\r")
             chunk = normalise_cr(chunk)
         if not self._bom_done and chunk:
-            head = b"".join(self._pending) + chunk
+            head = b"".join(self._pending) + chunk if self._pending else chunk
             if len(head) < 3 and _BOM.startswith(head):
                 self._pending[:] = [head]  # could still become a BOM
                 return b""
@@ -299,7 +299,13 @@ class EventBoundaries:
         self._tail = b""
 
     def feed(self, data: bytes) -> int:
-        end = last_event_end(data, 0, len(data))
+        n = len(data)
+        if n < _BIG and 13 not in data:  # last_event_end's LF-only case, without the call
+            end = data.rfind(b"\n\n")
+            if end >= 0:
+                end += 2
+        else:
+            end = last_event_end(data, 0, n)
         tail = self._tail
         if end < 0 and tail:
             # No blank line inside ``data``: one may have begun in the last read's final bytes.
@@ -340,6 +346,17 @@ def marked_events(data: bytes, start: int, markers: tuple[bytes, ...]) -> list[t
         return []
     hits.sort()
     spans: list[tuple[int, int]] = []
+    if len(data) - start < _BIG and data.find(13, start) < 0:
+        # LF line ends only (nearly every stream): last_event_end and next_event_end would each
+        # search for the one separator; searched here, without two calls per hit
+        n = len(data)
+        for at in hits:
+            if spans and at < spans[-1][1]:
+                continue
+            begin = data.rfind(b"\n\n", start, at)
+            end = data.find(b"\n\n", at)
+            spans.append((begin + 2 if begin >= 0 else start, end + 2 if end >= 0 else n))
+        return spans
     for at in hits:
         if spans and at < spans[-1][1]:
             continue  # inside the event already taken

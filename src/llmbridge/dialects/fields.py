@@ -96,6 +96,10 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
     for message in request.messages:
         where = "system" if message.role == "system" else "messages"
         for part in message.parts:
+            if type(part) is hub.TextPart:  # (nearly every part: only its extensions can say more)
+                if part.extensions:
+                    _part_fields(part, where, target, out)
+                continue
             if type(part) is hub.NativePart:
                 if part.namespace != target:
                     kind = part.data.get("type") if type(part.data) is dict else None
@@ -115,7 +119,7 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
         for namespace, own in (tool.extensions or {}).items():
             if namespace != target and type(own) is dict:
                 out.update(f"tools.{k}" for k in own if k not in _PART_BOOKKEEPING)
-    spelling = _SPELLING.get(source, {})
+    spelling = _SPELLING.get(source, _NO_SPELLING)
     for name in _UNSAID.get(target, ()):
         value = getattr(request, name)
         if value is not None and value != [] and not (name == "n" and value == 1):
@@ -124,7 +128,7 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
     if target == "anthropic-messages" and fmt and fmt.get("type") != "json_schema":  # JSON mode: no Anthropic form
         out.add(_FORMAT_FIELD.get(source, "response_format"))
     # metadata: Anthropic takes only user_id, Gemini none (request_id is the gateway's own)
-    kept = {"anthropic-messages": ("user_id", "request_id"), "gemini": ("request_id",)}.get(target)
+    kept = _METADATA_KEPT.get(target)
     if kept is not None:
         for key in request.metadata:
             if key not in kept:
@@ -132,6 +136,8 @@ def dropped_fields(request: hub.Request, source: str, target: str) -> list[str]:
     return sorted(out)
 
 
+_NO_SPELLING: dict[str, str] = {}
+_METADATA_KEPT = {"anthropic-messages": ("user_id", "request_id"), "gemini": ("request_id",)}
 _FORMAT_FIELD = {"openai-responses": "text.format", "gemini": "generationConfig.responseMimeType"}
 
 

@@ -84,6 +84,8 @@ _USAGE_KNOWN = {"input_tokens", "output_tokens", "cache_read_input_tokens", "cac
 USAGE_NULLABLE = ("cache_creation", "server_tool_use", "service_tier")
 _SERVER_TOOL_COUNTS = ("web_fetch_requests", "web_search_requests")
 _NULLS = dict.fromkeys(USAGE_NULLABLE)
+_NO_USAGE = {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}
+_NO_USAGE_NONE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
 def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
@@ -111,8 +113,8 @@ def usage_from_raw(raw: dict[str, Any]) -> hub.Usage:
 
 def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Hub usage -> (Anthropic usage object, hub data Anthropic cannot say or ``None``)."""
-    if usage is None:
-        usage = hub.Usage()
+    if usage is None:  # (message_start of nearly every stream: no usage yet) what hub.Usage() gives
+        return {**_NO_USAGE, **_NULLS}, {"none": list(_NO_USAGE_NONE)}
     read = usage.cache_read_tokens or 0
     write = usage.cache_write_tokens or 0
     raw: dict[str, Any] = {

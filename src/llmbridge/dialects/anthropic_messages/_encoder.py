@@ -22,6 +22,7 @@ _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","inde
 _END = b"}}\n\n"
 _TEXT_START = b'event: content_block_start\ndata: {"type":"content_block_start","index":'
 _TEXT_START_END = b',"content_block":{"type":"text","text":""}}\n\n'
+_STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":'
 # The states as globals for the per-event checks (see EncoderState).
 _IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
 
@@ -138,7 +139,7 @@ class StreamEncoder(EncoderDispatch):
             "stop_sequence": None,
             "usage": usage,
         }
-        own, foreign = _split(start.extensions, True)
+        own, foreign = _split(start.extensions, True) if start.extensions else (None, None)
         if type(own) is dict:
             for key, value in own.items():
                 message.setdefault(key, value)
@@ -188,23 +189,26 @@ class StreamEncoder(EncoderDispatch):
 
     def _message_delta(self) -> bytes:
         delta: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
-        ours: dict[str, Any] = {}
+        exact = True
         if self._finish is not None:
             stop, exact = stop_from_finish(self._finish)
             delta["stop_reason"] = stop
             delta["stop_sequence"] = self._finish.stop_sequence
-            if not exact:
-                ours["finish"] = event_to_json(self._finish)
         extras = self._delta_extras
-        for key, value in (extras.get("delta") or {}).items():
-            delta.setdefault(key, value)
+        if extras:
+            for key, value in (extras.get("delta") or {}).items():
+                delta.setdefault(key, value)
         usage, usage_extra = usage_to_raw(self._usage)
         body: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": usage}
-        for key, value in extras.items():
-            if key != "delta":
-                body.setdefault(key, value)
+        if extras:
+            for key, value in extras.items():
+                if key != "delta":
+                    body.setdefault(key, value)
         if not self.extensions:  # (what PlainEncoder would strip: every stream has some)
             return sse(b"message_delta", body)
+        # (only now: a translated finish is seldom exact, and a plain client never sees this)
+        finish = self._finish  # (not exact: there is one)
+        ours: dict[str, Any] = {"finish": event_to_json(finish)} if finish is not None and not exact else {}
         if usage_extra:
             ours["usage"] = usage_extra
         if self._late:
@@ -362,6 +366,12 @@ class StreamEncoder(EncoderDispatch):
         return b"".join(out)
 
     def _stop_bytes(self, block: _Out, stop: hub.BlockStop) -> bytes:
+        if block.wire_type == "text" and not (stop.fidelity or stop.extensions or block.annotations):
+            # The usual text block: nothing under our key, so its stop is the same bytes every time.
+            return _STOP + str(block.wire).encode() + b"}\n\n"
+        return self._stop_general(block, stop)
+
+    def _stop_general(self, block: _Out, stop: hub.BlockStop) -> bytes:
         out = b""
         fidelity = stop.fidelity
         if block.wire_type == "thinking":

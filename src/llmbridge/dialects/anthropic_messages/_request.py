@@ -49,8 +49,13 @@ BETA = _PREFIX + "$beta"
 _BLOCKS = "content_blocks"  # in a tool result's own extensions: its content was a list, not a string
 
 
+_TURN_ROLES = frozenset(("user", "assistant"))
+
+
 def _want(value: Any, kinds: type | tuple[type, ...], where: str, what: str) -> Any:
     """``value`` when it is of ``kinds`` (a bool is no number), else a RequestError naming ``where``."""
+    if type(value) is kinds:  # (the usual call: one exact type, as JSON decodes it)
+        return value
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     if not isinstance(value, kinds) or (type(value) is bool and bool not in kinds):
         raise RequestError(f"expected {what}", where)
@@ -59,8 +64,8 @@ def _want(value: Any, kinds: type | tuple[type, ...], where: str, what: str) -> 
 
 def _number(body: dict[str, Any], key: str, kinds: tuple[type, ...] = (int, float)) -> Any:
     value = body.get(key)
-    if value is None:
-        return None
+    if value is None or (type(value) is int and int in kinds):  # (None or an int: nothing to check)
+        return value
     return _want(value, kinds, key, "an integer" if kinds == (int,) else "a number")
 
 
@@ -84,34 +89,18 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
     messages = body.get("messages")
     if type(messages) is not list:
         raise RequestError("expected a list" if messages is not None else "field required", "messages")
+    out = request.messages
     for n, message in enumerate(messages):
-        where = f"messages[{n}]"
-        _want(message, dict, where, "an object")
-        role = message.get("role")
-        if role not in ("user", "assistant", "system"):
-            raise RequestError("expected 'user', 'assistant' or 'system'", f"{where}.role")
-        if "content" not in message:
-            raise RequestError("field required", f"{where}.content")
-        content = message["content"]
-        parts = _content(content, f"{where}.content", role)
-        if role != "user":  # a system message inside the conversation stays where it is
-            form = _form(content, in_messages=role == "system")
-            request.messages.append(hub.Message(role, parts, None, form))
+        # The usual turn, a user or assistant message with string content, is one text part
+        # spelled as a string: what the general steps below make of it, without them.
+        if (
+            type(message) is dict
+            and type(content := message.get("content")) is str
+            and (role := message.get("role")) in _TURN_ROLES
+        ):
+            out.append(hub.Message(role, [hub.TextPart(content)], None, {NAME: {"content": "string", "turn": True}}))
             continue
-        first = len(request.messages)
-        pending: list[hub.Part] = []  # tool results become "tool" messages, in order
-        for part in parts:
-            if type(part) is hub.ToolResultPart:
-                if pending:
-                    request.messages.append(hub.Message("user", pending))
-                    pending = []
-                request.messages.append(hub.Message("tool", [part]))
-            else:
-                pending.append(part)
-        if pending or not parts:
-            request.messages.append(hub.Message("user", pending))
-        # the turn's first hub message says where the turn began and how its content was spelled
-        request.messages[first].extensions = _form(content) if len(request.messages) == first + 1 else _form([])
+        _decode_turn(message, f"messages[{n}]", out)
     # exact bool: "stream": "false" is a truthy string, and must not start a stream
     stream = body.get("stream")
     request.stream = False if stream is None else _want(stream, bool, "stream", "a boolean")
@@ -123,6 +112,36 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
             request.extensions[_PREFIX + key] = value
     request.extensions[ORDER] = list(body)
     return request
+
+
+def _decode_turn(message: Any, where: str, out: list[hub.Message]) -> None:
+    """One message of ``messages`` (any shape): its hub messages appended to ``out``."""
+    _want(message, dict, where, "an object")
+    role = message.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise RequestError("expected 'user', 'assistant' or 'system'", f"{where}.role")
+    if "content" not in message:
+        raise RequestError("field required", f"{where}.content")
+    content = message["content"]
+    parts = _content(content, f"{where}.content", role)
+    if role != "user":  # a system message inside the conversation stays where it is
+        form = _form(content, in_messages=role == "system")
+        out.append(hub.Message(role, parts, None, form))
+        return
+    first = len(out)
+    pending: list[hub.Part] = []  # tool results become "tool" messages, in order
+    for part in parts:
+        if type(part) is hub.ToolResultPart:
+            if pending:
+                out.append(hub.Message("user", pending))
+                pending = []
+            out.append(hub.Message("tool", [part]))
+        else:
+            pending.append(part)
+    if pending or not parts:
+        out.append(hub.Message("user", pending))
+    # the turn's first hub message says where the turn began and how its content was spelled
+    out[first].extensions = _form(content) if len(out) == first + 1 else _form([])
 
 
 # The optional fields _decode_optional reads: each leaves the hub default when it is absent.
@@ -243,8 +262,11 @@ def _part(block: Any, where: str, role: str) -> hub.Part:
     _want(block, dict, where, "an object")
     kind = block.get("type")
     if kind == "text":
-        _want(block.get("text"), str, f"{where}.text", "a string")
-        return hub.TextPart(block["text"], _extras(block, ("type", "text")))
+        text = block.get("text")
+        if type(text) is not str:
+            _want(text, str, f"{where}.text", "a string")
+        # (two keys, "type" and "text": no extras to collect)
+        return hub.TextPart(text, _extras(block, ("type", "text")) if len(block) > 2 else None)
     if kind in ("image", "document"):
         source = block.get("source")
         _want(source, dict, f"{where}.source", "an object")

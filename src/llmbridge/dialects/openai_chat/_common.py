@@ -129,9 +129,12 @@ _USAGE_PLAIN = frozenset(_USAGE_MAIN)
 def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
     """OpenAI usage -> hub usage; fields the hub does not model stay in extensions."""
     if raw.keys() <= _USAGE_PLAIN:  # the three counts only (what the general path makes of them)
-        get = raw.get
+        get = raw.get  # (_int written out: three calls fewer)
+        prompt, completion, total = get("prompt_tokens"), get("completion_tokens"), get("total_tokens")
         return hub.Usage(
-            _int(get("prompt_tokens")), _int(get("completion_tokens")), total_tokens=_int(get("total_tokens"))
+            prompt if type(prompt) is int else None,
+            completion if type(completion) is int else None,
+            total_tokens=total if type(total) is int else None,
         )
     prompt = _int(raw.get("prompt_tokens"))
     completion = _int(raw.get("completion_tokens"))

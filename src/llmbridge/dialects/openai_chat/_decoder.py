@@ -86,6 +86,28 @@ class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 _hot_decode = msgspec.json.Decoder(_HotChunk).decode
+
+
+class _StartChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The first chunk of nearly every stream (``delta: {"role": "assistant", "content": ""}``):
+    :class:`_HotChunk` with the stream-level fields that ``_start`` reads decoded, and typed as
+    ``_start`` takes them (any other type fails the decode: the general path)."""
+
+    choices: list[_HotChoice]
+    id: str | None = None
+    object: msgspec.Raw = msgspec.Raw()
+    created: int | None = None
+    model: str | None = None
+    obfuscation: msgspec.Raw = msgspec.Raw()
+    sla_metrics: msgspec.Raw = msgspec.Raw()  # (present: the general path; _start reports it)
+    usage: dict | None = None
+    service_tier: str | None = None
+    system_fingerprint: str | None = None
+    provider: str | None = None
+
+
+_start_decode = msgspec.json.Decoder(_StartChunk).decode
+_NOT_YET = 1 << 62  # _hot_skip until _start: every event to on_event
 _Delta = hub.Delta
 _HOT_BACKOFF = 8  # after chunks of other shapes, try the hot decode on at most every 8th event
 
@@ -135,6 +157,10 @@ class _Choice:
         self.background: list[int] = []  # blocks kept open under the llmbridge key (interleaved)
 
 
+# (the paths every stream takes append to ``_out`` themselves: SSEStreamDecoder.emit is that
+# append, one call more per event)
+
+
 class StreamDecoder(SSEStreamDecoder):
     """openai-chat ``data: {chunk}`` lines to hub events (any number of choices and tool calls).
 
@@ -160,7 +186,9 @@ class StreamDecoder(SSEStreamDecoder):
         self._last_usage: dict | None = None
         self._response_id = ""
         self._calls = 0
-        self._hot_skip = 1 << 62  # events left to on_event before the next hot try: none until _start
+        # events left to on_event before the next hot try: the first event tries _hot_start, and
+        # if that leaves it to on_event, none until _start
+        self._hot_skip = 0
         self._hot_backoff = 1
 
     # ------------------------------------------------------------------ SSE events
@@ -237,8 +265,13 @@ class StreamDecoder(SSEStreamDecoder):
             self._hot_skip -= 1
             return False
         data = event.data
-        if data == "[DONE]" or event.event == "error":  # ([DONE]: no struct decode to fail first)
+        if data == "[DONE]":  # (what on_event does with it, whatever the event's name)
+            self._end()
+            return True
+        if event.event == "error":
             return False
+        if not self.started:
+            return self._hot_start(data)
         try:
             chunk = _hot_decode(data)
         except msgspec.DecodeError:  # (ValidationError included) another shape: back off, since
@@ -336,6 +369,57 @@ class StreamDecoder(SSEStreamDecoder):
         # by an empty one, which the struct does not tell apart.
         return not ch.buf
 
+    def _hot_start(self, data: str) -> bool:
+        """The first event, when it is the usual first chunk: one choice whose delta holds
+        nothing or text, or a finish without a fragment; extras whose order _start_extras tells.
+
+        Does what on_event does with it (``_start``, then ``_choice`` for a new choice) without
+        the dict decode and walks; False (before any change) leaves it, and every event up to
+        the start, to on_event.
+        """
+        self._hot_skip = _NOT_YET  # whatever happens below: _start resets it
+        try:
+            chunk = _start_decode(data)
+        except msgspec.DecodeError:
+            return False
+        choices = chunk.choices
+        if len(choices) != 1 or chunk.usage is not None or chunk.sla_metrics:
+            return False
+        choice = choices[0]
+        delta = choice.delta
+        reason = choice.finish_reason
+        if (
+            delta.reasoning_content
+            or delta.reasoning
+            or delta.refusal
+            or delta.tool_calls
+            or (reason is not None and (not reason or delta.content))
+        ):
+            return False
+        tier, fingerprint, provider = chunk.service_tier, chunk.system_fingerprint, chunk.provider
+        if tier is None and fingerprint is None and provider is None:
+            pending: dict[str, Any] = {}
+        else:
+            extras = _start_extras(data, tier, fingerprint, provider)
+            if extras is None:
+                return False
+            pending = extras
+        self.started = True
+        self._hot_skip = 0
+        self._pending_ext = pending
+        self._seen = dict(pending)
+        rid = chunk.id or None
+        self._response_id = rid or ""
+        extensions = {NAME: pending} if pending else None
+        self._out.append(hub.ResponseStart(rid, chunk.model or None, chunk.created or None, None, extensions))
+        n = choice.index
+        ch = self._choices[n] = _Choice(n)
+        if reason is not None:
+            self._finish(ch, reason, _NO_CHOICE, None)
+        elif delta.content:
+            self._content(ch, delta.content)
+        return True
+
     # ------------------------------------------------------------------ stream level
 
     def _maybe_start(self, chunk: dict) -> bool:
@@ -399,7 +483,7 @@ class StreamDecoder(SSEStreamDecoder):
                 else:
                     del ext[NAME]
             usage.extensions = ext or None
-        self.emit(usage)
+        self._out.append(usage)
 
     def _error(self, chunk: dict) -> None:
         if not self.started:
@@ -447,7 +531,7 @@ class StreamDecoder(SSEStreamDecoder):
     ) -> int:
         index = self._next_block
         self._next_block += 1
-        self.emit(hub.BlockStart(index, kind, id, name, ch.n, mime_type, fidelity, extensions))
+        self._out.append(hub.BlockStart(index, kind, id, name, ch.n, mime_type, fidelity, extensions))
         ch.last = index
         return index
 
@@ -457,7 +541,7 @@ class StreamDecoder(SSEStreamDecoder):
         if ch.seq_items:
             fidelity = hub.merge_dicts(reasoning_fidelity(ch.seq_items), fidelity)
             ch.seq_items = []
-        self.emit(hub.BlockStop(ch.seq, fidelity, extensions))
+        self._out.append(hub.BlockStop(ch.seq, fidelity, extensions))
         ch.seq = None
         ch.seq_kind = ""
         ch.plain = False
@@ -466,26 +550,34 @@ class StreamDecoder(SSEStreamDecoder):
     def _seq(self, ch: _Choice, kind: str, text: str, refusal: bool = False) -> None:
         """Append text to the open block of ``kind``, opening one when another kind is open."""
         if ch.seq is None or ch.seq_kind != kind or ch.seq_refusal != refusal:
-            self._close_seq(ch)
+            if ch.seq is not None:
+                self._close_seq(ch)
             ch.seq = self._open(ch, kind, extensions={NAME: {"refusal": True}} if refusal else None)
             ch.seq_kind = kind
             ch.seq_refusal = refusal
         ch.plain = kind == "text" and not refusal and ch.think == "text" and not ch.buf and not ch.finished
         if text:
-            self.emit(hub.Delta(ch.seq, text))
+            self._out.append(hub.Delta(ch.seq, text))
 
     def _close_choice(self, ch: _Choice) -> None:
-        self._flush_think(ch)
-        self._close_seq(ch)
-        for index in ch.tools.values():
-            self.emit(hub.BlockStop(index))
-        ch.tools.clear()
-        for index in ch.natives.values():
-            self.emit(hub.BlockStop(index))
-        ch.natives.clear()
-        for index in ch.background:
-            self.emit(hub.BlockStop(index))
-        ch.background.clear()
+        # (each step only where it has something to do: a choice is closed at its finish and
+        # again at [DONE], when there is nothing left)
+        if ch.buf or ch.think == "start":
+            self._flush_think(ch)
+        if ch.seq is not None:
+            self._close_seq(ch)
+        if ch.tools:
+            for index in ch.tools.values():
+                self.emit(hub.BlockStop(index))
+            ch.tools.clear()
+        if ch.natives:
+            for index in ch.natives.values():
+                self.emit(hub.BlockStop(index))
+            ch.natives.clear()
+        if ch.background:
+            for index in ch.background:
+                self.emit(hub.BlockStop(index))
+            ch.background.clear()
 
     # ------------------------------------------------------------------ choices
 
@@ -752,7 +844,7 @@ class StreamDecoder(SSEStreamDecoder):
                 hub_reason = "stop_sequence"
         if isinstance(stop_reason, str) and stop_reason:
             stop_sequence = stop_reason
-        self.emit(hub.Finish(hub_reason, ch.n, raw, stop_sequence))
+        self._out.append(hub.Finish(hub_reason, ch.n, raw, stop_sequence))
 
     # ------------------------------------------------------------------ the llmbridge key on a choice
 
@@ -836,6 +928,38 @@ class StreamDecoder(SSEStreamDecoder):
 
 
 _MISSING = object()
+_EXTRA_NAMES = (
+    ("service_tier", '"service_tier"'),
+    ("system_fingerprint", '"system_fingerprint"'),
+    ("provider", '"provider"'),
+)
+
+
+def _start_extras(data: str, *values: str | None) -> dict[str, Any] | None:
+    """The first chunk's extras (``values`` by _EXTRA_NAMES, None where absent) in the order
+    the chunk has them, as _start's walk of the decoded dict would put them; None when that
+    order cannot be told from the text.
+
+    Without a backslash in ``data`` no string holds an escape, so each key present is spelled
+    as ``"name"`` where it stands; when that spelling occurs once, its place is the key's.
+    """
+    found = [
+        (key, quoted, value) for (key, quoted), value in zip(_EXTRA_NAMES, values, strict=True) if value is not None
+    ]
+    if len(found) == 1:
+        return {found[0][0]: found[0][2]}
+    if "\\" in data:
+        return None
+    placed = []
+    for key, quoted, value in found:
+        at = data.find(quoted)
+        if at < 0 or data.find(quoted, at + 1) >= 0:
+            return None
+        placed.append((at, key, value))
+    placed.sort()
+    return {key: value for _, key, value in placed}
+
+
 _NO_CHOICE: dict[str, Any] = {}  # (what _finish reads of a hot finish chunk's choice: no stop_reason)
 
 

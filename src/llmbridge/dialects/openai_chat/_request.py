@@ -62,22 +62,37 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise RequestError("required, a list of messages" if messages is None else "expected a list", "messages")
+    out = req.messages
     for i, message in enumerate(messages):
-        req.messages.extend(_decode_message(message, f"messages[{i}]"))
-    req.tools, legacy_tools = _decode_tools(body)
-    if legacy_tools:
-        req.extensions[f"{NAME}:tools"] = legacy_tools
-    req.tool_choice = _decode_tool_choice(body.get("tool_choice", body.get("function_call")), req, body)
-    req.stream = _typed(body, "stream", bool) or False
+        # The usual message, {"role": "user"|"system"|"assistant", "content": "text"} and nothing
+        # else, is one text part: what _decode_message makes of it, without its walks.
+        if (
+            type(message) is dict
+            and len(message) == 2
+            and type(content := message.get("content")) is str
+            and (role := message.get("role")) in _PLAIN_ROLES
+        ):
+            out.append(hub.Message(role, [hub.TextPart(content)]))
+        else:
+            out.extend(_decode_message(message, f"messages[{i}]"))
+    if "tools" in body or "functions" in body:  # (neither: no tools, nothing to report)
+        req.tools, legacy_tools = _decode_tools(body)
+        if legacy_tools:
+            req.extensions[_X_TOOLS] = legacy_tools
+    choice = body.get("tool_choice", body.get("function_call"))
+    if choice is not None:
+        req.tool_choice = _decode_tool_choice(choice, req, body)
+    stream = body.get("stream")
+    req.stream = stream if stream is True or stream is False else _typed(body, "stream", bool) or False
     if "max_completion_tokens" in body:
         req.max_tokens = _typed(body, "max_completion_tokens", int)
     elif body.get("max_tokens") is not None:
         req.max_tokens = _typed(body, "max_tokens", int)
-        req.extensions[f"{NAME}:max_tokens_field"] = "max_tokens"
+        req.extensions[_X_MAX_TOKENS_FIELD] = "max_tokens"
     if not body.keys().isdisjoint(_OPTIONAL):  # (a body without any of them: every step below is a no-op)
         _decode_optional(body, req)
     if isinstance(body.get("stream_options"), dict):
-        req.extensions[f"{NAME}:stream_options"] = body["stream_options"]
+        req.extensions[_X_STREAM_OPTIONS] = body["stream_options"]
     for key, value in body.items():
         if key not in _KNOWN and key != EXTENSION_KEY:
             req.extensions[key if ":" in key else f"{NAME}:{key}"] = value
@@ -86,6 +101,13 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
         req.extensions.update(bridge["extensions"])
     return req
 
+
+_PLAIN_ROLES = frozenset(("user", "system", "assistant"))
+# Extension keys of this dialect that the request codec reads and writes (spelled once)
+_X_TOOLS = f"{NAME}:tools"
+_X_TOOL_CHOICE = f"{NAME}:tool_choice"
+_X_STREAM_OPTIONS = f"{NAME}:stream_options"
+_X_MAX_TOKENS_FIELD = f"{NAME}:max_tokens_field"
 
 # The optional fields _decode_optional reads: each leaves the hub default when it is absent.
 _OPTIONAL = frozenset(
@@ -367,7 +389,7 @@ def _decode_tool_choice(value: Any, req: hub.Request, body: dict) -> hub.ToolCho
         fn = value.get("function") if value.get("type") == "function" else value
         if isinstance(fn, dict) and isinstance(fn.get("name"), str):
             return hub.ToolChoice("tool", fn["name"])
-        req.extensions[f"{NAME}:tool_choice"] = value  # allowed_tools, custom ...
+        req.extensions[_X_TOOL_CHOICE] = value  # allowed_tools, custom ...
         return None
     raise RequestError('expected "auto", "none", "required" or an object naming a function', "tool_choice")
 
@@ -402,36 +424,56 @@ def encode_request(request: hub.Request) -> dict[str, Any]:
     body: dict[str, Any] = {}
     if request.model is not None:
         body["model"] = request.model
-    body["messages"] = [m for message in request.messages for m in _encode_message(message)]
+    messages: list[dict[str, Any]] = []
+    for message in request.messages:
+        # The usual message, one text part and no name or openai-chat form as a user, system
+        # or assistant message, is {"role", "content": text}: what _encode_message makes of it.
+        parts = message.parts
+        if (
+            len(parts) == 1
+            and type(part := parts[0]) is hub.TextPart
+            and part.extensions is None
+            and message.name is None
+            and ((ext := message.extensions) is None or NAME not in ext)
+            and message.role in _PLAIN_ROLES
+        ):
+            messages.append({"role": message.role, "content": part.text})
+        else:
+            messages.extend(_encode_message(message))
+    body["messages"] = messages
     # another vendor's server tools (Anthropic web_search_...) are no functions: left out, reported
-    tools = [_encode_tool(t) for t in request.tools if server_tool_type(t, NAME) is None]
-    tools.extend(request.extensions.get(f"{NAME}:tools") or [])
+    tools = [_encode_tool(t) for t in request.tools if server_tool_type(t, NAME) is None] if request.tools else []
+    tools.extend(request.extensions.get(_X_TOOLS) or [])
     if tools:
         body["tools"] = tools
     tc = request.tool_choice
     if tc is not None:
         body["tool_choice"] = {"type": "function", "function": {"name": tc.name}} if tc.mode == "tool" else tc.mode
-    elif f"{NAME}:tool_choice" in request.extensions:
-        body["tool_choice"] = request.extensions[f"{NAME}:tool_choice"]
+    elif _X_TOOL_CHOICE in request.extensions:
+        body["tool_choice"] = request.extensions[_X_TOOL_CHOICE]
     if request.stream:
         body["stream"] = True
-        body["stream_options"] = {**(request.extensions.get(f"{NAME}:stream_options") or {}), "include_usage": True}
+        body["stream_options"] = {**(request.extensions.get(_X_STREAM_OPTIONS) or {}), "include_usage": True}
     if request.max_tokens is not None:
-        field = request.extensions.get(f"{NAME}:max_tokens_field") or "max_completion_tokens"
+        field = request.extensions.get(_X_MAX_TOKENS_FIELD) or "max_completion_tokens"
         body[field] = request.max_tokens
-    for key in (
-        "temperature",
-        "top_p",
-        "top_k",
-        "seed",
-        "presence_penalty",
-        "frequency_penalty",
-        "n",
-        "parallel_tool_calls",
-    ):
-        value = getattr(request, key)
-        if value is not None:
-            body[key] = value
+    # (in this order; attribute reads, not a getattr per name)
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
+    if request.top_k is not None:
+        body["top_k"] = request.top_k
+    if request.seed is not None:
+        body["seed"] = request.seed
+    if request.presence_penalty is not None:
+        body["presence_penalty"] = request.presence_penalty
+    if request.frequency_penalty is not None:
+        body["frequency_penalty"] = request.frequency_penalty
+    if request.n is not None:
+        body["n"] = request.n
+    if request.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.stop:
         body["stop"] = list(request.stop)
     rf = request.response_format
