@@ -17,6 +17,7 @@ in the client's dialect, naming the field), so one place serves all six endpoint
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 from .. import hub
@@ -95,6 +96,9 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "frequency_penalty": (-2.0, 2.0, False),
 }
 
+_RANGE_ITEMS = tuple(RANGES.items())
+_RANGED = operator.attrgetter(*RANGES)  # the request's values of those fields, in one call
+
 # The name a client used for a hub field, per dialect, for the message (default: the hub name).
 _GEMINI = {
     "max_tokens": "generationConfig.maxOutputTokens",
@@ -134,8 +138,7 @@ def validate_request(request: hub.Request, dialect: str) -> None:
     64-bit integer, at most 64 stop sequences of at most 1,024 characters, a thinking budget
     -1..2^31-1. ``dialect`` is the request's dialect (for the field names). Returns nothing.
     """
-    for name, (low, high, integer) in RANGES.items():
-        value: Any = getattr(request, name)
+    for (name, (low, high, integer)), value in zip(_RANGE_ITEMS, _RANGED(request), strict=True):
         if value is None:
             continue
         if type(value) is bool or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
