@@ -53,6 +53,8 @@ PATHS = {"relay": ("/v1/chat/completions", "openai-chat"), "translate": ("/v1/me
 STEPS = (
     ("uvicorn/protocols", "HTTP server (uvicorn: parse, ASGI messages)"),
     ("httptools", "HTTP server (uvicorn: parse, ASGI messages)"),
+    ("uvicorn/middleware", "HTTP server (uvicorn: parse, ASGI messages)"),  # (its proxy-headers wrapper)
+    ("_weakrefset", "HTTP server (uvicorn: parse, ASGI messages)"),  # (uvicorn's set of request tasks)
     ("gateway/server", "HTTP server (uvicorn: parse, ASGI messages)"),
     ("uvicorn/logging", "access log (format, redact, write)"),
     ("logging/__init__", "access log (format, redact, write)"),
