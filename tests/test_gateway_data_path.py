@@ -474,3 +474,46 @@ def test_an_answer_still_arriving_is_not_whole():
         assert b'"Hi"' in rest and rest.endswith(b"data: [DONE]\n\n") and b"error" not in rest
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("got_data_first", [True, False])
+def test_deadlines_are_armed_at_the_first_wait_and_count_from_the_start(got_data_first):
+    """An answer all in when its exchange starts arms no timer; one that is not gets the
+    upstream's deadlines at its first wait, due from ``started`` (not from the wait): an idle
+    deadline once the first data is in, the first-byte one before it."""
+
+    async def whole_answer() -> None:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=0.05, idle=0.05, total=1), loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True))
+        answer = chat_chunk({"role": "assistant", "content": "Hi"}) + chat_chunk({}, "stop") + chunk("[DONE]")
+        source.inbox.put(answer, len(answer))
+        source.inbox.finish()
+        assert await exchange.prime() is None
+        assert exchange.whole() is not None
+        await exchange.aclose()
+        assert exchange._deadlines is None
+
+    async def stalled() -> bytes:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=0.3, idle=0.05, total=10), loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True))
+        if got_data_first:  # the start is in, then nothing: the idle deadline ends it
+            source.inbox.put(chat_chunk({"role": "assistant", "content": "Hi"}), 10)
+        else:  # nothing at all: the first-byte deadline ends it, counted from ``started``
+            await asyncio.sleep(0.2)
+        began = loop.time()
+        error = await exchange.prime()
+        if error is not None:
+            await exchange.aclose()
+            assert error.status == 504 and "within 0.3 s" in error.message
+            assert loop.time() - began < 0.25  # due 0.3 s after ``started``, 0.2 s before the wait
+            return b""
+        out = b"".join([part async for part in exchange.body()])
+        assert exchange._deadlines is not None and exchange._deadlines.missed is not None
+        return out
+
+    asyncio.run(whole_answer())
+    out = asyncio.run(stalled())
+    if got_data_first:
+        assert b"sent nothing for 0.05 s" in out and out.endswith(b"data: [DONE]\n\n")

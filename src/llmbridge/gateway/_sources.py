@@ -41,8 +41,9 @@ class Source:
         self.timeouts = timeouts
         self.started = started
 
-    def start_deadlines(self) -> Deadlines:
-        return Deadlines(self.inbox, self.timeouts, self.name, self.started)
+    def start_deadlines(self, got_data: bool = False) -> Deadlines:
+        """The answer's deadlines, counted from ``started``; ``got_data``: its first data is in."""
+        return Deadlines(self.inbox, self.timeouts, self.name, self.started, got_data)
 
     async def aclose(self) -> None:  # pragma: no cover - every source overrides it
         raise NotImplementedError

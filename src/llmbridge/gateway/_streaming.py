@@ -41,8 +41,8 @@ from .. import dialects, hub, sse
 from ..dialects.base import KEEPALIVE_COMMENT, StreamDecoder, StreamEncoder
 from ..sse import EventBoundaries, marked_events, next_event_end
 from ._failures import as_hub_error
-from ._sources import Source
-from ._timers import LazyTimer
+from ._sources import HTTPSource, Source
+from ._timers import Deadlines, LazyTimer
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -202,7 +202,11 @@ class Exchange:
         self._pending = bytearray()  # relay: the bytes of an event not complete yet
         self._held: list[bytes] = []  # client bytes made while priming
         self._held_events: list[hub.Event] = []  # and the hub events seen (for collect)
-        self._deadlines = source.start_deadlines()
+        # The upstream's deadlines are armed the first time the exchange waits for it
+        # (_start_deadlines): an answer that is all in when it starts, as a fast upstream's
+        # short one often is, never arms or cancels a timer.  Their due times count from
+        # ``source.started`` either way.
+        self._deadlines: Deadlines | None = None
         self._keepalive_timer: LazyTimer | None = None
         self._got_data = False
         self._last_write = self._loop.time()
@@ -230,11 +234,14 @@ class Exchange:
         keepalive = self.keepalive
         try:
             while True:
-                if patience is None and keepalive is not None and not inbox.ready:
-                    # (only once there is something to wait for: a quick upstream's answer is often
-                    # in the inbox already; the due time counts from the exchange's start either way)
-                    patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
-                await inbox.wait()
+                if not inbox.ready:
+                    # (timers only once there is something to wait for: a quick upstream's answer is
+                    # often in the inbox already; due times count from the exchange's start either way)
+                    if self._deadlines is None:
+                        self._start_deadlines()
+                    if patience is None and keepalive is not None:
+                        patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
+                    await inbox.wait()
                 self.upstream_at = time.perf_counter()
                 if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
                     inbox.alarms.discard("keepalive")
@@ -288,6 +295,8 @@ class Exchange:
                 timer = self._keepalive_timer = LazyTimer(
                     lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
                 )
+            if self._deadlines is None:
+                self._start_deadlines()
             while not self.upstream_done and not self.ended:
                 await inbox.wait()
                 _, out = self._step()
@@ -356,6 +365,11 @@ class Exchange:
             log.exception("cannot encode the error either")
             return b""
 
+    def _start_deadlines(self) -> None:
+        """Arm the upstream's first-byte, idle and total deadlines (before the first wait)."""
+        if not self.closed and not self.upstream_done:
+            self._deadlines = self.source.start_deadlines(self._got_data)
+
     def _step(self) -> tuple[list[hub.Event], bytes]:
         """Take everything the inbox holds; the hub events seen and the client bytes made."""
         inbox = self.inbox
@@ -363,7 +377,8 @@ class Exchange:
         source = self.source
         if items and not self._got_data:
             self._got_data = True
-            self._deadlines.data_arrived()
+            if self._deadlines is not None:
+                self._deadlines.data_arrived()
         decoder = source.decoder
         if decoder is None:  # in-process: the items are hub events
             events: list[hub.Event] = items
@@ -377,7 +392,8 @@ class Exchange:
                 self._observer((data, events))
         if "deadline" in inbox.alarms and not self.ended:
             inbox.alarms.discard("deadline")
-            error = self._deadlines.missed or hub.Error("upstream timed out", "timeout", status=504)
+            missed = self._deadlines.missed if self._deadlines is not None else None
+            error = missed or hub.Error("upstream timed out", "timeout", status=504)
             self._abandon()
             events.append(error)
             return events, out + self._encode_end(error)
@@ -605,7 +621,8 @@ class Exchange:
     def _abandon(self) -> None:
         """Read no more from the upstream (a deadline passed, an event was too large)."""
         self.upstream_done = True
-        self._deadlines.cancel()
+        if self._deadlines is not None:
+            self._deadlines.cancel()
         self.inbox.take()
         with contextlib.suppress(Exception):
             resp = getattr(self.source, "response", None)
@@ -645,6 +662,8 @@ class Exchange:
                         self._observe(event)
                         assembler.feed(event)
                     break
+                if self._deadlines is None and not inbox.ready:
+                    self._start_deadlines()
                 await inbox.wait()
                 self.upstream_at = time.perf_counter()
                 inbox.alarms.discard("keepalive")
@@ -662,10 +681,15 @@ class Exchange:
         if self.closed:
             return
         self.closed = True
-        self._deadlines.cancel()
+        if self._deadlines is not None:
+            self._deadlines.cancel()
         if self._keepalive_timer is not None:
             self._keepalive_timer.cancel()
-        await self.source.aclose()
+        source = self.source
+        if type(source) is HTTPSource:  # (closing an HTTP response is immediate: no coroutine)
+            source.response.close()
+        else:
+            await source.aclose()
         if self._on_end is not None:
             try:
                 self._on_end(self)
