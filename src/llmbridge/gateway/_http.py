@@ -207,6 +207,19 @@ class Response:
         self._connection.release(self)
 
 
+class _Callbacks:
+    """What the connection's httptools parser calls (it looks them up once, when it is made):
+    the connection's own methods, and for body pieces the ``append`` of its parts list."""
+
+    __slots__ = ("on_body", "on_header", "on_headers_complete", "on_message_complete")
+
+    def __init__(self, connection: _Connection) -> None:
+        self.on_header = connection.on_header
+        self.on_headers_complete = connection.on_headers_complete
+        self.on_body = connection._parts.append
+        self.on_message_complete = connection.on_message_complete
+
+
 class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection to an origin; serves one response at a time."""
 
@@ -215,13 +228,15 @@ class _Connection(asyncio.Protocol):
         self.origin = origin
         self.transport: asyncio.Transport | None = None
         self.response: Response | None = None
-        self._parser = httptools.HttpResponseParser(self)
-        self._header_name = b""
+        self._header_key = ""  # the last field's name (a continuation's, if httptools splits one)
         self._raw_headers: list[tuple[bytes, bytes]] = []  # the head's, until it is complete
         self._in_head = True  # header callbacks now are the head's (after it: trailers)
         self._decompress: Any = None
-        self._parts: list[bytes] = []  # body pieces of the current socket read
-        self._parts_size = 0
+        # Body pieces of the current socket read (raw: a compressed body is inflated when they
+        # are delivered).  One list for the connection's life: its own ``append`` is the
+        # parser's body callback, a C call per HTTP chunk instead of a Python method.
+        self._parts: list[bytes] = []
+        self._parser = httptools.HttpResponseParser(_Callbacks(self))
         self.closed = False
         self.reused = False
         self._keep_alive = True
@@ -251,10 +266,30 @@ class _Connection(asyncio.Protocol):
         # per event: the pieces of one socket read go to the inbox together, so the consumer is
         # woken (and the clock read) once per read, not once per event.
         parts = self._parts
-        if parts and self.response is not None:
-            self._parts = []
-            self.response.inbox.put_many(parts, self._parts_size)
-            self._parts_size = 0
+        response = self.response
+        if parts and response is not None:
+            items = parts.copy()
+            parts.clear()
+            if self._decompress is not None:
+                items = self._inflate(items)
+                if not items:
+                    return
+            response.inbox.put_many(items, len(items[0]) if len(items) == 1 else sum(map(len, items)))
+
+    def _inflate(self, items: list[bytes]) -> list[bytes]:
+        """``items`` decompressed (what inflated whole before a corrupt piece still counts)."""
+        out = []
+        try:
+            for item in items:
+                data = self._decompress.decompress(item)
+                if data:
+                    out.append(data)
+        except zlib.error as exc:
+            if out and self.response is not None:
+                self.response.inbox.put_many(out, sum(map(len, out)))
+            self._fail(ProtocolError(f"upstream sent a corrupt compressed body ({exc})"))
+            return []
+        return out
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
@@ -281,19 +316,23 @@ class _Connection(asyncio.Protocol):
             self._raw_headers.append((name, value))
         else:  # a trailer
             assert self.response is not None
-            self._add_header(self.response.headers, name, value)
+            self._add_headers(self.response.headers, [(name, value)])
 
-    def _add_header(self, headers: dict[str, str], name: bytes, value: bytes) -> None:
-        """One field into ``headers``: a repeated name's values joined by ", "; an empty name
+    def _add_headers(self, headers: dict[str, str], fields: list[tuple[bytes, bytes]]) -> None:
+        """Fields into ``headers``: a repeated name's values joined by ", "; an empty name
         continues the previous value (httptools may split one header)."""
-        if name:
-            self._header_name = name.lower()
-        key = self._header_name.decode("latin-1")
-        text = value.decode("latin-1")
-        if name and key in headers:
-            headers[key] += ", " + text
-        else:
-            headers[key] = headers.get(key, "") + text
+        key = self._header_key
+        for name, value in fields:
+            text = value.decode("latin-1")
+            if name:
+                key = name.lower().decode("latin-1")
+                if key in headers:
+                    headers[key] += ", " + text
+                else:
+                    headers[key] = text
+            else:
+                headers[key] = headers.get(key, "") + text
+        self._header_key = key
 
     def on_headers_complete(self) -> None:
         response = self.response
@@ -304,41 +343,29 @@ class _Connection(asyncio.Protocol):
             return
         self._in_head = False
         headers = response.headers
-        for name, value in raw:
-            self._add_header(headers, name, value)
+        self._add_headers(headers, raw)
         response.status = status
         self._keep_alive = self._parser.should_keep_alive()
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("gzip", "x-gzip"):
-            self._decompress = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._decompress = zlib.decompressobj()
+        encoding = headers.get("content-encoding")
+        if encoding is not None:
+            encoding = encoding.strip().lower()
+            if encoding in ("gzip", "x-gzip"):
+                self._decompress = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            elif encoding == "deflate":
+                self._decompress = zlib.decompressobj()
         if not response.head.done():
             response.head.set_result(None)
-
-    def on_body(self, body: bytes) -> None:
-        if self._decompress is not None:
-            try:
-                body = self._decompress.decompress(body)
-            except zlib.error as exc:
-                self._fail(ProtocolError(f"upstream sent a corrupt compressed body ({exc})"))
-                return
-            if not body:
-                return
-        self._parts.append(body)
-        self._parts_size += len(body)
 
     def on_message_complete(self) -> None:
         response = self.response
         if response is None or response.complete:
             return
         response.complete = True
-        if self._decompress is not None:
+        self._deliver()
+        if self._decompress is not None and not response.inbox.eof:  # (eof: the body was corrupt)
             tail = self._decompress.flush()
             if tail:
-                self._parts.append(tail)
-                self._parts_size += len(tail)
-        self._deliver()
+                response.inbox.put_many([tail], len(tail))
         response.inbox.finish()
 
     # -- for the pool and the response
@@ -362,7 +389,7 @@ class _Connection(asyncio.Protocol):
         self.response = Response(self)
         self._decompress = None
         self._in_head = True
-        self._parts, self._parts_size = [], 0
+        self._parts.clear()
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
             self.transport.write(body)
