@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import ssl
 import zlib
@@ -241,6 +242,11 @@ class _Connection(asyncio.Protocol):
         self.reused = False
         self._keep_alive = True
         self._reading_paused = False  # pause_reading() was the last of the two called
+        # The head timeout, as a lazy timer: sending moves the due time, the head's arrival
+        # clears it, and the timer (armed once, not per request) fires only when the due time
+        # it finds has passed; otherwise it sleeps again until that time (see expect_head).
+        self._head_due = math.inf  # loop time the current response's head is due by
+        self._head_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
 
@@ -296,6 +302,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._stop_head_timer()
         self._pool.forget(self)
         response = self.response
         if response is None or response.complete:
@@ -342,6 +349,7 @@ class _Connection(asyncio.Protocol):
         if 100 <= status < 200:  # an interim response (100 Continue): the real head follows
             return
         self._in_head = False
+        self._head_due = math.inf
         headers = response.headers
         self._add_headers(headers, raw)
         response.status = status
@@ -419,8 +427,45 @@ class _Connection(asyncio.Protocol):
             with contextlib.suppress(RuntimeError):  # already reading
                 self.transport.resume_reading()
 
+    def expect_head(self, timeout: float) -> None:
+        """Fail the current response's head with ``TimeoutError`` unless it is in within
+        ``timeout`` seconds.
+
+        A connection kept alive serves request after request: its one timer, armed for the
+        first, wakes at that due time, finds a later one (or none) and sleeps again, so a
+        request costs a timestamp, not a ``call_at`` and a ``cancel``.
+        """
+        loop = asyncio.get_running_loop()
+        due = self._head_due = loop.time() + timeout
+        timer = self._head_timer
+        if timer is None or timer.when() > due:
+            if timer is not None:
+                timer.cancel()
+            self._head_timer = loop.call_at(due, self._check_head)
+
+    def _check_head(self) -> None:
+        self._head_timer = None
+        due = self._head_due
+        if due == math.inf:  # no head pending: the timer stops until the next request
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < due:
+            self._head_timer = loop.call_at(due, self._check_head)
+            return
+        self._head_due = math.inf
+        response = self.response
+        if response is not None and not response.head.done():
+            response.head.set_exception(TimeoutError())
+
+    def _stop_head_timer(self) -> None:
+        self._head_due = math.inf
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
     def abort(self) -> None:
         self.closed = True
+        self._stop_head_timer()
         if self.transport is not None:
             self.transport.abort()
 
@@ -546,13 +591,11 @@ class HTTPClient:
             if connection is None:
                 connection = await self._connect(origin, connect_timeout)
             response = connection.send(data, body)
-            # The head's timeout fails the head future itself (one timer, no asyncio.timeout
-            # around the await: that is a context manager, a task lookup and a cancellation
-            # to undo per request); what awaits it gets the TimeoutError as before.
-            timer = None
+            # The head's timeout fails the head future itself (no asyncio.timeout around the
+            # await: that is a context manager, a task lookup and a cancellation to undo per
+            # request), from the connection's lazy timer; what awaits it gets the TimeoutError.
             if head_timeout is not None:
-                loop = asyncio.get_running_loop()
-                timer = loop.call_at(loop.time() + head_timeout, _head_timed_out, response.head)
+                connection.expect_head(head_timeout)
             try:
                 await response.head
             except ProtocolError:
@@ -566,9 +609,6 @@ class HTTPClient:
                 connection.abort()
                 response.close()
                 raise
-            finally:
-                if timer is not None:
-                    timer.cancel()
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -581,11 +621,6 @@ class HTTPClient:
 
 
 _MAX_HEADS = 256  # distinct (method, URL, headers) heads kept per client
-
-
-def _head_timed_out(head: asyncio.Future[None]) -> None:
-    if not head.done():
-        head.set_exception(TimeoutError())
 
 
 def _head_for(method: str, url: str, headers: dict[str, str]) -> tuple[_Origin, bytes]:
