@@ -29,8 +29,7 @@ import os
 import ssl
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
@@ -157,8 +156,10 @@ class Inbox:
         return items
 
 
-@dataclass(frozen=True)
-class _Origin:
+class _Origin(NamedTuple):
+    """Where a connection goes; the pool's key (a named tuple: hashed and compared in C, twice
+    per request, where a frozen dataclass runs its generated ``__hash__``)."""
+
     scheme: str
     host: str
     port: int
