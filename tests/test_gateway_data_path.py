@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
 import logging
 import socket
@@ -517,3 +518,39 @@ def test_deadlines_are_armed_at_the_first_wait_and_count_from_the_start(got_data
     out = asyncio.run(stalled())
     if got_data_first:
         assert b"sent nothing for 0.05 s" in out and out.endswith(b"data: [DONE]\n\n")
+
+
+def test_one_keepalive_timer_serves_a_slow_start_and_the_stream_after_it():
+    """A start slower than the keep-alive interval: prime returns on the keep-alive, and the
+    same timer (armed while priming) goes on raising keep-alives while the stream is silent."""
+
+    async def run() -> list[tuple[float, bytes]]:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=None, idle=None, total=None), loop.time())
+        exchange = Exchange(
+            source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True, keepalive=0.05)
+        )
+        role = chat_chunk({"role": "assistant", "content": ""})
+        source.inbox.put(role, len(role))  # the start, no content yet
+        assert await exchange.prime() is None  # slow to start: after one keep-alive interval
+        timer = exchange._keepalive_timer
+        assert timer is not None
+        began = loop.time()
+        got: list[tuple[float, bytes]] = []
+        body = exchange.body()
+        while len(got) < 4:  # the start (held while priming), then keep-alives
+            part = await body.__anext__()
+            got.append((loop.time() - began, part))
+        assert exchange._keepalive_timer is timer
+        rest = chat_chunk({"content": "Hi"}) + chat_chunk({}, "stop") + chunk("[DONE]")
+        source.inbox.put(rest, len(rest))
+        source.inbox.finish()
+        async for part in body:
+            got.append((loop.time() - began, part))
+        return got
+
+    got = asyncio.run(run())
+    assert got[0][1] == chat_chunk({"role": "assistant", "content": ""})
+    assert [part for _, part in got[1:4]] == [b": keep-alive\n\n"] * 3
+    assert all(0.03 < b[0] - a[0] < 0.2 for a, b in itertools.pairwise(got[:4]))  # one per interval
+    assert b"".join(part for _, part in got[4:]).endswith(b"data: [DONE]\n\n")

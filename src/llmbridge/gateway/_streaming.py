@@ -234,40 +234,34 @@ class Exchange:
         passed), with the client bytes made so far held for :meth:`body`.
         """
         inbox = self.inbox
-        patience = None
-        keepalive = self.keepalive
-        try:
-            while True:
-                if not inbox.ready:
-                    # (timers only once there is something to wait for: a quick upstream's answer is
-                    # often in the inbox already; due times count from the exchange's start either way)
-                    if self._deadlines is None:
-                        self._start_deadlines()
-                    if patience is None and keepalive is not None:
-                        patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
-                    await inbox.wait()
-                self.upstream_at = time.perf_counter()
-                if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
-                    inbox.alarms.discard("keepalive")
+        while True:
+            if not inbox.ready:
+                # (timers only once there is something to wait for: a quick upstream's answer is
+                # often in the inbox already; due times count from the exchange's start either way)
+                if self._deadlines is None:
+                    self._start_deadlines()
+                if self._keepalive_timer is None and self.keepalive is not None:
+                    self._start_keepalives()  # (body() keeps it; aclose() stops it)
+                await inbox.wait()
+            self.upstream_at = time.perf_counter()
+            if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
+                inbox.alarms.discard("keepalive")
+                return None
+            try:
+                events, out = self._step()
+            except Exception:  # a codec bug before the answer started: a 500 in the client's dialect
+                log.exception("stream failed before it started")
+                return hub.Error("internal gateway error", "api_error", status=500)
+            self._held_events += events
+            if out:
+                self._held.append(out)
+            for event in events:
+                if type(event) is hub.Error:
+                    return event
+                if not isinstance(event, _NON_COMMITTING):
                     return None
-                try:
-                    events, out = self._step()
-                except Exception:  # a codec bug before the answer started: a 500 in the client's dialect
-                    log.exception("stream failed before it started")
-                    return hub.Error("internal gateway error", "api_error", status=500)
-                self._held_events += events
-                if out:
-                    self._held.append(out)
-                for event in events:
-                    if type(event) is hub.Error:
-                        return event
-                    if not isinstance(event, _NON_COMMITTING):
-                        return None
-                if self.upstream_done:
-                    return hub.Error("upstream ended without an answer", "incomplete_stream", status=502)
-        finally:
-            if patience is not None:
-                patience.cancel()
+            if self.upstream_done:
+                return hub.Error("upstream ended without an answer", "incomplete_stream", status=502)
 
     # -- phase 2, streaming
 
@@ -291,14 +285,12 @@ class Exchange:
                 self._skim = self._relay_markers
             inbox = self.inbox
             self._last_write = loop.time()
-            keepalive = self.keepalive
-            timer = None
-            if keepalive is not None:
-                # Keep-alives go out when the *client* has had no bytes for an interval: a silent
-                # upstream, or one whose events the encoder is still buffering.
-                timer = self._keepalive_timer = LazyTimer(
-                    lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
-                )
+            timer = self._keepalive_timer
+            if timer is not None:  # armed while priming: a due time moved later costs nothing,
+                timer.rearm()  # and one that fired (a slow start) is armed again
+                inbox.alarms.discard("keepalive")  # (one raised since prime returned: the client just had bytes)
+            elif self.keepalive is not None:
+                timer = self._start_keepalives()
             if self._deadlines is None:
                 self._start_deadlines()
             while not self.upstream_done and not self.ended:
@@ -373,6 +365,17 @@ class Exchange:
         """Arm the upstream's first-byte, idle and total deadlines (before the first wait)."""
         if not self.closed and not self.upstream_done:
             self._deadlines = self.source.start_deadlines(self._got_data)
+
+    def _start_keepalives(self) -> LazyTimer:
+        """The keep-alive timer, one for the exchange's life (priming, then the stream): it
+        raises a ``"keepalive"`` alarm when the *client* has had no bytes for an interval (a
+        silent upstream, or one whose events the encoder is still buffering)."""
+        keepalive, inbox = self.keepalive, self.inbox
+        assert keepalive is not None
+        timer = self._keepalive_timer = LazyTimer(
+            lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
+        )
+        return timer
 
     def _step(self) -> tuple[list[hub.Event], bytes]:
         """Take everything the inbox holds; the hub events seen and the client bytes made."""
