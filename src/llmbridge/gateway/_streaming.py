@@ -170,39 +170,17 @@ class Exchange:
     (loop times).
     """
 
-    # What every exchange starts with: class attributes, so that making one (per request)
-    # stores only what differs (each is set on the instance when it changes).
-    first_byte_at: float | None = None  # loop time the first client bytes were produced
-    # perf_counter() of the wake-up that brought the answer's start (prime), or its end
-    # (collect): where the upstream's share of the time to the first byte ends (Server-Timing)
-    upstream_at: float | None = None
-    _skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
-    _saw_done = False
-    # The upstream's deadlines are armed the first time the exchange waits for it
-    # (_start_deadlines): an answer that is all in when it starts, as a fast upstream's short
-    # one often is, never arms or cancels a timer.  Their due times count from
-    # ``source.started`` either way.
-    _deadlines: Deadlines | None = None
-    _keepalive_timer: LazyTimer | None = None
-    _got_data = False
-    upstream_done = False  # the inbox reached its end (or was abandoned)
-    ended = False  # the client's stream reached its terminal event
-    error: hub.Error | None = None
-    usage: hub.Usage | None = None
-    finish: hub.Finish | None = None
-    events = 0
-    closed = False
-    # body() has yielded its last bytes (set just before that yield): the response can end
-    # with them (StreamResponse.last) instead of an empty write of its own
-    finished = False
-
     def __init__(self, source: Source, encoder_factory: Callable[[], StreamEncoder], options: Options = _DEFAULTS):
         dialect, relay = options.dialect, options.relay
         self.options = options
         self.source = source
         self.inbox = source.inbox
-        self._loop = loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         self.started = source.started  # loop time the upstream request was sent
+        self.first_byte_at: float | None = None  # loop time the first client bytes were produced
+        # perf_counter() of the wake-up that brought the answer's start (prime), or its end
+        # (collect): where the upstream's share of the time to the first byte ends (Server-Timing)
+        self.upstream_at: float | None = None
         self._encoder_factory = encoder_factory
         # A relay never encodes through this one (its end, if the upstream breaks off, is
         # written by a fresh encoder: _encode_end); a _NullEncoder keeps the type plain.
@@ -211,7 +189,9 @@ class Exchange:
         self._relay_filter = options.relay_filter
         self._relay_state = _RelayState()  # noted only while relaying
         self._relay_done = _RELAY_DONE.get(dialect) if relay else None
+        self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
         self._relay_markers = RELAY_MARKERS.get(dialect) if relay else None
+        self._saw_done = False
         self.dialect = dialect
         self.keepalive = options.keepalive
         self._keepalive_bytes = KEEPALIVE_BYTES.get(dialect, KEEPALIVE_COMMENT)
@@ -219,11 +199,29 @@ class Exchange:
         self.request_id = options.request_id
         self._on_end = options.on_end
         self._observer = options.observer  # called once per wake-up with (raw bytes, hub events decoded)
-        self._boundaries = EventBoundaries(options.max_event_bytes) if source.decoder is not None else None
+        cap = options.max_event_bytes
+        self._boundaries = EventBoundaries(cap) if source.decoder is not None else None
         self._pending = bytearray()  # relay: the bytes of an event not complete yet
         self._held: list[bytes] = []  # client bytes made while priming
         self._held_events: list[hub.Event] = []  # and the hub events seen (for collect)
-        self._last_write = loop.time()
+        # The upstream's deadlines are armed the first time the exchange waits for it
+        # (_start_deadlines): an answer that is all in when it starts, as a fast upstream's
+        # short one often is, never arms or cancels a timer.  Their due times count from
+        # ``source.started`` either way.
+        self._deadlines: Deadlines | None = None
+        self._keepalive_timer: LazyTimer | None = None
+        self._got_data = False
+        self._last_write = self._loop.time()
+        self.upstream_done = False  # the inbox reached its end (or was abandoned)
+        self.ended = False  # the client's stream reached its terminal event
+        self.error: hub.Error | None = None
+        self.usage: hub.Usage | None = None
+        self.finish: hub.Finish | None = None
+        self.events = 0
+        self.closed = False
+        # body() has yielded its last bytes (set just before that yield): the response can end
+        # with them (StreamResponse.last) instead of an empty write of its own
+        self.finished = False
 
     # -- phase 1
 
@@ -715,4 +713,4 @@ class _NullEncoder:
         return b""
 
 
-_NULL_ENCODER = _NullEncoder()  # (it keeps no state: one serves every exchange)
+_NULL_ENCODER = _NullEncoder()  # (it keeps no state: one serves every relay)
