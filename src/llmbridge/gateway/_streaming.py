@@ -233,7 +233,7 @@ class Exchange:
         """
         inbox = self.inbox
         while True:
-            if not inbox.ready:
+            if not (inbox.items or inbox.eof or inbox.alarms):  # (Inbox.ready, without the call)
                 # (timers only once there is something to wait for: a quick upstream's answer is
                 # often in the inbox already; due times count from the exchange's start either way)
                 if self._deadlines is None:
@@ -568,10 +568,13 @@ class Exchange:
                         open_blocks = self._relay_state.open_blocks
                         for key in [k for k in open_blocks if k[1] == index]:
                             del open_blocks[key]
-                elif kind is _END:
+                elif kind is _END:  # the client's stream ends here: nothing after it is noted
                     self.ended = True
                     if self.request_id and not relay:
                         event.request_id = self.request_id
+                    if encode is not None:
+                        parts.append(encode(event))
+                    break
                 elif kind is _USAGE:
                     self.usage = hub.merge_usage(self.usage, event)
                 elif kind is _FINISH:
@@ -580,8 +583,6 @@ class Exchange:
                     self.error = event
                 if encode is not None:
                     parts.append(encode(event))
-                if self.ended:
-                    break
         finally:  # (a codec bug in ``encode``: the events noted so far still count)
             self.events += n
         return parts
