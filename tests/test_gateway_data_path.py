@@ -554,3 +554,31 @@ def test_one_keepalive_timer_serves_a_slow_start_and_the_stream_after_it():
     assert [part for _, part in got[1:4]] == [b": keep-alive\n\n"] * 3
     assert all(0.03 < b[0] - a[0] < 0.2 for a, b in itertools.pairwise(got[:4]))  # one per interval
     assert b"".join(part for _, part in got[4:]).endswith(b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("tokens", [2, 40])  # a first read decoded whole (short), or event by event (long)
+def test_a_relay_broken_off_after_its_first_read_ends_with_the_error_and_done(tokens):
+    """Whichever way the first read was watched, the relay knows its start and open blocks,
+    usage and finish so far: a break-off after it still ends with an error chunk and [DONE]."""
+
+    async def run() -> tuple[bytes, Exchange]:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=None, idle=None, total=None), loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True))
+        first = chat_chunk({"role": "assistant", "content": ""}) + b"".join(
+            chat_chunk({"content": f"tok{i} "}) for i in range(tokens)
+        )
+        source.inbox.put(first, len(first))
+        assert await exchange.prime() is None
+        assert exchange.whole() is None
+        body = exchange.body()
+        out = await body.__anext__()
+        source.inbox.finish(ConnectionResetError("gone"))
+        out += b"".join([part async for part in body])
+        return out, exchange
+
+    out, exchange = asyncio.run(run())
+    events = data_lines(out)
+    assert events[-1] == b"[DONE]" and "error" in json.loads(events[-2])
+    assert out.startswith(chat_chunk({"role": "assistant", "content": ""}) + chat_chunk({"content": "tok0 "}))
+    assert exchange.error is not None and exchange.ended
