@@ -335,3 +335,35 @@ async def test_the_head_timeout_counts_from_each_request_on_a_kept_alive_connect
     assert 0.15 < loop.time() - began < 0.45
     await client.aclose()
     server.close()
+
+
+async def test_a_compressed_body_is_found_by_its_header_whatever_its_case_and_only_by_it():
+    """Content-Encoding in any case inflates the body; a field that only contains the name
+    (x-content-encoding) does not; the headers read the same either way."""
+    packed = gzip.compress(b"zipped")
+    answers = [
+        b"HTTP/1.1 200 OK\r\nCONTENT-ENCODING: GZIP\r\ncontent-length: %d\r\n\r\n%s" % (len(packed), packed),
+        b"HTTP/1.1 200 OK\r\nX-Content-Encoding: gzip\r\ncontent-length: 5\r\n\r\nplain",
+    ]
+
+    async def handler(reader, writer):
+        try:
+            while answers:
+                await read_request(reader)
+                writer.write(answers.pop(0))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    url = f"http://127.0.0.1:{port}/"
+    first = await client.request("POST", url, {}, b"")
+    assert await body_of(first) == b"zipped" and first.headers["content-encoding"] == "GZIP"
+    second = await client.request("POST", url, {}, b"")
+    assert await body_of(second) == b"plain"
+    assert second.headers == {"x-content-encoding": "gzip", "content-length": "5"}
+    await client.aclose()
+    server.close()

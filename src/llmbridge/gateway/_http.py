@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import operator
 import os
 import ssl
 import zlib
@@ -178,11 +179,25 @@ class Response:
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
         self.status = 0
-        self.headers: dict[str, str] = {}  # lower-cased names; repeated headers joined with ", "
+        self._fields: list[tuple[bytes, bytes]] = _NO_FIELDS  # the head's, as they came: see headers
+        self._headers: dict[str, str] | None = None
         self.inbox = Inbox(connection.pause_reading, connection.resume_reading)
         self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.complete = False
         self.got_bytes = False
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Lower-cased names; repeated headers joined with ", ".
+
+        Read from the head's fields the first time they are asked for: the usual answer's
+        (a vendor API sends a score) are never read, only an error's ``retry-after``."""
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = {}
+            _add_headers(headers, self._fields)
+            self._fields = _NO_FIELDS
+        return headers
 
     async def read(self, limit: int) -> bytes:
         """The whole body, at most ``limit`` bytes (the rest is dropped); closes the response."""
@@ -318,29 +333,13 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        # A head's fields are only collected here (a vendor API sends a score of them) and
-        # read into ``response.headers`` once, at the end of the head.
+        # A head's fields are only collected here (a vendor API sends a score of them); the
+        # response reads them into its headers if they are ever asked for.
         if self._in_head:
             self._raw_headers.append((name, value))
         else:  # a trailer
             assert self.response is not None
-            self._add_headers(self.response.headers, [(name, value)])
-
-    def _add_headers(self, headers: dict[str, str], fields: list[tuple[bytes, bytes]]) -> None:
-        """Fields into ``headers``: a repeated name's values joined by ", "; an empty name
-        continues the previous value (httptools may split one header)."""
-        key = self._header_key
-        for name, value in fields:
-            text = value.decode("latin-1")
-            if name:
-                key = name.lower().decode("latin-1")
-                if key in headers:
-                    headers[key] += ", " + text
-                else:
-                    headers[key] = text
-            else:
-                headers[key] = headers.get(key, "") + text
-        self._header_key = key
+            self._header_key = _add_headers(self.response.headers, [(name, value)], self._header_key)
 
     def on_headers_complete(self) -> None:
         response = self.response
@@ -351,13 +350,13 @@ class _Connection(asyncio.Protocol):
             return
         self._in_head = False
         self._head_due = math.inf
-        headers = response.headers
-        self._add_headers(headers, raw)
+        response._fields = raw
         response.status = status
         self._keep_alive = self._parser.should_keep_alive()
-        encoding = headers.get("content-encoding")
-        if encoding is not None:
-            encoding = encoding.strip().lower()
+        # Is the body compressed?  The names are looked at in C (joined, lower-cased); only
+        # when one of them holds "content-encoding" are the headers read to be sure.
+        if raw and b"content-encoding" in b"\0".join(map(_NAME, raw)).lower():
+            encoding = response.headers.get("content-encoding", "").strip().lower()
             if encoding in ("gzip", "x-gzip"):
                 self._decompress = zlib.decompressobj(16 + zlib.MAX_WBITS)
             elif encoding == "deflate":
@@ -622,6 +621,24 @@ class HTTPClient:
 
 
 _MAX_HEADS = 256  # distinct (method, URL, headers) heads kept per client
+_NO_FIELDS: list[tuple[bytes, bytes]] = []  # a response's fields before its head (never added to)
+_NAME = operator.itemgetter(0)  # a field's name
+
+
+def _add_headers(headers: dict[str, str], fields: list[tuple[bytes, bytes]], key: str = "") -> str:
+    """Fields into ``headers``: a repeated name's values joined by ", "; an empty name
+    continues the previous value (``key``, then the last one here: returned)."""
+    for name, value in fields:
+        text = value.decode("latin-1")
+        if name:
+            key = name.lower().decode("latin-1")
+            if key in headers:
+                headers[key] += ", " + text
+            else:
+                headers[key] = text
+        else:
+            headers[key] = headers.get(key, "") + text
+    return key
 
 
 def _head_for(method: str, url: str, headers: dict[str, str]) -> tuple[_Origin, bytes]:
