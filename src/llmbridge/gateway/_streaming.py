@@ -188,14 +188,14 @@ class Exchange:
         self._encoder: StreamEncoder = _NULL_ENCODER if relay else encoder_factory()
         self.relay = relay
         self._relay_filter = options.relay_filter
-        self._relay_state = _RelayState()  # noted only while relaying
+        # noted only while relaying (a translation never reads it: one empty state serves all)
+        self._relay_state = _RelayState() if relay else _NO_RELAY_STATE
         self._relay_done = _RELAY_DONE.get(dialect) if relay else None
         self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
         self._relay_markers = RELAY_MARKERS.get(dialect) if relay else None
         self._saw_done = False
         self.dialect = dialect
         self.keepalive = options.keepalive
-        self._keepalive_bytes = KEEPALIVE_BYTES.get(dialect, KEEPALIVE_COMMENT)
         self._framing: Framing | None = JSONArrayFraming() if options.json_array else None
         self.request_id = options.request_id
         self._on_end = options.on_end
@@ -298,7 +298,7 @@ class Exchange:
                 if "keepalive" in inbox.alarms:
                     inbox.alarms.discard("keepalive")
                     if not out:
-                        out = self._keepalive_bytes
+                        out = KEEPALIVE_BYTES.get(self.dialect, KEEPALIVE_COMMENT)
                     if timer is not None:  # (always: only the timer raises this alarm)
                         timer.rearm()
                 if self.upstream_done or self.ended:  # the last bytes and the terminal event: one write
@@ -728,4 +728,5 @@ class _NullEncoder:
         return b""
 
 
+_NO_RELAY_STATE = _RelayState()  # (never noted into: _note and _encode_end read it only while relaying)
 _NULL_ENCODER = _NullEncoder()  # (it keeps no state: one serves every relay)
