@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
 import logging
 import socket
@@ -474,3 +475,110 @@ def test_an_answer_still_arriving_is_not_whole():
         assert b'"Hi"' in rest and rest.endswith(b"data: [DONE]\n\n") and b"error" not in rest
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("got_data_first", [True, False])
+def test_deadlines_are_armed_at_the_first_wait_and_count_from_the_start(got_data_first):
+    """An answer all in when its exchange starts arms no timer; one that is not gets the
+    upstream's deadlines at its first wait, due from ``started`` (not from the wait): an idle
+    deadline once the first data is in, the first-byte one before it."""
+
+    async def whole_answer() -> None:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=0.05, idle=0.05, total=1), loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True))
+        answer = chat_chunk({"role": "assistant", "content": "Hi"}) + chat_chunk({}, "stop") + chunk("[DONE]")
+        source.inbox.put(answer, len(answer))
+        source.inbox.finish()
+        assert await exchange.prime() is None
+        assert exchange.whole() is not None
+        await exchange.aclose()
+        assert exchange._deadlines is None
+
+    async def stalled() -> bytes:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=0.3, idle=0.05, total=10), loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True))
+        if got_data_first:  # the start is in, then nothing: the idle deadline ends it
+            source.inbox.put(chat_chunk({"role": "assistant", "content": "Hi"}), 10)
+        else:  # nothing at all: the first-byte deadline ends it, counted from ``started``
+            await asyncio.sleep(0.2)
+        began = loop.time()
+        error = await exchange.prime()
+        if error is not None:
+            await exchange.aclose()
+            assert error.status == 504 and "within 0.3 s" in error.message
+            assert loop.time() - began < 0.25  # due 0.3 s after ``started``, 0.2 s before the wait
+            return b""
+        out = b"".join([part async for part in exchange.body()])
+        assert exchange._deadlines is not None and exchange._deadlines.missed is not None
+        return out
+
+    asyncio.run(whole_answer())
+    out = asyncio.run(stalled())
+    if got_data_first:
+        assert b"sent nothing for 0.05 s" in out and out.endswith(b"data: [DONE]\n\n")
+
+
+def test_one_keepalive_timer_serves_a_slow_start_and_the_stream_after_it():
+    """A start slower than the keep-alive interval: prime returns on the keep-alive, and the
+    same timer (armed while priming) goes on raising keep-alives while the stream is silent."""
+
+    async def run() -> list[tuple[float, bytes]]:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=None, idle=None, total=None), loop.time())
+        exchange = Exchange(
+            source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True, keepalive=0.05)
+        )
+        role = chat_chunk({"role": "assistant", "content": ""})
+        source.inbox.put(role, len(role))  # the start, no content yet
+        assert await exchange.prime() is None  # slow to start: after one keep-alive interval
+        timer = exchange._keepalive_timer
+        assert timer is not None
+        began = loop.time()
+        got: list[tuple[float, bytes]] = []
+        body = exchange.body()
+        while len(got) < 4:  # the start (held while priming), then keep-alives
+            part = await body.__anext__()
+            got.append((loop.time() - began, part))
+        assert exchange._keepalive_timer is timer
+        rest = chat_chunk({"content": "Hi"}) + chat_chunk({}, "stop") + chunk("[DONE]")
+        source.inbox.put(rest, len(rest))
+        source.inbox.finish()
+        async for part in body:
+            got.append((loop.time() - began, part))
+        return got
+
+    got = asyncio.run(run())
+    assert got[0][1] == chat_chunk({"role": "assistant", "content": ""})
+    assert [part for _, part in got[1:4]] == [b": keep-alive\n\n"] * 3
+    assert all(0.03 < b[0] - a[0] < 0.2 for a, b in itertools.pairwise(got[:4]))  # one per interval
+    assert b"".join(part for _, part in got[4:]).endswith(b"data: [DONE]\n\n")
+
+
+@pytest.mark.parametrize("tokens", [2, 40])  # a first read decoded whole (short), or event by event (long)
+def test_a_relay_broken_off_after_its_first_read_ends_with_the_error_and_done(tokens):
+    """Whichever way the first read was watched, the relay knows its start and open blocks,
+    usage and finish so far: a break-off after it still ends with an error chunk and [DONE]."""
+
+    async def run() -> tuple[bytes, Exchange]:
+        loop = asyncio.get_running_loop()
+        source = Pushed("fake", config.Timeouts(first_byte=None, idle=None, total=None), loop.time())
+        exchange = Exchange(source, openai_chat.StreamEncoder, Options(dialect="openai-chat", relay=True))
+        first = chat_chunk({"role": "assistant", "content": ""}) + b"".join(
+            chat_chunk({"content": f"tok{i} "}) for i in range(tokens)
+        )
+        source.inbox.put(first, len(first))
+        assert await exchange.prime() is None
+        assert exchange.whole() is None
+        body = exchange.body()
+        out = await body.__anext__()
+        source.inbox.finish(ConnectionResetError("gone"))
+        out += b"".join([part async for part in body])
+        return out, exchange
+
+    out, exchange = asyncio.run(run())
+    events = data_lines(out)
+    assert events[-1] == b"[DONE]" and "error" in json.loads(events[-2])
+    assert out.startswith(chat_chunk({"role": "assistant", "content": ""}) + chat_chunk({"content": "tok0 "}))
+    assert exchange.error is not None and exchange.ended

@@ -297,3 +297,73 @@ async def test_one_connection_reads_heads_of_every_shape_in_turn_and_times_out_a
     assert not client._idle.get(next(iter(client._idle)), [])  # the timed-out connection was dropped
     await client.aclose()
     server.close()
+
+
+async def test_the_head_timeout_counts_from_each_request_on_a_kept_alive_connection():
+    """The head timer of a kept-alive connection is armed once and moved by each request: a
+    later request is not failed by an earlier one's due time, a head that comes late is a
+    TimeoutError at its own due time, and a shorter timeout than the armed one still holds."""
+    delays = [0.0, 0.25, 0.0, 0.5]  # seconds before each answer
+
+    async def handler(reader, writer):
+        try:
+            while delays:
+                await read_request(reader)
+                await asyncio.sleep(delays.pop(0))
+                writer.write(ok(b"x"))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    url = f"http://127.0.0.1:{port}/"
+    loop = asyncio.get_running_loop()
+    first = await client.request("POST", url, {}, b"", head_timeout=0.4)  # arms the timer for t0 + 0.4
+    assert await body_of(first) == b"x"
+    await asyncio.sleep(0.3)
+    # Due at t0 + 0.7: the timer armed for t0 + 0.4 wakes mid-wait and must not fail this head.
+    second = await client.request("POST", url, {}, b"", head_timeout=0.4)
+    assert await body_of(second) == b"x"
+    third = await client.request("POST", url, {}, b"", head_timeout=5)  # a later due time than the armed one
+    assert await body_of(third) == b"x"
+    began = loop.time()
+    with pytest.raises(TimeoutError):  # a shorter one than the armed (5 s): its own due time holds
+        await client.request("POST", url, {}, b"", head_timeout=0.2)
+    assert 0.15 < loop.time() - began < 0.45
+    await client.aclose()
+    server.close()
+
+
+async def test_a_compressed_body_is_found_by_its_header_whatever_its_case_and_only_by_it():
+    """Content-Encoding in any case inflates the body; a field that only contains the name
+    (x-content-encoding) does not; the headers read the same either way."""
+    packed = gzip.compress(b"zipped")
+    answers = [
+        b"HTTP/1.1 200 OK\r\nCONTENT-ENCODING: GZIP\r\ncontent-length: %d\r\n\r\n%s" % (len(packed), packed),
+        b"HTTP/1.1 200 OK\r\nX-Content-Encoding: gzip\r\ncontent-length: 5\r\n\r\nplain",
+    ]
+
+    async def handler(reader, writer):
+        try:
+            while answers:
+                await read_request(reader)
+                writer.write(answers.pop(0))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    url = f"http://127.0.0.1:{port}/"
+    first = await client.request("POST", url, {}, b"")
+    assert await body_of(first) == b"zipped" and first.headers["content-encoding"] == "GZIP"
+    second = await client.request("POST", url, {}, b"")
+    assert await body_of(second) == b"plain"
+    assert second.headers == {"x-content-encoding": "gzip", "content-length": "5"}
+    await client.aclose()
+    server.close()

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import operator
 import os
 import ssl
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
@@ -156,8 +157,10 @@ class Inbox:
         return items
 
 
-@dataclass(frozen=True)
-class _Origin:
+class _Origin(NamedTuple):
+    """Where a connection goes; the pool's key (a named tuple: hashed and compared in C, twice
+    per request, where a frozen dataclass runs its generated ``__hash__``)."""
+
     scheme: str
     host: str
     port: int
@@ -176,11 +179,25 @@ class Response:
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
         self.status = 0
-        self.headers: dict[str, str] = {}  # lower-cased names; repeated headers joined with ", "
+        self._fields: list[tuple[bytes, bytes]] = _NO_FIELDS  # the head's, as they came: see headers
+        self._headers: dict[str, str] | None = None
         self.inbox = Inbox(connection.pause_reading, connection.resume_reading)
         self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.complete = False
         self.got_bytes = False
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Lower-cased names; repeated headers joined with ", ".
+
+        Read from the head's fields the first time they are asked for: the usual answer's
+        (a vendor API sends a score) are never read, only an error's ``retry-after``."""
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = {}
+            _add_headers(headers, self._fields)
+            self._fields = _NO_FIELDS
+        return headers
 
     async def read(self, limit: int) -> bytes:
         """The whole body, at most ``limit`` bytes (the rest is dropped); closes the response."""
@@ -207,6 +224,19 @@ class Response:
         self._connection.release(self)
 
 
+class _Callbacks:
+    """What the connection's httptools parser calls (it looks them up once, when it is made):
+    the connection's own methods, and for body pieces the ``append`` of its parts list."""
+
+    __slots__ = ("on_body", "on_header", "on_headers_complete", "on_message_complete")
+
+    def __init__(self, connection: _Connection) -> None:
+        self.on_header = connection.on_header
+        self.on_headers_complete = connection.on_headers_complete
+        self.on_body = connection._parts.append
+        self.on_message_complete = connection.on_message_complete
+
+
 class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection to an origin; serves one response at a time."""
 
@@ -215,17 +245,24 @@ class _Connection(asyncio.Protocol):
         self.origin = origin
         self.transport: asyncio.Transport | None = None
         self.response: Response | None = None
-        self._parser = httptools.HttpResponseParser(self)
-        self._header_name = b""
+        self._header_key = ""  # the last field's name (a continuation's, if httptools splits one)
         self._raw_headers: list[tuple[bytes, bytes]] = []  # the head's, until it is complete
         self._in_head = True  # header callbacks now are the head's (after it: trailers)
         self._decompress: Any = None
-        self._parts: list[bytes] = []  # body pieces of the current socket read
-        self._parts_size = 0
+        # Body pieces of the current socket read (raw: a compressed body is inflated when they
+        # are delivered).  One list for the connection's life: its own ``append`` is the
+        # parser's body callback, a C call per HTTP chunk instead of a Python method.
+        self._parts: list[bytes] = []
+        self._parser = httptools.HttpResponseParser(_Callbacks(self))
         self.closed = False
         self.reused = False
         self._keep_alive = True
         self._reading_paused = False  # pause_reading() was the last of the two called
+        # The head timeout, as a lazy timer: sending moves the due time, the head's arrival
+        # clears it, and the timer (armed once, not per request) fires only when the due time
+        # it finds has passed; otherwise it sleeps again until that time (see expect_head).
+        self._head_due = math.inf  # loop time the current response's head is due by
+        self._head_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
 
@@ -251,16 +288,37 @@ class _Connection(asyncio.Protocol):
         # per event: the pieces of one socket read go to the inbox together, so the consumer is
         # woken (and the clock read) once per read, not once per event.
         parts = self._parts
-        if parts and self.response is not None:
-            self._parts = []
-            self.response.inbox.put_many(parts, self._parts_size)
-            self._parts_size = 0
+        response = self.response
+        if parts and response is not None:
+            items = parts.copy()
+            parts.clear()
+            if self._decompress is not None:
+                items = self._inflate(items)
+                if not items:
+                    return
+            response.inbox.put_many(items, len(items[0]) if len(items) == 1 else sum(map(len, items)))
+
+    def _inflate(self, items: list[bytes]) -> list[bytes]:
+        """``items`` decompressed (what inflated whole before a corrupt piece still counts)."""
+        out = []
+        try:
+            for item in items:
+                data = self._decompress.decompress(item)
+                if data:
+                    out.append(data)
+        except zlib.error as exc:
+            if out and self.response is not None:
+                self.response.inbox.put_many(out, sum(map(len, out)))
+            self._fail(ProtocolError(f"upstream sent a corrupt compressed body ({exc})"))
+            return []
+        return out
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._stop_head_timer()
         self._pool.forget(self)
         response = self.response
         if response is None or response.complete:
@@ -275,25 +333,13 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        # A head's fields are only collected here (a vendor API sends a score of them) and
-        # read into ``response.headers`` once, at the end of the head.
+        # A head's fields are only collected here (a vendor API sends a score of them); the
+        # response reads them into its headers if they are ever asked for.
         if self._in_head:
             self._raw_headers.append((name, value))
         else:  # a trailer
             assert self.response is not None
-            self._add_header(self.response.headers, name, value)
-
-    def _add_header(self, headers: dict[str, str], name: bytes, value: bytes) -> None:
-        """One field into ``headers``: a repeated name's values joined by ", "; an empty name
-        continues the previous value (httptools may split one header)."""
-        if name:
-            self._header_name = name.lower()
-        key = self._header_name.decode("latin-1")
-        text = value.decode("latin-1")
-        if name and key in headers:
-            headers[key] += ", " + text
-        else:
-            headers[key] = headers.get(key, "") + text
+            self._header_key = _add_headers(self.response.headers, [(name, value)], self._header_key)
 
     def on_headers_complete(self) -> None:
         response = self.response
@@ -303,42 +349,31 @@ class _Connection(asyncio.Protocol):
         if 100 <= status < 200:  # an interim response (100 Continue): the real head follows
             return
         self._in_head = False
-        headers = response.headers
-        for name, value in raw:
-            self._add_header(headers, name, value)
+        self._head_due = math.inf
+        response._fields = raw
         response.status = status
         self._keep_alive = self._parser.should_keep_alive()
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("gzip", "x-gzip"):
-            self._decompress = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._decompress = zlib.decompressobj()
+        # Is the body compressed?  The names are looked at in C (joined, lower-cased); only
+        # when one of them holds "content-encoding" are the headers read to be sure.
+        if raw and b"content-encoding" in b"\0".join(map(_NAME, raw)).lower():
+            encoding = response.headers.get("content-encoding", "").strip().lower()
+            if encoding in ("gzip", "x-gzip"):
+                self._decompress = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            elif encoding == "deflate":
+                self._decompress = zlib.decompressobj()
         if not response.head.done():
             response.head.set_result(None)
-
-    def on_body(self, body: bytes) -> None:
-        if self._decompress is not None:
-            try:
-                body = self._decompress.decompress(body)
-            except zlib.error as exc:
-                self._fail(ProtocolError(f"upstream sent a corrupt compressed body ({exc})"))
-                return
-            if not body:
-                return
-        self._parts.append(body)
-        self._parts_size += len(body)
 
     def on_message_complete(self) -> None:
         response = self.response
         if response is None or response.complete:
             return
         response.complete = True
-        if self._decompress is not None:
+        self._deliver()
+        if self._decompress is not None and not response.inbox.eof:  # (eof: the body was corrupt)
             tail = self._decompress.flush()
             if tail:
-                self._parts.append(tail)
-                self._parts_size += len(tail)
-        self._deliver()
+                response.inbox.put_many([tail], len(tail))
         response.inbox.finish()
 
     # -- for the pool and the response
@@ -362,7 +397,7 @@ class _Connection(asyncio.Protocol):
         self.response = Response(self)
         self._decompress = None
         self._in_head = True
-        self._parts, self._parts_size = [], 0
+        self._parts.clear()
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
             self.transport.write(body)
@@ -392,8 +427,45 @@ class _Connection(asyncio.Protocol):
             with contextlib.suppress(RuntimeError):  # already reading
                 self.transport.resume_reading()
 
+    def expect_head(self, timeout: float) -> None:
+        """Fail the current response's head with ``TimeoutError`` unless it is in within
+        ``timeout`` seconds.
+
+        A connection kept alive serves request after request: its one timer, armed for the
+        first, wakes at that due time, finds a later one (or none) and sleeps again, so a
+        request costs a timestamp, not a ``call_at`` and a ``cancel``.
+        """
+        loop = asyncio.get_running_loop()
+        due = self._head_due = loop.time() + timeout
+        timer = self._head_timer
+        if timer is None or timer.when() > due:
+            if timer is not None:
+                timer.cancel()
+            self._head_timer = loop.call_at(due, self._check_head)
+
+    def _check_head(self) -> None:
+        self._head_timer = None
+        due = self._head_due
+        if due == math.inf:  # no head pending: the timer stops until the next request
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < due:
+            self._head_timer = loop.call_at(due, self._check_head)
+            return
+        self._head_due = math.inf
+        response = self.response
+        if response is not None and not response.head.done():
+            response.head.set_exception(TimeoutError())
+
+    def _stop_head_timer(self) -> None:
+        self._head_due = math.inf
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
     def abort(self) -> None:
         self.closed = True
+        self._stop_head_timer()
         if self.transport is not None:
             self.transport.abort()
 
@@ -519,13 +591,11 @@ class HTTPClient:
             if connection is None:
                 connection = await self._connect(origin, connect_timeout)
             response = connection.send(data, body)
-            # The head's timeout fails the head future itself (one timer, no asyncio.timeout
-            # around the await: that is a context manager, a task lookup and a cancellation
-            # to undo per request); what awaits it gets the TimeoutError as before.
-            timer = None
+            # The head's timeout fails the head future itself (no asyncio.timeout around the
+            # await: that is a context manager, a task lookup and a cancellation to undo per
+            # request), from the connection's lazy timer; what awaits it gets the TimeoutError.
             if head_timeout is not None:
-                loop = asyncio.get_running_loop()
-                timer = loop.call_at(loop.time() + head_timeout, _head_timed_out, response.head)
+                connection.expect_head(head_timeout)
             try:
                 await response.head
             except ProtocolError:
@@ -539,9 +609,6 @@ class HTTPClient:
                 connection.abort()
                 response.close()
                 raise
-            finally:
-                if timer is not None:
-                    timer.cancel()
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -554,11 +621,24 @@ class HTTPClient:
 
 
 _MAX_HEADS = 256  # distinct (method, URL, headers) heads kept per client
+_NO_FIELDS: list[tuple[bytes, bytes]] = []  # a response's fields before its head (never added to)
+_NAME = operator.itemgetter(0)  # a field's name
 
 
-def _head_timed_out(head: asyncio.Future[None]) -> None:
-    if not head.done():
-        head.set_exception(TimeoutError())
+def _add_headers(headers: dict[str, str], fields: list[tuple[bytes, bytes]], key: str = "") -> str:
+    """Fields into ``headers``: a repeated name's values joined by ", "; an empty name
+    continues the previous value (``key``, then the last one here: returned)."""
+    for name, value in fields:
+        text = value.decode("latin-1")
+        if name:
+            key = name.lower().decode("latin-1")
+            if key in headers:
+                headers[key] += ", " + text
+            else:
+                headers[key] = text
+        else:
+            headers[key] = headers.get(key, "") + text
+    return key
 
 
 def _head_for(method: str, url: str, headers: dict[str, str]) -> tuple[_Origin, bytes]:

@@ -34,15 +34,14 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, NamedTuple, Protocol
 
 from .. import dialects, hub, sse
 from ..dialects.base import KEEPALIVE_COMMENT, StreamDecoder, StreamEncoder
 from ..sse import EventBoundaries, marked_events, next_event_end
 from ._failures import as_hub_error
-from ._sources import Source
-from ._timers import LazyTimer
+from ._sources import HTTPSource, Source
+from ._timers import Deadlines, LazyTimer
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -57,6 +56,16 @@ __all__ = [
 log = logging.getLogger("llmbridge.gateway")
 
 _NON_COMMITTING = (hub.ResponseStart, hub.Usage)
+_DECODE_WHOLE = 2048  # a relayed read before the answer starts this short is decoded whole (_watch_until_started)
+# The kinds Exchange._note tells apart, as plain globals (one lookup each, not two)
+_START, _END, _DELTA, _BLOCK_START, _BLOCK_STOP = (
+    hub.ResponseStart,
+    hub.ResponseEnd,
+    hub.Delta,
+    hub.BlockStart,
+    hub.BlockStop,
+)
+_USAGE, _FINISH, _ERROR = hub.Usage, hub.Finish, hub.Error
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024  # a few base64 images in one event; see docs/gateway.md
 
 # Each served dialect's traits (dialects.base.Served, its package's GATEWAY): the keep-alive
@@ -104,7 +113,8 @@ class JSONArrayFraming:
 
 
 class _RelayState:
-    """What a relay keeps to end a stream properly if the upstream breaks off: bounded."""
+    """What a relay keeps to end a stream properly if the upstream breaks off: bounded (noted
+    by :meth:`Exchange._note`)."""
 
     __slots__ = ("open_blocks", "start")
 
@@ -112,28 +122,13 @@ class _RelayState:
         self.start: hub.ResponseStart | None = None
         self.open_blocks: dict[tuple[int, int], hub.BlockStart] = {}  # (choice, index) -> start
 
-    def note(self, event: hub.Event) -> None:
-        # One type() for the dispatch (this runs per watched event); mypy cannot narrow
-        # ``event`` through ``kind``, so each branch casts what ``kind is ...`` just checked.
-        kind = type(event)
-        if kind is hub.BlockStart:
-            start = cast(hub.BlockStart, event)
-            self.open_blocks[(start.choice, start.index)] = start
-        elif kind is hub.BlockStop:
-            index = cast(hub.BlockStop, event).index
-            for key in [k for k in self.open_blocks if k[1] == index]:
-                del self.open_blocks[key]
-        elif kind is hub.ResponseStart and self.start is None:
-            self.start = cast(hub.ResponseStart, event)
-
     def replay(self) -> list[hub.Event]:
         """Events that bring a fresh encoder to where the relayed stream stands."""
         events: list[hub.Event] = [self.start] if self.start is not None else []
         return events + list(self.open_blocks.values())
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
+class Options(NamedTuple):
     """How one :class:`Exchange` carries its answer (the caller's decisions, fixed for its life).
 
     ``dialect``: the client's; ``relay``: send the upstream's bytes untouched (same dialect,
@@ -145,6 +140,10 @@ class Options:
     event; ``observer`` sees each wake-up's raw bytes and hub events (the console's Traffic
     page); ``on_end`` is called once, with the exchange, when it is over; ``model`` is named
     in an answer whose upstream named none (every vendor's answer names its model).
+
+    A named tuple, not a frozen dataclass: just as fixed, and made (once per request) at a
+    third of the cost; a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``.
     """
 
     dialect: str = ""
@@ -186,17 +185,17 @@ class Exchange:
         self._encoder_factory = encoder_factory
         # A relay never encodes through this one (its end, if the upstream breaks off, is
         # written by a fresh encoder: _encode_end); a _NullEncoder keeps the type plain.
-        self._encoder: StreamEncoder = _NullEncoder() if relay else encoder_factory()
+        self._encoder: StreamEncoder = _NULL_ENCODER if relay else encoder_factory()
         self.relay = relay
         self._relay_filter = options.relay_filter
-        self._relay_state = _RelayState()  # noted only while relaying
+        # noted only while relaying (a translation never reads it: one empty state serves all)
+        self._relay_state = _RelayState() if relay else _NO_RELAY_STATE
         self._relay_done = _RELAY_DONE.get(dialect) if relay else None
         self._skim: tuple[bytes, ...] | None = None  # relay, once started: RELAY_MARKERS of the dialect
         self._relay_markers = RELAY_MARKERS.get(dialect) if relay else None
         self._saw_done = False
         self.dialect = dialect
         self.keepalive = options.keepalive
-        self._keepalive_bytes = KEEPALIVE_BYTES.get(dialect, KEEPALIVE_COMMENT)
         self._framing: Framing | None = JSONArrayFraming() if options.json_array else None
         self.request_id = options.request_id
         self._on_end = options.on_end
@@ -206,7 +205,11 @@ class Exchange:
         self._pending = bytearray()  # relay: the bytes of an event not complete yet
         self._held: list[bytes] = []  # client bytes made while priming
         self._held_events: list[hub.Event] = []  # and the hub events seen (for collect)
-        self._deadlines = source.start_deadlines()
+        # The upstream's deadlines are armed the first time the exchange waits for it
+        # (_start_deadlines): an answer that is all in when it starts, as a fast upstream's
+        # short one often is, never arms or cancels a timer.  Their due times count from
+        # ``source.started`` either way.
+        self._deadlines: Deadlines | None = None
         self._keepalive_timer: LazyTimer | None = None
         self._got_data = False
         self._last_write = self._loop.time()
@@ -230,37 +233,34 @@ class Exchange:
         passed), with the client bytes made so far held for :meth:`body`.
         """
         inbox = self.inbox
-        patience = None
-        keepalive = self.keepalive
-        try:
-            while True:
-                if patience is None and keepalive is not None and not inbox.ready:
-                    # (only once there is something to wait for: a quick upstream's answer is often
-                    # in the inbox already; the due time counts from the exchange's start either way)
-                    patience = LazyTimer(lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive"))
+        while True:
+            if not (inbox.items or inbox.eof or inbox.alarms):  # (Inbox.ready, without the call)
+                # (timers only once there is something to wait for: a quick upstream's answer is
+                # often in the inbox already; due times count from the exchange's start either way)
+                if self._deadlines is None:
+                    self._start_deadlines()
+                if self._keepalive_timer is None and self.keepalive is not None:
+                    self._start_keepalives()  # (body() keeps it; aclose() stops it)
                 await inbox.wait()
-                self.upstream_at = time.perf_counter()
-                if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
-                    inbox.alarms.discard("keepalive")
+            self.upstream_at = time.perf_counter()
+            if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
+                inbox.alarms.discard("keepalive")
+                return None
+            try:
+                events, out = self._step()
+            except Exception:  # a codec bug before the answer started: a 500 in the client's dialect
+                log.exception("stream failed before it started")
+                return hub.Error("internal gateway error", "api_error", status=500)
+            self._held_events += events
+            if out:
+                self._held.append(out)
+            for event in events:
+                if type(event) is hub.Error:
+                    return event
+                if not isinstance(event, _NON_COMMITTING):
                     return None
-                try:
-                    events, out = self._step()
-                except Exception:  # a codec bug before the answer started: a 500 in the client's dialect
-                    log.exception("stream failed before it started")
-                    return hub.Error("internal gateway error", "api_error", status=500)
-                self._held_events += events
-                if out:
-                    self._held.append(out)
-                for event in events:
-                    if type(event) is hub.Error:
-                        return event
-                    if not isinstance(event, _NON_COMMITTING):
-                        return None
-                if self.upstream_done:
-                    return hub.Error("upstream ended without an answer", "incomplete_stream", status=502)
-        finally:
-            if patience is not None:
-                patience.cancel()
+            if self.upstream_done:
+                return hub.Error("upstream ended without an answer", "incomplete_stream", status=502)
 
     # -- phase 2, streaming
 
@@ -284,21 +284,21 @@ class Exchange:
                 self._skim = self._relay_markers
             inbox = self.inbox
             self._last_write = loop.time()
-            keepalive = self.keepalive
-            timer = None
-            if keepalive is not None:
-                # Keep-alives go out when the *client* has had no bytes for an interval: a silent
-                # upstream, or one whose events the encoder is still buffering.
-                timer = self._keepalive_timer = LazyTimer(
-                    lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
-                )
+            timer = self._keepalive_timer
+            if timer is not None:  # armed while priming: a due time moved later costs nothing,
+                timer.rearm()  # and one that fired (a slow start) is armed again
+                inbox.alarms.discard("keepalive")  # (one raised since prime returned: the client just had bytes)
+            elif self.keepalive is not None:
+                timer = self._start_keepalives()
+            if self._deadlines is None:
+                self._start_deadlines()
             while not self.upstream_done and not self.ended:
                 await inbox.wait()
                 _, out = self._step()
                 if "keepalive" in inbox.alarms:
                     inbox.alarms.discard("keepalive")
                     if not out:
-                        out = self._keepalive_bytes
+                        out = KEEPALIVE_BYTES.get(self.dialect, KEEPALIVE_COMMENT)
                     if timer is not None:  # (always: only the timer raises this alarm)
                         timer.rearm()
                 if self.upstream_done or self.ended:  # the last bytes and the terminal event: one write
@@ -360,6 +360,22 @@ class Exchange:
             log.exception("cannot encode the error either")
             return b""
 
+    def _start_deadlines(self) -> None:
+        """Arm the upstream's first-byte, idle and total deadlines (before the first wait)."""
+        if not self.closed and not self.upstream_done:
+            self._deadlines = self.source.start_deadlines(self._got_data)
+
+    def _start_keepalives(self) -> LazyTimer:
+        """The keep-alive timer, one for the exchange's life (priming, then the stream): it
+        raises a ``"keepalive"`` alarm when the *client* has had no bytes for an interval (a
+        silent upstream, or one whose events the encoder is still buffering)."""
+        keepalive, inbox = self.keepalive, self.inbox
+        assert keepalive is not None
+        timer = self._keepalive_timer = LazyTimer(
+            lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
+        )
+        return timer
+
     def _step(self) -> tuple[list[hub.Event], bytes]:
         """Take everything the inbox holds; the hub events seen and the client bytes made."""
         inbox = self.inbox
@@ -367,7 +383,8 @@ class Exchange:
         source = self.source
         if items and not self._got_data:
             self._got_data = True
-            self._deadlines.data_arrived()
+            if self._deadlines is not None:
+                self._deadlines.data_arrived()
         decoder = source.decoder
         if decoder is None:  # in-process: the items are hub events
             events: list[hub.Event] = items
@@ -381,7 +398,8 @@ class Exchange:
                 self._observer((data, events))
         if "deadline" in inbox.alarms and not self.ended:
             inbox.alarms.discard("deadline")
-            error = self._deadlines.missed or hub.Error("upstream timed out", "timeout", status=504)
+            missed = self._deadlines.missed if self._deadlines is not None else None
+            error = missed or hub.Error("upstream timed out", "timeout", status=504)
             self._abandon()
             events.append(error)
             return events, out + self._encode_end(error)
@@ -441,8 +459,7 @@ class Exchange:
             events = self._watch_until_started(out, decoder)
         elif self._skim is None:
             events = decoder.feed(out)
-            for event in events:
-                self._watch(event)
+            self._note(events)
         else:
             events = self._watch_marked(out, 0, decoder)
         return events, self._relayed(out)
@@ -466,30 +483,42 @@ class Exchange:
 
     def _watch_bytes(self, data: bytes, decoder: StreamDecoder) -> list[hub.Event]:
         got = decoder.feed(data)
-        for event in got:
-            self._watch(event)
+        self._note(got)
         return got
 
     def _watch_until_started(self, out: bytes, decoder: StreamDecoder) -> list[hub.Event]:
         """Before the answer starts: decode one event at a time until it does, skim the rest.
 
         An unpaced upstream's first read can hold most of its answer; decoding all of it just
-        to find the first content event would undo the skim for exactly the fast streams.
+        to find the first content event would undo the skim for exactly the fast streams.  A
+        short read (at most ``_DECODE_WHOLE`` bytes: a start, a few tokens, the end) is decoded
+        in one feed instead: finding its events one by one and scanning the rest for markers
+        cost more than decoding the few deltas among them (a 2-token answer in one read: 93 k
+        instructions more, under callgrind).
         """
-        events: list[hub.Event] = []
-        start, n = 0, len(out)
+        n = len(out)
+        if n <= _DECODE_WHOLE:
+            events = decoder.feed(out)
+            self._note(events)
+            for event in events:
+                if not isinstance(event, _NON_COMMITTING):
+                    self._skim = self._relay_markers  # started: later reads are skimmed
+                    break
+            return events
+        events = []
+        start = 0
         while start < n:
             end = next_event_end(out, start)
             got = decoder.feed(out[start:end])
             events += got
-            for event in got:
-                self._watch(event)
+            self._note(got)
             start = end
-            if any(not isinstance(e, _NON_COMMITTING) for e in got):
-                self._skim = self._relay_markers  # started: the rest is skimmed
-                if start < n:
-                    events += self._watch_marked(out, start, decoder)
-                break
+            for event in got:
+                if not isinstance(event, _NON_COMMITTING):
+                    self._skim = self._relay_markers  # started: the rest is skimmed
+                    if start < n:
+                        events += self._watch_marked(out, start, decoder)
+                    return events
         return events
 
     def _relayed(self, out: bytes) -> bytes:
@@ -503,45 +532,74 @@ class Exchange:
         """Translate hub events (the client's bytes, re-framed if asked)."""
         if self.ended:
             return b""
-        encode = self._encoder.encode
-        parts = []
-        for event in events:
-            self._observe(event)
-            parts.append(encode(event))
-            if self.ended:
-                break
+        parts = self._note(events, self._encoder.encode)
         out = b"".join(parts)
         return self._framing.feed(out) if self._framing is not None and out else out
 
     def _observe(self, event: hub.Event) -> None:
-        # Per event: one type() and identity tests, and a Delta (nearly every event) enters no
-        # branch.  mypy cannot narrow ``event`` through ``kind``: each branch casts what
-        # ``kind is ...`` just checked (a call that returns its argument, on rare events only).
-        self.events += 1
-        kind = type(event)
-        if kind is hub.ResponseStart:
-            start = cast(hub.ResponseStart, event)
-            if self.request_id and not self.relay:
-                start.request_id = self.request_id
-            if not start.model and self.options.model:  # vendors' answers name a model (required)
-                start.model = self.options.model
-        elif kind is hub.ResponseEnd:
-            self.ended = True
-            if self.request_id and not self.relay:
-                cast(hub.ResponseEnd, event).request_id = self.request_id
-        elif kind is hub.Usage:
-            self.usage = hub.merge_usage(self.usage, cast(hub.Usage, event))
-        elif kind is hub.Finish:
-            self.finish = cast(hub.Finish, event)
-        elif kind is hub.Error:
-            self.error = cast(hub.Error, event)
+        """Note one event (see :meth:`_note`)."""
+        self._note([event])
 
-    def _watch(self, event: hub.Event) -> None:
-        """Relay: note what the upstream reported; keep only what ending the stream needs."""
+    def _note(self, events: list[hub.Event], encode: Callable[[hub.Event], bytes] | None = None) -> list[bytes]:
+        """Note what ``events`` report, in order, up to the end of the client's stream: usage,
+        finish, error, and while relaying what ending the stream needs (the start, the blocks
+        still open); with ``encode``, each event's client bytes, made right after it is noted.
+
+        One loop for every event of a batch, not a call or two per event: a 2-token stream has
+        about eight, nearly all of them rare kinds.  A Delta (nearly every event of a longer
+        stream) enters no branch.  The kind is told apart by ``type()`` and identity (hub events
+        are final structs), so the loop reads the events as ``Any``: mypy cannot narrow through
+        ``kind``, and a ``cast`` per branch would be a call per event.
+        """
+        parts: list[bytes] = []
         if self.ended:
-            return
-        self._observe(event)
-        self._relay_state.note(event)
+            return parts
+        relay = self.relay
+        noted: list[Any] = events  # (kinds are told apart by type(); see the docstring)
+        n = 0
+        try:
+            for event in noted:
+                n += 1
+                kind = type(event)
+                if kind is _DELTA:
+                    pass
+                elif kind is _START:
+                    start = event
+                    if not relay:
+                        if self.request_id:
+                            start.request_id = self.request_id
+                    elif self._relay_state.start is None:
+                        self._relay_state.start = start
+                    if not start.model and self.options.model:  # vendors' answers name a model (required)
+                        start.model = self.options.model
+                elif kind is _BLOCK_START:
+                    if relay:
+                        block = event
+                        self._relay_state.open_blocks[(block.choice, block.index)] = block
+                elif kind is _BLOCK_STOP:
+                    if relay:
+                        index = event.index
+                        open_blocks = self._relay_state.open_blocks
+                        for key in [k for k in open_blocks if k[1] == index]:
+                            del open_blocks[key]
+                elif kind is _END:  # the client's stream ends here: nothing after it is noted
+                    self.ended = True
+                    if self.request_id and not relay:
+                        event.request_id = self.request_id
+                    if encode is not None:
+                        parts.append(encode(event))
+                    break
+                elif kind is _USAGE:
+                    self.usage = hub.merge_usage(self.usage, event)
+                elif kind is _FINISH:
+                    self.finish = event
+                elif kind is _ERROR:
+                    self.error = event
+                if encode is not None:
+                    parts.append(encode(event))
+        finally:  # (a codec bug in ``encode``: the events noted so far still count)
+            self.events += n
+        return parts
 
     def _relay_end(self, tail_events: list[hub.Event]) -> bytes:
         """The upstream ended (cleanly or not) while relaying: what the client still needs."""
@@ -550,7 +608,7 @@ class Exchange:
                 # Broke off (truncated): drop the partial event, end with our own error event.
                 self._pending.clear()
                 return self._encode_end(event)
-            self._watch(event)
+            self._observe(event)
         tail = bytes(self._pending)
         self._pending.clear()
         if tail.strip() and not tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n")):
@@ -583,7 +641,8 @@ class Exchange:
     def _abandon(self) -> None:
         """Read no more from the upstream (a deadline passed, an event was too large)."""
         self.upstream_done = True
-        self._deadlines.cancel()
+        if self._deadlines is not None:
+            self._deadlines.cancel()
         self.inbox.take()
         with contextlib.suppress(Exception):
             resp = getattr(self.source, "response", None)
@@ -623,6 +682,8 @@ class Exchange:
                         self._observe(event)
                         assembler.feed(event)
                     break
+                if self._deadlines is None and not inbox.ready:
+                    self._start_deadlines()
                 await inbox.wait()
                 self.upstream_at = time.perf_counter()
                 inbox.alarms.discard("keepalive")
@@ -640,10 +701,15 @@ class Exchange:
         if self.closed:
             return
         self.closed = True
-        self._deadlines.cancel()
+        if self._deadlines is not None:
+            self._deadlines.cancel()
         if self._keepalive_timer is not None:
             self._keepalive_timer.cancel()
-        await self.source.aclose()
+        source = self.source
+        if type(source) is HTTPSource:  # (closing an HTTP response is immediate: no coroutine)
+            source.response.close()
+        else:
+            await source.aclose()
         if self._on_end is not None:
             try:
                 self._on_end(self)
@@ -660,3 +726,7 @@ class _NullEncoder:
 
     def encode(self, event: hub.Event) -> bytes:
         return b""
+
+
+_NO_RELAY_STATE = _RelayState()  # (never noted into: _note and _encode_end read it only while relaying)
+_NULL_ENCODER = _NullEncoder()  # (it keeps no state: one serves every relay)

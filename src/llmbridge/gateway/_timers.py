@@ -81,10 +81,11 @@ class Deadlines:
     """The first-byte, idle and total deadlines of one upstream answer, as one lazy timer.
 
     ``missed`` is the hub error once a deadline passed (and the inbox has a ``"deadline"``
-    alarm); the first byte is the first body data (or event) after the response head.
+    alarm); the first byte is the first body data (or event) after the response head
+    (``got_data``: it had come before these deadlines were armed).
     """
 
-    def __init__(self, inbox: Inbox, timeouts: Timeouts, upstream: str, started: float) -> None:
+    def __init__(self, inbox: Inbox, timeouts: Timeouts, upstream: str, started: float, got_data: bool = False) -> None:
         self._inbox = inbox
         self._timeouts = timeouts
         self._upstream = upstream
@@ -95,7 +96,7 @@ class Deadlines:
         self.missed: hub.Error | None = None
         # Set by the consumer, not derived from timestamps: uvloop's clock moves in whole
         # milliseconds, so "data came after the start" cannot be read off the times.
-        self.got_data = False
+        self.got_data = got_data
         self._timer = LazyTimer(self._due, self._fire)
 
     def _due(self) -> float:

@@ -165,6 +165,10 @@ class HTTPUpstream:
         Reads are bounded by the gateway's own first-byte/idle/total clocks (streaming.py);
         here only connecting and the response head are timed.
         """
+        return await self._send(*self._prepared(request))
+
+    def _prepared(self, request: hub.Request) -> tuple[_http.Head, bytes]:
+        """The request head and body of ``request`` (the head made once per URL and headers)."""
         url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
         body = self.request_bytes(request)
         key: tuple[object, ...] = (url, *headers.items())
@@ -174,7 +178,7 @@ class HTTPUpstream:
             if len(self._heads) >= _MAX_HEADS:
                 self._heads.clear()
             self._heads[key] = head
-        return await self._send(head, body)
+        return head, body
 
     def endpoint(self, request: hub.Request) -> tuple[str, dict[str, str]]:
         url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
@@ -187,7 +191,9 @@ class HTTPUpstream:
         return all_headers
 
     async def open_stream(self, request: hub.Request, started: float, tap: Tap | None = None) -> Source:
-        response = await self.open(request)
+        # (not through open(): one coroutine less per request)
+        head, body = self._prepared(request)
+        response = await self._send(head, body)
         decoder = self.dialect.StreamDecoder()
         return HTTPSource(response, tap.decoder(decoder) if tap else decoder, self.name, self.timeouts, started)
 
