@@ -20,14 +20,15 @@ MMSP embedding streams, each WebSocket turn and each console turn — is the sam
    (``routing.py``: strategy, retries with backoff, cooldowns), the next one only while the
    client has seen nothing and the failure is retryable;
 7. **exchange** under the client-disconnect race (:func:`unless_disconnected`);
-8. and one **catch-all** (:meth:`Pipeline.answer`): a step that refuses raises
-   :class:`Refused`, a dialect parser raises :class:`~llmbridge.errors.RequestError`, and
-   anything else is a bug — each answered in the client's dialect, never as Starlette's
-   plain-text 500.
+8. and one **catch-all** (:meth:`Pipeline.failed`, which :meth:`Pipeline.answer` runs the
+   steps under; the chat endpoints run theirs themselves and hand it their exceptions): a
+   step that refuses raises :class:`Refused`, a dialect parser raises
+   :class:`~llmbridge.errors.RequestError`, and anything else is a bug — each answered in the
+   client's dialect, never as Starlette's plain-text 500.
 
 Why a raised :class:`Refused` rather than returned responses: each step can stop the
 request, and an exception lets an entry point read as the list of its steps, while the
-one place that turns a refusal into bytes is :meth:`Pipeline.answer` (the dialect of
+one place that turns a refusal into bytes is :meth:`Pipeline.failed` (the dialect of
 the answer is known there, even when it was negotiated halfway through).
 
 The entry points receive this object — config, upstreams, team features, traffic — and
