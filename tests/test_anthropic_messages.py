@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from llmbridge import hub
 from llmbridge.dialects import anthropic_messages as am
-from llmbridge.dialects.base import decode_all, encode_all
+from llmbridge.dialects.base import EncoderDispatch, EncoderState, decode_all, encode_all, json_encode
 from llmbridge.errors import RequestError
 from tests.conftest import CORPUS, corpus_files
 from tests.readers import anthropic_messages as reader
@@ -919,3 +919,58 @@ def test_number_fast_check_is_the_general_check(value, kinds):
         return amr._want(value, kinds, "k", "an integer" if kinds == (int,) else "a number")
 
     assert _outcome(lambda: amr._number({"k": value}, "k", kinds)) == _outcome(general)
+
+
+class _GeneralDispatch(am.StreamEncoder):
+    """The encoder as it was before its own dispatch and its usual-end path: every event but
+    the hot delta through EncoderDispatch.encode, and the end written by the general steps."""
+
+    def encode(self, event):  # type: ignore[no-untyped-def]
+        if type(event) is hub.Delta and self._state is not EncoderState.CLOSED:
+            block = self._blocks.get(event.index)
+            if block is self._live and block is not None and block.started and event.text:
+                return block.prefix + json_encode(event.text) + b"}}\n\n"
+        return EncoderDispatch.encode(self, event)
+
+    def on_response_end(self, event):  # type: ignore[no-untyped-def]
+        out = [self._message_start(), *self._close_all(), self._message_delta()]
+        out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+        self._state = EncoderState.CLOSED
+        return b"".join(out)
+
+
+def _dispatch_outcome(encoder: am.StreamEncoder, events: list) -> list:
+    out: list = []
+    for event in events:
+        try:
+            out.append(encoder.encode(event))
+        except TypeError as exc:
+            out.append(("TypeError", str(exc)))
+    out.append(encoder._state)
+    return out
+
+
+def _with_edges(events: list) -> list:
+    # a non-event before the end, events after the end (b"" once closed), a second end
+    return [events[0], "not an event", *events[1:], hub.Delta(0, "late"), hub.ResponseEnd(), object()]
+
+
+def test_own_dispatch_is_the_base_dispatch_on_corpus_and_stop_streams():
+    from llmbridge.gateway._extensions import PlainEncoder
+
+    for events in _stop_streams():
+        for extensions in (True, False):
+            fast, general = am.StreamEncoder(), _GeneralDispatch()
+            fast.extensions = general.extensions = extensions
+            assert _dispatch_outcome(fast, _with_edges(events)) == _dispatch_outcome(general, _with_edges(events))
+        fast_plain, general_plain = PlainEncoder(am.StreamEncoder(), NS), PlainEncoder(_GeneralDispatch(), NS)
+        assert encode_all(fast_plain, events) == encode_all(general_plain, events)  # type: ignore[arg-type]
+
+
+@given(hub_streams(), st.booleans())
+def test_own_dispatch_is_the_base_dispatch_on_generated_streams(events, extensions):
+    fast, general = am.StreamEncoder(), _GeneralDispatch()
+    fast.extensions = general.extensions = extensions
+    assert _dispatch_outcome(fast, _with_edges(events)) == _dispatch_outcome(general, _with_edges(events))
+    fast, general = am.StreamEncoder(), _GeneralDispatch()  # and without the edges: ends of every kind
+    assert encode_all(fast, events) == encode_all(general, events)
