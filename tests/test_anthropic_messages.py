@@ -974,3 +974,43 @@ def test_own_dispatch_is_the_base_dispatch_on_generated_streams(events, extensio
     assert _dispatch_outcome(fast, _with_edges(events)) == _dispatch_outcome(general, _with_edges(events))
     fast, general = am.StreamEncoder(), _GeneralDispatch()  # and without the edges: ends of every kind
     assert encode_all(fast, events) == encode_all(general, events)
+
+
+_COUNTS = st.one_of(st.none(), st.integers(0, 50))
+_USAGE_EXTENSIONS = st.sampled_from(
+    [
+        None,
+        {},
+        {NAME_AM: {"service_tier": "standard"}},
+        {NAME_AM: {"server_tool_use": {"web_search_requests": 2}}},
+        {NAME_AM: {"server_tool_use": {"web_search_requests": 1, "web_fetch_requests": 0}, "input_tokens": 9}},
+        {NAME_AM: {"output_tokens_details": {"thinking_tokens": 3}}},
+        {NAME_AM: {}},
+        {"openai-chat": {"prompt_tokens_details": {"cached_tokens": 1}}},
+        {NAME_AM: {"cache_creation": {"ephemeral_5m_input_tokens": 1}}, "gemini": {"x": 1}},
+    ]
+)
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.builds(
+            hub.Usage,
+            _COUNTS,
+            _COUNTS,
+            _COUNTS,
+            _COUNTS,
+            _COUNTS,
+            _COUNTS,
+            _USAGE_EXTENSIONS,
+        ),
+    )
+)
+def test_usage_object_is_usage_to_raws_first(usage):
+    from llmbridge.dialects.anthropic_messages._common import usage_object, usage_to_raw
+
+    alone, (raw, _) = usage_object(usage), usage_to_raw(usage)
+    assert json.dumps(alone) == json.dumps(raw)  # (the order of the keys included)
+    alone["input_tokens"] = -1  # a fresh object each time
+    assert usage_object(usage) == raw

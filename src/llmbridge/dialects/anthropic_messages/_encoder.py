@@ -16,7 +16,7 @@ from typing import Any
 
 from ... import hub
 from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState, json_encode, not_a_hub_event
-from ._common import NAME, error_body, event_to_json, stop_from_finish, usage_to_raw
+from ._common import NAME, error_body, event_to_json, stop_from_finish, usage_object, usage_to_raw
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
@@ -152,7 +152,8 @@ class StreamEncoder(EncoderDispatch):
             return b""
         self._state = _OPEN
         start = self._start or hub.ResponseStart()
-        usage, usage_extra = usage_to_raw(self._usage)
+        # (the hub data beside the usage goes under our key: a plain client's is never made)
+        usage, usage_extra = usage_to_raw(self._usage) if self.extensions else (usage_object(self._usage), None)
         message: dict[str, Any] = {
             "id": start.id or "msg_llmbridge",
             "type": "message",
@@ -228,7 +229,7 @@ class StreamEncoder(EncoderDispatch):
         if extras:
             for key, value in (extras.get("delta") or {}).items():
                 delta.setdefault(key, value)
-        usage, usage_extra = usage_to_raw(self._usage)
+        usage, usage_extra = usage_to_raw(self._usage) if self.extensions else (usage_object(self._usage), None)
         body: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": usage}
         if extras:
             for key, value in extras.items():
