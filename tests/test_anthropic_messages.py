@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import anthropic
@@ -976,41 +977,65 @@ def test_own_dispatch_is_the_base_dispatch_on_generated_streams(events, extensio
     assert encode_all(fast, events) == encode_all(general, events)
 
 
-_COUNTS = st.one_of(st.none(), st.integers(0, 50))
-_USAGE_EXTENSIONS = st.sampled_from(
-    [
-        None,
-        {},
-        {NAME_AM: {"service_tier": "standard"}},
-        {NAME_AM: {"server_tool_use": {"web_search_requests": 2}}},
-        {NAME_AM: {"server_tool_use": {"web_search_requests": 1, "web_fetch_requests": 0}, "input_tokens": 9}},
-        {NAME_AM: {"output_tokens_details": {"thinking_tokens": 3}}},
-        {NAME_AM: {}},
-        {"openai-chat": {"prompt_tokens_details": {"cached_tokens": 1}}},
-        {NAME_AM: {"cache_creation": {"ephemeral_5m_input_tokens": 1}}, "gemini": {"x": 1}},
-    ]
+_USAGE_EXTENSIONS = (
+    None,
+    {},
+    {NAME_AM: {"service_tier": "standard"}},
+    {NAME_AM: {"server_tool_use": {"web_search_requests": 2}}},
+    {NAME_AM: {"server_tool_use": {"web_search_requests": 1, "web_fetch_requests": 0}, "input_tokens": 9}},
+    {NAME_AM: {"output_tokens_details": {"thinking_tokens": 3}}},
+    {NAME_AM: {}},
+    {"openai-chat": {"prompt_tokens_details": {"cached_tokens": 1}}},
+    {NAME_AM: {"cache_creation": {"ephemeral_5m_input_tokens": 1}}, "gemini": {"x": 1}},
 )
 
 
-@given(
-    st.one_of(
-        st.none(),
-        st.builds(
-            hub.Usage,
-            _COUNTS,
-            _COUNTS,
-            _COUNTS,
-            _COUNTS,
-            _COUNTS,
-            _COUNTS,
-            _USAGE_EXTENSIONS,
-        ),
-    )
-)
-def test_usage_object_is_usage_to_raws_first(usage):
+def test_usage_object_is_usage_to_raws_first():
     from llmbridge.dialects.anthropic_messages._common import usage_object, usage_to_raw
 
-    alone, (raw, _) = usage_object(usage), usage_to_raw(usage)
-    assert json.dumps(alone) == json.dumps(raw)  # (the order of the keys included)
-    alone["input_tokens"] = -1  # a fresh object each time
-    assert usage_object(usage) == raw
+    usages = [None] + [
+        hub.Usage(*counts, extensions=ext)  # type: ignore[arg-type]
+        for counts in itertools.product((None, 0, 7), repeat=6)
+        for ext in _USAGE_EXTENSIONS
+    ]
+    for usage in usages:
+        alone, (raw, _) = usage_object(usage), usage_to_raw(usage)
+        assert json.dumps(alone) == json.dumps(raw)  # (the order of the keys included)
+        alone["input_tokens"] = -1  # a fresh object each time
+        assert usage_object(usage) == raw
+
+
+_START_TEXTS = (None, "", "msg_1", 'q"\\\n\u2028\x00é😀', "</script>", " ", "\x7f")
+_START_EXTENSIONS = (
+    None,
+    {},
+    {"openai-chat": {"service_tier": "default"}},
+    {NAME_AM: {"container": None}},
+    {NAME_AM: 1},
+)
+
+
+def test_plain_message_start_fast_path_is_the_general_path():
+    # every combination (the shapes are few; a generated sample of 25 would miss some)
+    for id, model, extensions, created, request_id, told, usage in itertools.product(
+        _START_TEXTS,
+        _START_TEXTS,
+        _START_EXTENSIONS,
+        (None, 1700000000),
+        (None, "req_1"),
+        (True, False),
+        (None, hub.Usage(3, 0)),
+    ):
+        start = hub.ResponseStart(id, model, created, request_id, extensions)  # type: ignore[arg-type]
+        fast, general = am.StreamEncoder(), am.StreamEncoder()
+        fast.extensions = general.extensions = told
+        fast._start = start
+        fast._usage = general._usage = usage
+        assert fast._message_start() == general._start_general(start)
+        assert fast._state is EncoderState.OPEN and fast._message_start() == b""
+
+
+def test_plain_message_start_without_a_response_start():
+    fast, general = am.StreamEncoder(), am.StreamEncoder()
+    fast.extensions = general.extensions = False
+    assert fast._message_start() == general._start_general(hub.ResponseStart()) != b""

@@ -22,6 +22,13 @@ _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","inde
 _END = b"}}\n\n"
 _TEXT_START = b'event: content_block_start\ndata: {"type":"content_block_start","index":'
 _TEXT_START_END = b',"content_block":{"type":"text","text":""}}\n\n'
+_PLAIN_START = b'event: message_start\ndata: {"type":"message_start","message":{"id":'
+_PLAIN_START_MODEL = b',"type":"message","role":"assistant","model":'
+_PLAIN_START_END = (
+    b',"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,'
+    b'"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,'
+    b'"cache_creation":null,"server_tool_use":null,"service_tier":null}}}\n\n'
+)
 _MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":'
 # The states as globals for the per-event checks (see EncoderState).
@@ -152,6 +159,15 @@ class StreamEncoder(EncoderDispatch):
             return b""
         self._state = _OPEN
         start = self._start or hub.ResponseStart()
+        ext = start.extensions
+        if not self.extensions and self._usage is None and (not ext or NAME not in ext):
+            # The usual start of a translated stream (plain, no usage yet, none of our fields
+            # among the extensions): the general steps' bytes, with only the id and model to encode.
+            id, model = json_encode(start.id or "msg_llmbridge"), json_encode(start.model or "")
+            return _PLAIN_START + id + _PLAIN_START_MODEL + model + _PLAIN_START_END
+        return self._start_general(start)
+
+    def _start_general(self, start: hub.ResponseStart) -> bytes:
         # (the hub data beside the usage goes under our key: a plain client's is never made)
         usage, usage_extra = usage_to_raw(self._usage) if self.extensions else (usage_object(self._usage), None)
         message: dict[str, Any] = {
