@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import anthropic
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from llmbridge import hub
 from llmbridge.dialects import anthropic_messages as am
-from llmbridge.dialects.base import decode_all, encode_all
+from llmbridge.dialects.base import EncoderDispatch, EncoderState, decode_all, encode_all, json_encode
 from llmbridge.errors import RequestError
 from tests.conftest import CORPUS, corpus_files
 from tests.readers import anthropic_messages as reader
@@ -919,3 +920,122 @@ def test_number_fast_check_is_the_general_check(value, kinds):
         return amr._want(value, kinds, "k", "an integer" if kinds == (int,) else "a number")
 
     assert _outcome(lambda: amr._number({"k": value}, "k", kinds)) == _outcome(general)
+
+
+class _GeneralDispatch(am.StreamEncoder):
+    """The encoder as it was before its own dispatch and its usual-end path: every event but
+    the hot delta through EncoderDispatch.encode, and the end written by the general steps."""
+
+    def encode(self, event):  # type: ignore[no-untyped-def]
+        if type(event) is hub.Delta and self._state is not EncoderState.CLOSED:
+            block = self._blocks.get(event.index)
+            if block is self._live and block is not None and block.started and event.text:
+                return block.prefix + json_encode(event.text) + b"}}\n\n"
+        return EncoderDispatch.encode(self, event)
+
+    def on_response_end(self, event):  # type: ignore[no-untyped-def]
+        out = [self._message_start(), *self._close_all(), self._message_delta()]
+        out.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+        self._state = EncoderState.CLOSED
+        return b"".join(out)
+
+
+def _dispatch_outcome(encoder: am.StreamEncoder, events: list) -> list:
+    out: list = []
+    for event in events:
+        try:
+            out.append(encoder.encode(event))
+        except TypeError as exc:
+            out.append(("TypeError", str(exc)))
+    out.append(encoder._state)
+    return out
+
+
+def _with_edges(events: list) -> list:
+    # a non-event before the end, events after the end (b"" once closed), a second end
+    return [events[0], "not an event", *events[1:], hub.Delta(0, "late"), hub.ResponseEnd(), object()]
+
+
+def test_own_dispatch_is_the_base_dispatch_on_corpus_and_stop_streams():
+    from llmbridge.gateway._extensions import PlainEncoder
+
+    for events in _stop_streams():
+        for extensions in (True, False):
+            fast, general = am.StreamEncoder(), _GeneralDispatch()
+            fast.extensions = general.extensions = extensions
+            assert _dispatch_outcome(fast, _with_edges(events)) == _dispatch_outcome(general, _with_edges(events))
+        fast_plain, general_plain = PlainEncoder(am.StreamEncoder(), NS), PlainEncoder(_GeneralDispatch(), NS)
+        assert encode_all(fast_plain, events) == encode_all(general_plain, events)  # type: ignore[arg-type]
+
+
+@given(hub_streams(), st.booleans())
+def test_own_dispatch_is_the_base_dispatch_on_generated_streams(events, extensions):
+    fast, general = am.StreamEncoder(), _GeneralDispatch()
+    fast.extensions = general.extensions = extensions
+    assert _dispatch_outcome(fast, _with_edges(events)) == _dispatch_outcome(general, _with_edges(events))
+    fast, general = am.StreamEncoder(), _GeneralDispatch()  # and without the edges: ends of every kind
+    assert encode_all(fast, events) == encode_all(general, events)
+
+
+_USAGE_EXTENSIONS = (
+    None,
+    {},
+    {NAME_AM: {"service_tier": "standard"}},
+    {NAME_AM: {"server_tool_use": {"web_search_requests": 2}}},
+    {NAME_AM: {"server_tool_use": {"web_search_requests": 1, "web_fetch_requests": 0}, "input_tokens": 9}},
+    {NAME_AM: {"output_tokens_details": {"thinking_tokens": 3}}},
+    {NAME_AM: {}},
+    {"openai-chat": {"prompt_tokens_details": {"cached_tokens": 1}}},
+    {NAME_AM: {"cache_creation": {"ephemeral_5m_input_tokens": 1}}, "gemini": {"x": 1}},
+)
+
+
+def test_usage_object_is_usage_to_raws_first():
+    from llmbridge.dialects.anthropic_messages._common import usage_object, usage_to_raw
+
+    usages = [None] + [
+        hub.Usage(*counts, extensions=ext)  # type: ignore[arg-type]
+        for counts in itertools.product((None, 0, 7), repeat=6)
+        for ext in _USAGE_EXTENSIONS
+    ]
+    for usage in usages:
+        alone, (raw, _) = usage_object(usage), usage_to_raw(usage)
+        assert json.dumps(alone) == json.dumps(raw)  # (the order of the keys included)
+        alone["input_tokens"] = -1  # a fresh object each time
+        assert usage_object(usage) == raw
+
+
+_START_TEXTS = (None, "", "msg_1", 'q"\\\n\u2028\x00é😀', "</script>", " ", "\x7f")
+_START_EXTENSIONS = (
+    None,
+    {},
+    {"openai-chat": {"service_tier": "default"}},
+    {NAME_AM: {"container": None}},
+    {NAME_AM: 1},
+)
+
+
+def test_plain_message_start_fast_path_is_the_general_path():
+    # every combination (the shapes are few; a generated sample of 25 would miss some)
+    for id, model, extensions, created, request_id, told, usage in itertools.product(
+        _START_TEXTS,
+        _START_TEXTS,
+        _START_EXTENSIONS,
+        (None, 1700000000),
+        (None, "req_1"),
+        (True, False),
+        (None, hub.Usage(3, 0)),
+    ):
+        start = hub.ResponseStart(id, model, created, request_id, extensions)  # type: ignore[arg-type]
+        fast, general = am.StreamEncoder(), am.StreamEncoder()
+        fast.extensions = general.extensions = told
+        fast._start = start
+        fast._usage = general._usage = usage
+        assert fast._message_start() == general._start_general(start)
+        assert fast._state is EncoderState.OPEN and fast._message_start() == b""
+
+
+def test_plain_message_start_without_a_response_start():
+    fast, general = am.StreamEncoder(), am.StreamEncoder()
+    fast.extensions = general.extensions = False
+    assert fast._message_start() == general._start_general(hub.ResponseStart()) != b""

@@ -211,3 +211,49 @@ def test_one_break_has_one_name():
 def test_decoders_report_only_named_rules_on_garbage(name):
     _, violations = decode(name, [b'data: {"x":1}\n\ndata: [1]\n\ndata: nope\n\n'])
     assert {v.rule for v in violations} <= set(rules.RULES)
+
+
+def _factory_by_getattr(module: object, request: object) -> object:
+    """dialects.stream_encoder as it was: getattr for the optional factory."""
+    factory = getattr(module, "stream_encoder", None)
+    return factory(request) if factory is not None else module.StreamEncoder()  # type: ignore[attr-defined]
+
+
+def test_stream_encoder_reads_the_factory_as_getattr_does():
+    import types
+
+    request = hub.Request(stream=True)
+    made: list[object] = []
+
+    def factory(req: object) -> object:
+        made.append(req)
+        return ("made", req)
+
+    plain = types.ModuleType("plain")
+    plain.StreamEncoder = lambda: "default"  # type: ignore[attr-defined]
+    with_factory = types.ModuleType("with_factory")
+    with_factory.StreamEncoder = plain.StreamEncoder  # type: ignore[attr-defined]
+    with_factory.stream_encoder = factory  # type: ignore[attr-defined]
+    lazy = types.ModuleType("lazy")  # a module __getattr__ (PEP 562) that supplies the factory
+    lazy.StreamEncoder = plain.StreamEncoder  # type: ignore[attr-defined]
+
+    def lazy_attr(name: str) -> object:
+        if name == "stream_encoder":
+            return factory
+        raise AttributeError(name)
+
+    lazy.__getattr__ = lazy_attr  # type: ignore[attr-defined]
+
+    class Module(types.ModuleType):  # a module subclass: its class attribute counts for getattr
+        stream_encoder = staticmethod(factory)
+
+    subclassed = Module("subclassed")
+    subclassed.StreamEncoder = plain.StreamEncoder  # type: ignore[attr-defined]
+    namespace = types.SimpleNamespace(StreamEncoder=plain.StreamEncoder, stream_encoder=factory)
+    bare = types.SimpleNamespace(StreamEncoder=plain.StreamEncoder)
+    for module in (plain, with_factory, lazy, subclassed, namespace, bare):
+        assert dialects.stream_encoder(module, request) == _factory_by_getattr(module, request)  # type: ignore[arg-type]
+    for name in dialects.NAMES + dialects.MORE_NAMES:
+        module = dialects.get(name)
+        fast, general = dialects.stream_encoder(module, request), _factory_by_getattr(module, request)
+        assert type(fast) is type(general) and vars(fast).keys() == vars(general).keys()

@@ -115,6 +115,41 @@ def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any
     """Hub usage -> (Anthropic usage object, hub data Anthropic cannot say or ``None``)."""
     if usage is None:  # (message_start of nearly every stream: no usage yet) what hub.Usage() gives
         return {**_NO_USAGE, **_NULLS}, {"none": list(_NO_USAGE_NONE)}
+    extra: dict[str, Any] = {}
+    raw = _usage_object(usage, extra)
+    if usage.total_tokens is not None:
+        extra["total_tokens"] = usage.total_tokens
+    none = [
+        field
+        for field, value in (
+            ("input_tokens", usage.input_tokens),
+            ("output_tokens", usage.output_tokens),
+            ("cache_read_tokens", usage.cache_read_tokens),
+            ("cache_write_tokens", usage.cache_write_tokens),
+        )
+        if value is None
+    ]
+    if none:
+        extra["none"] = none
+    ext = usage.extensions
+    if ext:
+        foreign = {k: v for k, v in ext.items() if k != NAME}
+        if foreign:
+            extra["extensions"] = foreign
+    return raw, extra or None
+
+
+def usage_object(usage: hub.Usage | None) -> dict[str, Any]:
+    """``usage_to_raw(usage)[0]``, the Anthropic usage object alone: what a client that takes
+    no ``"llmbridge"`` data gets (the hub data beside it would only be made to be dropped)."""
+    if usage is None:
+        return {**_NO_USAGE, **_NULLS}
+    return _usage_object(usage, {})
+
+
+def _usage_object(usage: hub.Usage, extra: dict[str, Any]) -> dict[str, Any]:
+    """The Anthropic usage object of ``usage``; server tool counts it had to fill are noted
+    in ``extra`` (the first of usage_to_raw's hub data)."""
     read = usage.cache_read_tokens or 0
     write = usage.cache_write_tokens or 0
     raw: dict[str, Any] = {
@@ -123,7 +158,6 @@ def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any
         "cache_read_input_tokens": read,
         "output_tokens": usage.output_tokens or 0,
     }
-    extra: dict[str, Any] = {}
     ext = usage.extensions
     if not ext:  # (nearly every stream's usage: the nullable fields are null, nothing to fill)
         raw.update(_NULLS)
@@ -143,25 +177,7 @@ def usage_to_raw(usage: hub.Usage | None) -> tuple[dict[str, Any], dict[str, Any
         details = raw.get("output_tokens_details")
         if type(details) is not dict or details.get("thinking_tokens") != usage.reasoning_tokens:
             raw["output_tokens_details"] = {**(details or {}), "thinking_tokens": usage.reasoning_tokens}
-    if usage.total_tokens is not None:
-        extra["total_tokens"] = usage.total_tokens
-    none = [
-        field
-        for field, value in (
-            ("input_tokens", usage.input_tokens),
-            ("output_tokens", usage.output_tokens),
-            ("cache_read_tokens", usage.cache_read_tokens),
-            ("cache_write_tokens", usage.cache_write_tokens),
-        )
-        if value is None
-    ]
-    if none:
-        extra["none"] = none
-    if ext:
-        foreign = {k: v for k, v in ext.items() if k != NAME}
-        if foreign:
-            extra["extensions"] = foreign
-    return raw, extra or None
+    return raw
 
 
 def apply_usage_extra(usage: hub.Usage, extra: dict[str, Any] | None) -> hub.Usage:
