@@ -297,7 +297,7 @@ def profile_steps(tmp: Path) -> str:
         upstream.wait()
     relay, translate = results["relay"][0], results["translate"][0]
     names = sorted(set(relay) | set(translate), key=lambda k: -(relay.get(k, 0) + translate.get(k, 0)))
-    names = [k for k in names if relay.get(k) or translate.get(k)]
+    names = [k for k in names if relay.get(k, 0.0) >= 0.01 or translate.get(k, 0.0) >= 0.01]
     tr, tt = sum(relay.values()), sum(translate.values())
     rows = [[k, relay.get(k, 0.0), 100 * relay.get(k, 0.0) / tr, translate.get(k, 0.0),
              100 * translate.get(k, 0.0) / tt] for k in names]  # fmt: skip
