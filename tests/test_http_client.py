@@ -51,6 +51,33 @@ def ok(body: bytes, extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
 
+def in_turn(answers: list[bytes | None], delays: list[float] | None = None, connections: list[int] | None = None):
+    """A server handler that answers each request of a connection with the next of
+    ``answers`` (after the next of ``delays`` seconds, when given); ``None`` never answers
+    (the connection stalls 5 s, then closes). Each connection appends to ``connections``."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if connections is not None:
+            connections.append(1)
+        try:
+            while answers:
+                await read_request(reader)
+                if delays:
+                    await asyncio.sleep(delays.pop(0))
+                answer = answers.pop(0)
+                if answer is None:
+                    await asyncio.sleep(5)
+                    return
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return handler
+
+
 async def test_keep_alive_reuses_one_connection_and_sends_the_request_as_given():
     connections, heads = [], []
 
@@ -261,26 +288,8 @@ async def test_one_connection_reads_heads_of_every_shape_in_turn_and_times_out_a
         % (len(gzip.compress(b"zipped")), gzip.compress(b"zipped")),
         None,  # no answer at all
     ]
-    connections = 0
-
-    async def handler(reader, writer):
-        nonlocal connections
-        connections += 1
-        try:
-            while answers:
-                await read_request(reader)
-                answer = answers.pop(0)
-                if answer is None:
-                    await asyncio.sleep(5)
-                    return
-                writer.write(answer)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    server, port = await serve(handler)
+    connections: list[int] = []
+    server, port = await serve(in_turn(answers, connections=connections))
     client = HTTPClient()
     url = f"http://127.0.0.1:{port}/"
     first = await client.request("POST", url, {}, b"")
@@ -291,7 +300,7 @@ async def test_one_connection_reads_heads_of_every_shape_in_turn_and_times_out_a
     assert second.headers["transfer-encoding"] == "chunked" and await body_of(second) == b"no"
     third = await client.request("POST", url, {}, b"")
     assert third.status == 200 and await body_of(third) == b"zipped"
-    assert connections == 1
+    assert len(connections) == 1
     with pytest.raises(TimeoutError):
         await client.request("POST", url, {}, b"", head_timeout=0.2)
     assert not client._idle.get(next(iter(client._idle)), [])  # the timed-out connection was dropped
@@ -304,20 +313,7 @@ async def test_the_head_timeout_counts_from_each_request_on_a_kept_alive_connect
     later request is not failed by an earlier one's due time, a head that comes late is a
     TimeoutError at its own due time, and a shorter timeout than the armed one still holds."""
     delays = [0.0, 0.25, 0.0, 0.5]  # seconds before each answer
-
-    async def handler(reader, writer):
-        try:
-            while delays:
-                await read_request(reader)
-                await asyncio.sleep(delays.pop(0))
-                writer.write(ok(b"x"))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    server, port = await serve(handler)
+    server, port = await serve(in_turn([ok(b"x")] * len(delays), delays))
     client = HTTPClient()
     url = f"http://127.0.0.1:{port}/"
     loop = asyncio.get_running_loop()
@@ -345,19 +341,7 @@ async def test_a_compressed_body_is_found_by_its_header_whatever_its_case_and_on
         b"HTTP/1.1 200 OK\r\nCONTENT-ENCODING: GZIP\r\ncontent-length: %d\r\n\r\n%s" % (len(packed), packed),
         b"HTTP/1.1 200 OK\r\nX-Content-Encoding: gzip\r\ncontent-length: 5\r\n\r\nplain",
     ]
-
-    async def handler(reader, writer):
-        try:
-            while answers:
-                await read_request(reader)
-                writer.write(answers.pop(0))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    server, port = await serve(handler)
+    server, port = await serve(in_turn(answers))
     client = HTTPClient()
     url = f"http://127.0.0.1:{port}/"
     first = await client.request("POST", url, {}, b"")
