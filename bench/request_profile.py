@@ -18,7 +18,8 @@ Two parts, both with 2-token streams (``fast-2-0``: a role chunk, two tokens, fi
 ``python -m bench request``; env REQUEST_PROFILE_N (2000), REQUEST_PROFILE_ROUNDS (3),
 REQUEST_PROFILE_PARTS (cpu,profile; callgrind adds instruction counts, which do not move
 with the machine's load: the server runs under ``valgrind --tool=callgrind``, counting only
-while the load runs; REQUEST_PROFILE_CG_N streams, 300).
+while the load runs; REQUEST_PROFILE_CG_N streams, 300; REQUEST_PROFILE_CG_CONC concurrent, 10;
+REQUEST_PROFILE_CG_TEAMS=0 skips the run with team features on).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ N = int(os.environ.get("REQUEST_PROFILE_N", "2000"))
 ROUNDS = int(os.environ.get("REQUEST_PROFILE_ROUNDS", "3"))
 PARTS = os.environ.get("REQUEST_PROFILE_PARTS", "cpu,profile").split(",")
 CONC = 10
+# callgrind's load: 10 concurrent as the CPU figures; 1 (serial) moves less between runs
+CG_CONC = int(os.environ.get("REQUEST_PROFILE_CG_CONC", str(CONC)))
 MODEL = "fast-2-0"
 KEY = "sk-bench-5f0c1e9a7b3d42c88e61f0a4d2b79c35"  # = fast_upstream.KEY
 MASTER = "bench-master-key-0123456789abcdef"
@@ -106,8 +109,8 @@ def _config(tmp: Path, name: str, upstream: str, extra: list[str]) -> Path:
     return path
 
 
-def _load(url: str, dialect: str, n: int, key: str = KEY) -> dict:
-    argv = [sys.executable, str(HERE / "fast_upstream.py"), "load", url, dialect, MODEL, str(CONC), str(n), "120"]
+def _load(url: str, dialect: str, n: int, key: str = KEY, conc: int = CONC) -> dict:
+    argv = [sys.executable, str(HERE / "fast_upstream.py"), "load", url, dialect, MODEL, str(conc), str(n), "120"]
     with tempfile.TemporaryFile() as out:  # a file, not a pipe: the generator's one big line is not cut
         subprocess.run(argv, stdout=out, env={**os.environ, "LLMBRIDGE_BENCH_KEY": key}, check=False)
         out.seek(0)
@@ -186,7 +189,7 @@ def _instructions(tmp: Path, name: str, up_url: str, extra: list[str], n: int) -
         for what, (path, dialect) in PATHS.items():
             _load(base + path, dialect, 20, key)  # warm: imports, pools, caches
             subprocess.run(["callgrind_control", "-i", "on", str(server.proc.pid)], capture_output=True, check=True)
-            done = _load(base + path, dialect, n, key)
+            done = _load(base + path, dialect, n, key, CG_CONC)
             subprocess.run(["callgrind_control", "-i", "off", str(server.proc.pid)], capture_output=True, check=True)
             ok = len(done["results"])
             dumped = tmp / f"callgrind.{name}.{what}"
@@ -217,17 +220,21 @@ def instructions(tmp: Path) -> str:
     upstream = _start("upstream", [sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)],
                       up_url + "/v1/models", tmp)  # fmt: skip
     n = int(os.environ.get("REQUEST_PROFILE_CG_N", "300"))
+    teams = os.environ.get("REQUEST_PROFILE_CG_TEAMS", "1") != "0"
     rows = []
     try:
         off = _instructions(tmp, "off", up_url, [], n)
         on = _instructions(tmp, "on", up_url, [f'master_key = "{MASTER}"',
-                           f'database_url = "sqlite:///{tmp / "cg-ledger.db"}"'], n)  # fmt: skip
+                           f'database_url = "sqlite:///{tmp / "cg-ledger.db"}"'], n) if teams else {}  # fmt: skip
     finally:
         upstream.stop()
     for what in PATHS:
-        rows.append([f"llmbridge {what}", off[what] / 1e3, on[what] / 1e3, (on[what] - off[what]) / 1e3])
+        if teams:
+            rows.append([f"llmbridge {what}", off[what] / 1e3, on[what] / 1e3, (on[what] - off[what]) / 1e3])
+        else:
+            rows.append([f"llmbridge {what}", off[what] / 1e3, "", ""])
     head = ["k instructions per 2-token request (callgrind)", "teams off", "teams on", "on - off"]
-    return f"{n} streams per figure, {CONC} concurrent, counted by valgrind --tool=callgrind\n" + table(head, rows)
+    return f"{n} streams per figure, {CG_CONC} concurrent, counted by valgrind --tool=callgrind\n" + table(head, rows)
 
 
 def _profile(config: Path, path: str, dialect: str) -> tuple[dict[str, float], list[tuple[str, float]], int]:
@@ -311,8 +318,9 @@ def profile_steps(tmp: Path) -> str:
     ]
     out.append(f"{results['relay'][2]} / {results['translate'][2]} streams of 2 tokens, {CONC} concurrent")
     out.append(table(head, rows))
-    out.append("\ntop functions, relay (own µs per request):")
-    out += [f"  {us:7.1f}  {name}" for name, us in results["relay"][1]]
+    for what in ("relay", "translate"):
+        out.append(f"\ntop functions, {what} (own µs per request):")
+        out += [f"  {us:7.1f}  {name}" for name, us in results[what][1]]
     return "\n".join(out)
 
 
