@@ -74,12 +74,16 @@ STEPS = (
     ("gateway/http", "upstream request (assembly, pool, send)"),
     ("gateway/upstream", "upstream request (assembly, pool, send)"),
     ("urllib/parse", "upstream request (assembly, pool, send)"),
-    ("_encoder", "dialect codecs (request decode/encode, stream)"),
-    ("_decoder", "dialect codecs (request decode/encode, stream)"),
-    ("llmbridge/dialects", "dialect codecs (request decode/encode, stream)"),
-    ("llmbridge/sse", "dialect codecs (request decode/encode, stream)"),
-    ("llmbridge/hub", "dialect codecs (request decode/encode, stream)"),
-    ("gateway/extensions", "dialect codecs (request decode/encode, stream)"),  # (PlainEncoder: the answer's encoding)
+    # The codecs, by the step of the request they serve (issue 23 names them apart): the
+    # request's (the client's body into the hub, the hub into the upstream's body) and the
+    # answer's (the upstream's events decoded, the client's encoded).
+    ("/_request", "request codecs (client body decoded, upstream body encoded)"),
+    ("_encoder", "answer codecs (upstream events decoded, client events encoded)"),
+    ("_decoder", "answer codecs (upstream events decoded, client events encoded)"),
+    ("llmbridge/sse", "answer codecs (upstream events decoded, client events encoded)"),
+    ("gateway/extensions", "answer codecs (upstream events decoded, client events encoded)"),  # (PlainEncoder)
+    ("llmbridge/dialects", "codecs' shared parts (hub types, registry, helpers)"),
+    ("llmbridge/hub", "codecs' shared parts (hub types, registry, helpers)"),
     ("gateway/streaming", "exchange (streaming, relay, timers, sources)"),
     ("gateway/relay", "exchange (streaming, relay, timers, sources)"),
     ("gateway/timers", "exchange (streaming, relay, timers, sources)"),
