@@ -109,10 +109,10 @@ class GuardedCycle(RequestResponseCycle):
         """Send one ASGI message (uvicorn's contract: raises RuntimeError for a message out of
         turn or an invalid header, as uvicorn does)."""
         if self.response_started or message["type"] != "http.response.start" or self.flow.write_paused:
-            return await super().send(message)
+            return await _uvicorn_send(self, message)
         given = message.get("headers", ())
         if self.disconnected or not isinstance(given, list | tuple):  # (an iterator is read once: uvicorn's)
-            return await super().send(message)
+            return await _uvicorn_send(self, message)
         headers = [*self.default_headers, *given]
         status_code = message["status"]
         status_line = STATUS_LINE.get(status_code)
@@ -122,14 +122,14 @@ class GuardedCycle(RequestResponseCycle):
             or self.scope["method"] == "HEAD"
             or status_code in (204, 304)
         ):
-            return await super().send(message)
+            return await _uvicorn_send(self, message)
         names = list(map(_NAME, headers))
         if (
             b"".join(names).translate(None, _FAST_NAME_BYTES)  # a byte uvicorn refuses, or upper case
             or b"".join(map(_VALUE, headers)).translate(None, _VALUE_BYTES)  # a byte uvicorn refuses
             or not _ACTED_ON.isdisjoint(names)
         ):
-            return await super().send(message)  # (which raises uvicorn's error for a bad name or value)
+            return await _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
         self.response_started = True
         self.waiting_for_100_continue = False
         if self.access_log:  # as uvicorn logs it
@@ -148,6 +148,9 @@ class GuardedCycle(RequestResponseCycle):
             self.transport.write(b"".join((status_line, b"\r\n".join(map(_FIELD.join, headers)), b"\r\n", tail)))
         else:
             self.transport.write(status_line + tail)
+
+
+_uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
 
 
 def _bytes_not_matching(pattern: re.Pattern[bytes]) -> bytes:
