@@ -274,7 +274,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._expect(_IDLE, self.timeout_keep_alive)
 
     def _unset_keepalive_if_required(self) -> None:
-        super()._unset_keepalive_if_required()  # (uvicorn's own timer, should anything still set it)
+        # uvicorn's own timer, should anything still set it (nothing here does): looked at
+        # before calling uvicorn's method, as this runs on every data_received and response
+        if self.timeout_keep_alive_task is not None:
+            super()._unset_keepalive_if_required()
         if self._due_for == _IDLE:
             self._due = None
 
