@@ -231,8 +231,8 @@ class Metrics:
         (upstream, type)) only when there was one."""
         self.open_streams.value -= 1.0
         per_model = (model,)
-        key = (model, dialect, str(status))
-        (self.requests.children.get(key) or self.requests.labels(*key)).value += 1.0
+        answered = (model, dialect, str(status))
+        (self.requests.children.get(answered) or self.requests.labels(*answered)).value += 1.0
         tokens = self.tokens
         if input_tokens and input_tokens > 0:
             key = (model, "input")
