@@ -169,3 +169,14 @@ def test_served_requests_go_through_the_guarded_cycle():
     data = asyncio.run(go())
     assert kinds == [GuardedCycle, GuardedCycle]
     assert data.count(b"HTTP/1.1 200 OK\r\n") == 2 and b"x-request-id: r1\r\ntransfer-encoding: chunked\r\n\r\n" in data
+
+
+def test_the_guarded_cycles_tables_refuse_what_uvicorns_patterns_refuse():
+    from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE
+
+    from llmbridge.gateway._server import _FAST_NAMES, _VALUES
+
+    for b in range(256):
+        one = bytes((b,))
+        assert (one.translate(_VALUES) != one) == bool(HEADER_VALUE_RE.search(one))
+        assert (one.translate(_FAST_NAMES) != one) == bool(HEADER_RE.search(one) or one.isupper())

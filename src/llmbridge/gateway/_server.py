@@ -93,10 +93,10 @@ class GuardedCycle(RequestResponseCycle):
     uvicorn searches each name and each value with a one-character-class pattern
     (``HEADER_RE``, ``HEADER_VALUE_RE``), then lower-cases and compares each name; with a
     streamed answer's ten headers that was most of its own work in sending a response. Here
-    the bytes uvicorn's patterns let through are deleted from all the names together and
-    from all the values together (``bytes.translate``): anything left is a byte uvicorn
-    refuses, so the head is checked just as strictly -- values from an upstream included, a
-    line break anywhere refused as before. The shortcut only takes heads it can write as
+    all the names together and all the values together are translated once each by a
+    table that changes just the bytes uvicorn's patterns refuse (``bytes.translate``): a
+    translation that differs holds one, so the head is checked just as strictly -- values
+    from an upstream included, a line break anywhere refused as before. The shortcut only takes heads it can write as
     uvicorn would without looking at a name: every name lower-case already, none of the
     three uvicorn acts on (``content-length``, ``transfer-encoding``, ``connection``), a
     method and status with a body. Anything else -- an invalid header too, whose error
@@ -125,8 +125,8 @@ class GuardedCycle(RequestResponseCycle):
             return await _uvicorn_send(self, message)
         names = list(map(_NAME, headers))
         if (
-            b"".join(names).translate(None, _FAST_NAME_BYTES)  # a byte uvicorn refuses, or upper case
-            or b"".join(map(_VALUE, headers)).translate(None, _VALUE_BYTES)  # a byte uvicorn refuses
+            (joined := b"".join(names)).translate(_FAST_NAMES) != joined  # a byte uvicorn refuses, or upper case
+            or (joined := b"".join(map(_VALUE, headers))).translate(_VALUES) != joined  # a byte uvicorn refuses
             or not _ACTED_ON.isdisjoint(names)
         ):
             return await _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
@@ -153,16 +153,18 @@ class GuardedCycle(RequestResponseCycle):
 _uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
 
 
-def _bytes_not_matching(pattern: re.Pattern[bytes]) -> bytes:
-    """The bytes a one-character pattern of uvicorn's does not match (what it lets through)."""
-    return bytes(b for b in range(256) if not pattern.match(bytes((b,))))
+def _moving(pattern: re.Pattern[bytes], also: bytes = b"") -> bytes:
+    """A ``bytes.translate`` table that keeps every byte but those ``pattern`` (a one-character
+    pattern of uvicorn's) matches and those in ``also``, which it changes: a translation
+    equals what it translated exactly when that holds none of them. (A table and nothing to
+    delete is CPython's fast translation: one pass, no table made per call.)"""
+    return bytes((b + 1) % 256 if pattern.match(bytes((b,))) or b in also else b for b in range(256))
 
 
-# What a head's names and values may hold, derived from uvicorn's own patterns: deleting these
-# bytes from them leaves nothing exactly when uvicorn's checks pass (and, for the names, when
-# they hold no upper-case letter, which uvicorn would lower: its own send does that).
-_FAST_NAME_BYTES = _bytes_not_matching(HEADER_RE).translate(None, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_VALUE_BYTES = _bytes_not_matching(HEADER_VALUE_RE)
+# What a head's names and values may hold, from uvicorn's own patterns (the names: no upper
+# case either, which uvicorn would lower: its own send does that).
+_FAST_NAMES = _moving(HEADER_RE, also=b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_VALUES = _moving(HEADER_VALUE_RE)
 _ACTED_ON = frozenset((b"content-length", b"transfer-encoding", b"connection"))  # names uvicorn's send reads
 _ONE_PAIR = frozenset((2,))  # the length of every header (a name and a value)
 _NAME, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
