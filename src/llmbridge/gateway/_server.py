@@ -174,10 +174,10 @@ _CLOSE_CHUNKED = b"connection: close\r\n" + _CHUNKED  # (uvicorn's order)
 
 
 def _with_guarded_cycle(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function``, a method of uvicorn's protocol, its module's names as they are but for
-    ``RequestResponseCycle``, which is :class:`GuardedCycle` (uvicorn makes each request's
-    cycle by that name, with no hook to choose the class; its code is used as it is, not
-    copied, so it stays uvicorn's own from one version to the next)."""
+    """``function``, a method of uvicorn's protocol, run with its module's names (a copy, made
+    at import) but ``RequestResponseCycle``, which is :class:`GuardedCycle`. uvicorn makes
+    each request's cycle by that name, with no hook to choose the class; its code is used as
+    it is, not copied, so it stays uvicorn's own from one version to the next."""
     namespace = {**function.__globals__, "RequestResponseCycle": GuardedCycle}
     return types.FunctionType(function.__code__, namespace, function.__name__, function.__defaults__,
                               function.__closure__)  # fmt: skip
