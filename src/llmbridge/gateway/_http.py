@@ -392,14 +392,15 @@ class _Connection(asyncio.Protocol):
             response.inbox.finish(error)
         self.abort()
 
-    def send(self, head: bytes, body: bytes) -> Response:
+    def send(self, data: bytes, body: bytes = b"") -> Response:
+        """Write a request (``data``, then ``body`` if it is sent on its own); its response."""
         assert self.transport is not None
         self.response = Response(self)
         self._decompress = None
         self._in_head = True
         self._parts.clear()
-        self.transport.write(head + body if len(body) < 65536 else head)
-        if len(body) >= 65536:
+        self.transport.write(data)
+        if body:
             self.transport.write(body)
         return self.response
 
@@ -585,7 +586,12 @@ class HTTPClient:
         if self.closed:
             raise UpstreamHTTPError("the HTTP client is closed")
         origin, prefix = head
-        data = b"%s%d\r\n\r\n" % (prefix, len(body))
+        # A short body goes out with its head in one write, made in one formatting (not a
+        # head made and then copied again with the body); a large one in a write of its own.
+        if len(body) < _ONE_WRITE:
+            data, body = b"%s%d\r\n\r\n%s" % (prefix, len(body), body), b""
+        else:
+            data = b"%s%d\r\n\r\n" % (prefix, len(body))
         for attempt in (0, 1):
             connection = self._checkout(origin) if attempt == 0 else None
             if connection is None:
@@ -621,6 +627,7 @@ class HTTPClient:
 
 
 _MAX_HEADS = 256  # distinct (method, URL, headers) heads kept per client
+_ONE_WRITE = 65536  # bytes of body sent in one write with the head (a larger body: its own write)
 _NO_FIELDS: list[tuple[bytes, bytes]] = []  # a response's fields before its head (never added to)
 _NAME = operator.itemgetter(0)  # a field's name
 

@@ -25,15 +25,24 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import operator
 import os
 import re
 import resource
-from collections.abc import Iterable
+import types
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from . import _heap as heap
 from ._accesslog import access_logger
@@ -43,6 +52,7 @@ from .config import Config, ConfigError, default_config, load
 __all__ = [
     "CONFIG_ENV",
     "GuardedConfig",
+    "GuardedCycle",
     "GuardedHttpToolsProtocol",
     "REDACTED",
     "RedactSecrets",
@@ -74,6 +84,103 @@ class GuardedConfig(uvicorn.Config):
     def __init__(self, app: Any, *, header_timeout: float = 10.0, **kwargs: Any) -> None:
         self.header_timeout = header_timeout
         super().__init__(app, **kwargs)
+
+
+class GuardedCycle(RequestResponseCycle):
+    """uvicorn's request/response cycle, its usual response head checked and written in a
+    few C calls over all the headers, not a dozen Python steps per header.
+
+    uvicorn searches each name and each value with a one-character-class pattern
+    (``HEADER_RE``, ``HEADER_VALUE_RE``), then lower-cases and compares each name; with a
+    streamed answer's ten headers that was most of its own work in sending a response. Here
+    all the names together and all the values together are translated once each by a
+    table that changes just the bytes uvicorn's patterns refuse (``bytes.translate``): a
+    translation that differs holds one, so the head is checked just as strictly -- values
+    from an upstream included, a line break anywhere refused as before. The shortcut only takes heads it can write as
+    uvicorn would without looking at a name: every name lower-case already, none of the
+    three uvicorn acts on (``content-length``, ``transfer-encoding``, ``connection``), a
+    method and status with a body. Anything else -- an invalid header too, whose error
+    uvicorn raises -- and every body message is uvicorn's own
+    :meth:`RequestResponseCycle.send`; ``tests/test_gateway_server.py`` compares the bytes
+    both write.
+    """
+
+    async def send(self, message: Any) -> None:
+        """Send one ASGI message (uvicorn's contract: raises RuntimeError for a message out of
+        turn or an invalid header, as uvicorn does)."""
+        if self.response_started or message["type"] != "http.response.start" or self.flow.write_paused:
+            return await _uvicorn_send(self, message)
+        given = message.get("headers", ())
+        if self.disconnected or not isinstance(given, list | tuple):  # (an iterator is read once: uvicorn's)
+            return await _uvicorn_send(self, message)
+        headers = [*self.default_headers, *given]
+        status_code = message["status"]
+        status_line = STATUS_LINE.get(status_code)
+        if (
+            status_line is None
+            or not set(map(len, headers)) <= _ONE_PAIR
+            or self.scope["method"] == "HEAD"
+            or status_code in (204, 304)
+        ):
+            return await _uvicorn_send(self, message)
+        names = list(map(_NAME, headers))
+        if (
+            (joined := b"".join(names)).translate(_FAST_NAMES) != joined  # a byte uvicorn refuses, or upper case
+            or (joined := b"".join(map(_VALUE, headers))).translate(_VALUES) != joined  # a byte uvicorn refuses
+            or not _ACTED_ON.isdisjoint(names)
+        ):
+            return await _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        if self.access_log:  # as uvicorn logs it
+            self.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(self.scope),
+                self.scope["method"],
+                get_path_with_query_string(self.scope),
+                self.scope["http_version"],
+                status_code,
+            )
+        # neither a length nor a framing given: uvicorn frames the body in chunks
+        self.chunked_encoding = True
+        tail = _CHUNKED if self.keep_alive else _CLOSE_CHUNKED
+        if headers:
+            self.transport.write(b"".join((status_line, b"\r\n".join(map(_FIELD.join, headers)), b"\r\n", tail)))
+        else:
+            self.transport.write(status_line + tail)
+
+
+_uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
+
+
+def _moving(pattern: re.Pattern[bytes], also: bytes = b"") -> bytes:
+    """A ``bytes.translate`` table that keeps every byte but those ``pattern`` (a one-character
+    pattern of uvicorn's) matches and those in ``also``, which it changes: a translation
+    equals what it translated exactly when that holds none of them. (A table and nothing to
+    delete is CPython's fast translation: one pass, no table made per call.)"""
+    return bytes((b + 1) % 256 if pattern.match(bytes((b,))) or b in also else b for b in range(256))
+
+
+# What a head's names and values may hold, from uvicorn's own patterns (the names: no upper
+# case either, which uvicorn would lower: its own send does that).
+_FAST_NAMES = _moving(HEADER_RE, also=b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_VALUES = _moving(HEADER_VALUE_RE)
+_ACTED_ON = frozenset((b"content-length", b"transfer-encoding", b"connection"))  # names uvicorn's send reads
+_ONE_PAIR = frozenset((2,))  # the length of every header (a name and a value)
+_NAME, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
+_FIELD = b": "
+_CHUNKED = b"transfer-encoding: chunked\r\n\r\n"
+_CLOSE_CHUNKED = b"connection: close\r\n" + _CHUNKED  # (uvicorn's order)
+
+
+def _with_guarded_cycle(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, a method of uvicorn's protocol, run with its module's names (a copy, made
+    at import) but ``RequestResponseCycle``, which is :class:`GuardedCycle`. uvicorn makes
+    each request's cycle by that name, with no hook to choose the class; its code is used as
+    it is, not copied, so it stays uvicorn's own from one version to the next."""
+    namespace = {**function.__globals__, "RequestResponseCycle": GuardedCycle}
+    return types.FunctionType(function.__code__, namespace, function.__name__, function.__defaults__,
+                              function.__closure__)  # fmt: skip
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -141,8 +248,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._due is None or self._due_for != _HEAD:  # (a new connection's clock keeps running)
             self._expect(_HEAD, self._header_timeout)
 
+    _uvicorn_on_headers_complete = _with_guarded_cycle(HttpToolsProtocol.on_headers_complete)
+
     def on_headers_complete(self) -> None:
-        super().on_headers_complete()
+        self._uvicorn_on_headers_complete()  # (uvicorn's, making a GuardedCycle)
         self._expect(_BODY, self.timeout_keep_alive)  # a body that stalls for idle_timeout closes it too
 
     def on_body(self, body: bytes) -> None:
@@ -167,7 +276,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._expect(_IDLE, self.timeout_keep_alive)
 
     def _unset_keepalive_if_required(self) -> None:
-        super()._unset_keepalive_if_required()  # (uvicorn's own timer, should anything still set it)
+        # uvicorn's own timer, should anything still set it (nothing here does): looked at
+        # before calling uvicorn's method, as this runs on every data_received and response
+        if self.timeout_keep_alive_task is not None:
+            super()._unset_keepalive_if_required()
         if self._due_for == _IDLE:
             self._due = None
 

@@ -47,7 +47,6 @@ class Entry:
         self,
         log: TrafficLog,
         number: int,
-        *,
         model: str | None,
         upstream: str,
         upstream_format: str,
@@ -263,13 +262,13 @@ class TrafficLog:
         entry = entry_type(
             self,
             next(self._numbers),
-            model=request.model,
-            upstream=upstream,
-            upstream_format=upstream_format,
-            dialect=dialect,
-            stream=stream,
-            prompt=prompt,
-            started=_clock() if started is None else started,
+            request.model,
+            upstream,
+            upstream_format,
+            dialect,
+            stream,
+            prompt,
+            _clock() if started is None else started,
         )
         if self.size:
             self._ring.append(entry)

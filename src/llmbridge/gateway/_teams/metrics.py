@@ -150,14 +150,6 @@ class Family(Generic[_C]):
         return [metric]
 
 
-def _add(family: Family[Counter], values: tuple[str, ...], amount: float) -> None:
-    """``family.labels(*values).inc(amount)`` for a non-negative ``amount``, found directly."""
-    child = family.children.get(values)
-    if child is None:
-        child = family.labels(*values)
-    child.value += amount
-
-
 def _single(r: CollectorRegistry, name: str, doc: str, kind: str, make: Callable[[], _C]) -> _C:
     """A metric without labels: its one series (registered, there from the start)."""
     return Family(r, name, doc, kind, (), make).labels()
@@ -230,27 +222,34 @@ class Metrics:
     ) -> None:
         """One request settled (``Teams.settle``): the series it moves, in one call.
 
-        Each series is found in its family's children directly and moved in place, rather
-        than through ``labels()`` and ``inc()``/``observe()`` (two calls each, about ten
-        series a request). The same series come to exist as with those calls: a token count
-        only when it is positive, the cost only when there is one, the time to the first
-        byte only for a stream, the cache's only for a cached model, an upstream error
-        (``error``: (upstream, type)) only when there was one."""
+        Each series is found in its family's children in place (``labels()`` only makes it,
+        the first time) and moved there, rather than through ``labels()`` and
+        ``inc()``/``observe()`` (two Python calls each, about ten series a request). The
+        same series come to exist as with those calls: a token count only when it is
+        positive, the cost only when there is one, the time to the first byte only for a
+        stream, the cache's only for a cached model, an upstream error (``error``:
+        (upstream, type)) only when there was one."""
         self.open_streams.value -= 1.0
-        _add(self.requests, (model, dialect, str(status)), 1.0)
+        per_model = (model,)
+        answered = (model, dialect, str(status))
+        (self.requests.children.get(answered) or self.requests.labels(*answered)).value += 1.0
+        tokens = self.tokens
         if input_tokens and input_tokens > 0:
-            _add(self.tokens, (model, "input"), input_tokens)
+            key = (model, "input")
+            (tokens.children.get(key) or tokens.labels(*key)).value += input_tokens
         if output_tokens and output_tokens > 0:
-            _add(self.tokens, (model, "output"), output_tokens)
+            key = (model, "output")
+            (tokens.children.get(key) or tokens.labels(*key)).value += output_tokens
         if cost and cost > 0:
-            _add(self.cost, (model,), cost)
+            (self.cost.children.get(per_model) or self.cost.labels(model)).value += cost
         if ttft is not None:
-            self.ttft.labels(model).observe(ttft)
-        self.duration.labels(model).observe(duration)
+            (self.ttft.children.get(per_model) or self.ttft.labels(model)).observe(ttft)
+        (self.duration.children.get(per_model) or self.duration.labels(model)).observe(duration)
         if cache is not None:
-            _add(self.cache, (model, cache), 1.0)
+            key = (model, cache)
+            (self.cache.children.get(key) or self.cache.labels(*key)).value += 1.0
         if error is not None:
-            _add(self.upstream_errors, error, 1.0)
+            (self.upstream_errors.children.get(error) or self.upstream_errors.labels(*error)).value += 1.0
 
     def on_ledger_write(self, written: int, dropped: int) -> None:
         if written:

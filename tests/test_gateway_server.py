@@ -1,0 +1,182 @@
+"""gateway/_server.py's GuardedCycle: the response heads it writes itself are uvicorn's, byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from llmbridge.gateway._server import GuardedCycle
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[Any, ...]] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append((msg, *args))
+
+
+DEFAULTS = [(b"date", b"Thu, 01 Jan 2026 00:00:00 GMT"), (b"server", b"uvicorn")]
+
+
+def _run(kind: type[RequestResponseCycle], messages: list[dict[str, Any]], method: str, keep_alive: bool) -> Any:
+    async def go() -> Any:
+        transport, log = _Transport(), _Log()
+        scope = {"method": method, "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+                 "query_string": b"", "http_version": "1.1",
+                 "client": ("127.0.0.1", 5000), "root_path": ""}  # fmt: skip
+        cycle = kind(
+            scope=scope,  # type: ignore[arg-type]
+            transport=transport,  # type: ignore[arg-type]
+            flow=FlowControl(transport),  # type: ignore[arg-type]
+            logger=log,  # type: ignore[arg-type]
+            access_logger=log,  # type: ignore[arg-type]
+            access_log=True,
+            default_headers=list(DEFAULTS),
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=keep_alive,
+            on_response=lambda: None,
+        )
+        error = None
+        try:
+            for message in messages:
+                await cycle.send(message)
+        except Exception as exc:  # (compared: the same error, or none)
+            error = (type(exc), str(exc))
+        state = (cycle.response_started, cycle.response_complete, cycle.chunked_encoding, cycle.keep_alive)
+        return transport.written, transport.closed, log.lines, state, error
+
+    return asyncio.run(go())
+
+
+STREAM = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+    (b"x-request-id", b"req_0123"),
+    (b"server-timing", b"gateway;dur=0.3, upstream;dur=1.2"),
+]
+HEADS = [
+    STREAM,
+    (*STREAM, (b"retry-after", b"3\tseconds")),  # a tab is a value's character
+    [*STREAM, (b"content-length", b"5")],  # uvicorn's own path: names it acts on
+    [*STREAM, (b"Content-Type", b"text/plain")],  # not lower-case
+    [*STREAM, (b"connection", b"close")],
+    [*STREAM, (b"transfer-encoding", b"chunked")],
+    [*STREAM, (b"x-upstream", b"a\r\nset-cookie: x=1")],  # header injection: refused
+    [*STREAM, (b"x-upstream", b"a\nb")],
+    [*STREAM, (b"x-upstream", b"a\x00b")],
+    [*STREAM, (b"bad name", b"1")],
+    [*STREAM, (b"bad:name", b"1")],
+    [*STREAM, (b"", b"1")],
+    [],
+]
+
+
+@pytest.mark.parametrize("headers", HEADS)
+@pytest.mark.parametrize("method", ["POST", "HEAD"])
+@pytest.mark.parametrize("keep_alive", [True, False])
+@pytest.mark.parametrize("status", [200, 204, 429, 599])
+def test_guarded_cycle_writes_what_uvicorn_writes(headers, method, keep_alive, status):
+    body = b"" if method == "HEAD" or status == 204 or any(n == b"content-length" for n, _ in headers) else b"data"
+    if any(n == b"content-length" for n, _ in headers):
+        body = b"12345"
+    messages = [
+        {"type": "http.response.start", "status": status, "headers": headers},
+        {"type": "http.response.body", "body": body, "more_body": True},
+        {"type": "http.response.body", "body": b"", "more_body": False},
+    ]
+    ours = _run(GuardedCycle, messages, method, keep_alive)
+    assert ours == _run(RequestResponseCycle, messages, method, keep_alive)
+    if headers is STREAM and method == "POST" and status != 204:  # (the usual answer: written, no error)
+        written, _, log, _, error = ours
+        assert error is None and written[0].startswith(b"HTTP/1.1 ") and b"transfer-encoding: chunked" in written[0]
+        assert log == [('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "POST", "/v1/chat/completions", "1.1", status)]
+
+
+def test_guarded_cycle_refuses_messages_out_of_turn_as_uvicorn_does():
+    cases = (
+        lambda: [{"type": "http.response.body", "body": b"x"}],
+        lambda: [{"type": "http.response.start", "status": 200, "headers": STREAM}] * 2,
+        lambda: [{"type": "http.response.start", "status": 200, "headers": iter(STREAM)}],  # an iterator: uvicorn's
+        lambda: [{"type": "http.response.start", "status": 700, "headers": STREAM}],
+    )
+    for messages in cases:
+        assert _run(GuardedCycle, messages(), "POST", True) == _run(RequestResponseCycle, messages(), "POST", True)
+
+
+def test_served_requests_go_through_the_guarded_cycle():
+    import socket
+
+    import uvicorn
+
+    from llmbridge.gateway._server import GuardedConfig, GuardedHttpToolsProtocol
+
+    kinds: list[type] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        kinds.append(type(send.__self__))
+        headers = [(b"content-type", b"text/event-stream"), (b"x-request-id", b"r1")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": False})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = GuardedConfig(app, http=GuardedHttpToolsProtocol, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+
+    async def go() -> bytes:
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /x HTTP/1.1\r\nhost: a\r\n\r\n" * 2)  # two, pipelined
+        data = b""
+        while data.count(b"0\r\n\r\n") < 2:
+            data += await reader.read(65536)
+        writer.close()
+        server.should_exit = True
+        await serving
+        return data
+
+    data = asyncio.run(go())
+    assert kinds == [GuardedCycle, GuardedCycle]
+    assert data.count(b"HTTP/1.1 200 OK\r\n") == 2 and b"x-request-id: r1\r\ntransfer-encoding: chunked\r\n\r\n" in data
+
+
+def test_the_guarded_cycles_tables_refuse_what_uvicorns_patterns_refuse():
+    from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE
+
+    from llmbridge.gateway._server import _FAST_NAMES, _VALUES
+
+    for b in range(256):
+        one = bytes((b,))
+        assert (one.translate(_VALUES) != one) == bool(HEADER_VALUE_RE.search(one))
+        assert (one.translate(_FAST_NAMES) != one) == bool(HEADER_RE.search(one) or one.isupper())
