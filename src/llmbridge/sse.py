@@ -126,8 +126,12 @@ class Decoder:
             return []
         # Most chunks end no event: keep them and return at once (the hot path for small chunks).
         # (the small-chunk test inline: a function call per chunk shows at 64-byte pieces)
+        # A chunk that ends with its blank line (an upstream writing one event per chunk) ends
+        # one: endswith answers at once, where a two-byte ``in`` looks at every byte (~0.25 µs
+        # for a 140-byte chat chunk).
         if 10 not in chunk or (
-            (b"\n\n" not in chunk if len(chunk) < _BIG else not has_blank_line(chunk))
+            not chunk.endswith(b"\n\n")
+            and (b"\n\n" not in chunk if len(chunk) < _BIG else not has_blank_line(chunk))
             and not (self._last_lf and chunk[0] == 10)
         ):
             self._pending.append(chunk)
@@ -149,7 +153,12 @@ class Decoder:
         # so splitting the text on blank lines is the same as splitting the bytes.
         # (when nothing follows the last blank line, decode it all: a trailing "" block is a no-op)
         whole = chunk[:end] if rest else chunk
-        if len(whole) < _BIG or not _sparse(whole, 10):
+        if whole.find(10) == len(whole) - 2 and whole.endswith(b"\n\n"):
+            # One line and its blank line (a "data:" event per chunk, the usual read): the
+            # block str.split would give (and its no-op trailing ""), without its scan.
+            # (find of one byte is a memchr)
+            blocks = [whole[:-2].decode("utf-8", "replace")]
+        elif len(whole) < _BIG or not _sparse(whole, 10):
             blocks = whole.decode("utf-8", "replace").split("\n\n")
         else:  # str.split("\n\n") looks at every character; cut at the few line ends instead
             view = memoryview(whole)  # each block decoded straight from the buffer: no bytes copy of it first
