@@ -92,7 +92,10 @@ STEPS = (
     ("gateway/metering", "console traffic ring, metering, metrics"),
     ("gateway/teams", "console traffic ring, metering, metrics"),
     ("prometheus", "console traffic ring, metering, metrics"),
-    ("llmbridge/", "pipeline steps (chat.py, pipeline.py, limits, negotiation)"),
+    ("gateway/routing", "routing (the deployment, its try)"),
+    ("gateway/checks", "request checks (nesting, ranges, what the vendor refuses)"),
+    ("gateway/acceptance", "request checks (nesting, ranges, what the vendor refuses)"),
+    ("llmbridge/", "pipeline steps (chat.py, pipeline.py: auth, read, negotiation, admission)"),
     ("asyncio", "event loop, futures"),
     ("~", "builtins called from Python"),
 )
