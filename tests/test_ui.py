@@ -444,3 +444,27 @@ def test_traffic_counts_events_and_bytes_past_the_timeline_limit():
     assert [r["what"] for r in first] == ["end of body", "Error", "BlockStart, Delta x2"]
     assert [r["bytes"] for r in first] == [0, 3, 2]
     assert all(r["t_ms"] >= 0 for r in detail["timeline"])
+
+
+def test_traffic_entry_ends_from_an_exchange_or_a_failure():
+    from llmbridge.gateway._failures import UpstreamFailed
+
+    log = TrafficLog(3)
+    request = hub.Request(model="m")
+
+    class Over:  # what Entry.end reads off an Exchange
+        relay, ended, error = True, True, None
+        usage, finish = hub.Usage(3, 4), hub.Finish("stop")
+
+    done = []
+    entry = log.begin("up", request, "openai-chat", started=0.0)
+    entry.then(done.append)(Over)
+    assert done == [Over]
+    row = entry.summary()
+    assert (row["status"], row["relay"], row["finish"], row["output_tokens"]) == ("ok", True, "stop", 4)
+    cancelled = log.begin("up", request, "openai-chat")
+    cancelled.fail(asyncio.CancelledError())
+    assert cancelled.summary()["status"] == "cancelled" and cancelled.summary()["relay"] is False
+    refused = log.begin("up", request, "openai-chat")
+    refused.fail(UpstreamFailed(hub.Error("busy", "rate_limit", status=429)))
+    assert refused.summary()["status"] == "error" and refused.summary()["error"]["status"] == 429

@@ -35,10 +35,18 @@ Batch = tuple[bytes | None, list[hub.Event]]  # what an exchange's observer gets
 
 class Outcome(Protocol):
     """What :meth:`Entry.end` reads from an exchange that is over (an :class:`Exchange`, or a
-    stand-in with only ``ended``: ``relay``, ``usage``, ``finish`` and ``error`` are optional)."""
+    stand-in such as :class:`_Cancelled`): all five are read as attributes, once per request."""
 
     @property
     def ended(self) -> bool: ...
+    @property
+    def relay(self) -> bool: ...
+    @property
+    def usage(self) -> hub.Usage | None: ...
+    @property
+    def finish(self) -> hub.Finish | None: ...
+    @property
+    def error(self) -> hub.Error | None: ...
 
 
 class Entry:
@@ -158,17 +166,17 @@ class Entry:
             return
         self.ended_at = _clock() if now is None else now
         if exchange is not None:
-            self.relay = bool(getattr(exchange, "relay", False))
-            usage = getattr(exchange, "usage", None)
+            self.relay = exchange.relay
+            usage = exchange.usage
             if usage is not None:
                 self.usage = usage
-            finish = getattr(exchange, "finish", None)
+            finish = exchange.finish
             if finish is not None:
                 self.finish = finish.reason
-            error = getattr(exchange, "error", None)
+            error = exchange.error
             if error is not None and self.error is None:
                 self.error = {"type": error.type, "message": error.message[:500], "status": error.status}
-            ended = bool(getattr(exchange, "ended", False))
+            ended = exchange.ended
         else:
             ended = True
         if self.error is not None:
@@ -326,7 +334,8 @@ class TrafficLog:
 class _Cancelled:
     """Stands in for an exchange that never began (cancelled before the upstream answered)."""
 
-    ended = False
+    ended = relay = False
+    usage = finish = error = None
 
 
 def _what(kinds: list[type[hub.Event]], size: int) -> str:
