@@ -418,3 +418,53 @@ def test_ui_config_keys_are_checked():
         config.parse({"gateway": {"ui": "yes"}})
     cfg = config.parse({"gateway": {"ui_key": "${UIK}"}}, {"UIK": "k" * 16})
     assert cfg.gateway.ui_key == "k" * 16
+
+
+def test_traffic_counts_events_and_bytes_past_the_timeline_limit():
+    from llmbridge.gateway import _traffic
+
+    log = TrafficLog(2)
+    entry = log.begin("up", hub.Request(model="m"), "openai-chat", started=10.0)
+    hook = entry.hook
+    hook((b"", []))  # a batch without events (no complete event yet)
+    hook((b"abc", [hub.Error("boom", "overloaded", status=529)]))  # before the first token: kept
+    hook((b"de", [hub.BlockStart(0, "text"), hub.Delta(0, "a"), hub.Delta(0, "b")]))
+    for _ in range(_traffic.TIMELINE_LIMIT + 5):
+        hook((b"xy", [hub.Delta(0, "c")]))
+    hook((None, [hub.Usage(1, 2), hub.Finish("stop")]))
+    entry.end(now=12.0)
+    row = entry.summary()
+    assert row["events"] == 1 + 3 + _traffic.TIMELINE_LIMIT + 5 + 2
+    assert row["bytes"] == 3 + 2 + 2 * (_traffic.TIMELINE_LIMIT + 5)
+    assert row["error"] == {"type": "overloaded", "message": "boom", "status": 529} and row["status"] == "error"
+    assert row["duration_ms"] == 2000.0 and row["ttft_ms"] is not None
+    detail = entry.detail()
+    assert len(detail["timeline"]) == _traffic.TIMELINE_LIMIT and detail["timeline_dropped"] == 9
+    first = detail["timeline"][:3]
+    assert [r["what"] for r in first] == ["end of body", "Error", "BlockStart, Delta x2"]
+    assert [r["bytes"] for r in first] == [0, 3, 2]
+    assert all(r["t_ms"] >= 0 for r in detail["timeline"])
+
+
+def test_traffic_entry_ends_from_an_exchange_or_a_failure():
+    from llmbridge.gateway._failures import UpstreamFailed
+
+    log = TrafficLog(3)
+    request = hub.Request(model="m")
+
+    class Over:  # what Entry.end reads off an Exchange
+        relay, ended, error = True, True, None
+        usage, finish = hub.Usage(3, 4), hub.Finish("stop")
+
+    done = []
+    entry = log.begin("up", request, "openai-chat", started=0.0)
+    entry.then(done.append)(Over)
+    assert done == [Over]
+    row = entry.summary()
+    assert (row["status"], row["relay"], row["finish"], row["output_tokens"]) == ("ok", True, "stop", 4)
+    cancelled = log.begin("up", request, "openai-chat")
+    cancelled.fail(asyncio.CancelledError())
+    assert cancelled.summary()["status"] == "cancelled" and cancelled.summary()["relay"] is False
+    refused = log.begin("up", request, "openai-chat")
+    refused.fail(UpstreamFailed(hub.Error("busy", "rate_limit", status=429)))
+    assert refused.summary()["status"] == "error" and refused.summary()["error"]["status"] == 429

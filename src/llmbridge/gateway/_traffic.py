@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 TIMELINE_LIMIT = 300  # timeline rows per entry; the rest is counted, not kept
 PROMPT_LIMIT = 500  # characters of the last user message kept when keep_prompts
 _CONTENT = (hub.BlockStart, hub.Delta)  # the first of these is the "first token"
+_NO_EVENTS: list[type[hub.Event]] = []  # the timeline's row of a batch without events (never changed)
 
 
 _clock = time.monotonic
@@ -34,10 +35,18 @@ Batch = tuple[bytes | None, list[hub.Event]]  # what an exchange's observer gets
 
 class Outcome(Protocol):
     """What :meth:`Entry.end` reads from an exchange that is over (an :class:`Exchange`, or a
-    stand-in with only ``ended``: ``relay``, ``usage``, ``finish`` and ``error`` are optional)."""
+    stand-in such as :class:`_Cancelled`): all five are read as attributes, once per request."""
 
     @property
     def ended(self) -> bool: ...
+    @property
+    def relay(self) -> bool: ...
+    @property
+    def usage(self) -> hub.Usage | None: ...
+    @property
+    def finish(self) -> hub.Finish | None: ...
+    @property
+    def error(self) -> hub.Error | None: ...
 
 
 class Entry:
@@ -71,11 +80,13 @@ class Entry:
         self.error: dict[str, Any] | None = None
         self.finish: str | None = None
         self.usage: hub.Usage | None = None
-        self.events = 0
-        self.bytes = 0
         self.relay = False
-        self.timeline: list[tuple[float, list[type[hub.Event]], int]] = []  # (seconds since start, event types, bytes)
+        # (clock time, event types, bytes) per batch: the events and bytes counts are summed from
+        # it when read, so a batch costs one append (past the limit, counted in the _dropped fields)
+        self.timeline: list[tuple[float, list[type[hub.Event]], int]] = []
         self.timeline_dropped = 0
+        self._dropped_events = 0
+        self._dropped_bytes = 0
 
     # -- fed by the gateway
 
@@ -93,9 +104,6 @@ class Entry:
     def _glance(self, batch: Batch) -> None:
         raw, events = batch
         now = _clock()
-        size = len(raw) if raw else 0
-        self.bytes += size
-        self.events += len(events)
         if self.first_token is None:
             for event in events:
                 kind = type(event)
@@ -104,10 +112,11 @@ class Entry:
                     break
                 if kind is hub.Error:
                     self._error(cast(hub.Error, event))  # what ``kind is`` checked (mypy cannot narrow through it)
-        if len(self.timeline) < TIMELINE_LIMIT:
-            self.timeline.append((now - self.started, [*map(type, events)], size))
+        timeline = self.timeline
+        if len(timeline) < TIMELINE_LIMIT:  # (as _row does, without a call per batch)
+            timeline.append((now, [*map(type, events)] if events else _NO_EVENTS, len(raw) if raw else 0))
         else:
-            self.timeline_dropped += 1
+            self._row(now, events, len(raw) if raw else 0)
 
     def observe(self, raw: bytes | None, events: list[hub.Event], now: float | None = None) -> None:
         """Note one batch in full: size, events, the first token's time, usage, finish, errors.
@@ -115,9 +124,6 @@ class Entry:
         For a caller with no exchange to ask at the end (the Playground).
         """
         now = _clock() if now is None else now
-        size = len(raw) if raw else 0
-        self.bytes += size
-        self.events += len(events)
         for event in events:
             if self.first_token is None and type(event) in _CONTENT:
                 self.first_token = now
@@ -127,10 +133,28 @@ class Entry:
                 self.finish = event.reason
             elif type(event) is hub.Error:
                 self._error(event)
-        if len(self.timeline) < TIMELINE_LIMIT:
-            self.timeline.append((now - self.started, [*map(type, events)], size))
+        self._row(now, events, len(raw) if raw else 0)
+
+    def _row(self, now: float, events: list[hub.Event], size: int) -> None:
+        """One batch in the timeline (its event types only: no content is kept), or counted past the limit."""
+        timeline = self.timeline
+        if len(timeline) < TIMELINE_LIMIT:
+            # (an empty batch shares one empty list: the console only reads it)
+            timeline.append((now, [*map(type, events)] if events else _NO_EVENTS, size))
         else:
             self.timeline_dropped += 1
+            self._dropped_events += len(events)
+            self._dropped_bytes += size
+
+    @property
+    def events(self) -> int:
+        """Hub events seen so far."""
+        return sum(len(kinds) for _, kinds, _ in self.timeline) + self._dropped_events
+
+    @property
+    def bytes(self) -> int:
+        """Upstream bytes seen so far."""
+        return sum(size for _, _, size in self.timeline) + self._dropped_bytes
 
     def _error(self, event: hub.Error) -> None:
         if self.error is None:
@@ -142,17 +166,17 @@ class Entry:
             return
         self.ended_at = _clock() if now is None else now
         if exchange is not None:
-            self.relay = bool(getattr(exchange, "relay", False))
-            usage = getattr(exchange, "usage", None)
+            self.relay = exchange.relay
+            usage = exchange.usage
             if usage is not None:
                 self.usage = usage
-            finish = getattr(exchange, "finish", None)
+            finish = exchange.finish
             if finish is not None:
                 self.finish = finish.reason
-            error = getattr(exchange, "error", None)
+            error = exchange.error
             if error is not None and self.error is None:
                 self.error = {"type": error.type, "message": error.message[:500], "status": error.status}
-            ended = bool(getattr(exchange, "ended", False))
+            ended = exchange.ended
         else:
             ended = True
         if self.error is not None:
@@ -215,7 +239,9 @@ class Entry:
         """:meth:`summary` plus the event timeline."""
         return dict(
             self.summary(),
-            timeline=[{"t_ms": _ms(t), "what": _what(kinds, n), "bytes": n} for t, kinds, n in self.timeline],
+            timeline=[
+                {"t_ms": _ms(t - self.started), "what": _what(kinds, n), "bytes": n} for t, kinds, n in self.timeline
+            ],
             timeline_dropped=self.timeline_dropped,
         )
 
@@ -308,7 +334,8 @@ class TrafficLog:
 class _Cancelled:
     """Stands in for an exchange that never began (cancelled before the upstream answered)."""
 
-    ended = False
+    ended = relay = False
+    usage = finish = error = None
 
 
 def _what(kinds: list[type[hub.Event]], size: int) -> str:

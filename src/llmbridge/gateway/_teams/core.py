@@ -246,8 +246,11 @@ class Teams:
 
     # -- 1. who
 
-    def is_master(self, secret: str | None) -> bool:
-        return bool(secret and self._master and hmac.compare_digest(secret.encode(), self._master))
+    def is_master(self, secret: str | bytes | None) -> bool:
+        """Whether ``secret`` (text, or its UTF-8 bytes) is the master key (compared in constant time)."""
+        if not (secret and self._master):
+            return False
+        return hmac.compare_digest(secret.encode() if isinstance(secret, str) else secret, self._master)
 
     async def authenticate(self, secret: str | None) -> Principal | Refusal:
         """The caller behind ``secret`` (see :func:`presented_key`), or a 401 refusal."""
@@ -261,11 +264,12 @@ class Teams:
             await self.start()
         if not secret:
             return self._refuse_auth("missing API key")
-        if self.is_master(secret):
+        raw = secret.encode()  # (once: compared with the master and static keys, then hashed)
+        if self.is_master(raw):
             return Principal(MASTER)
-        if one_of(secret.encode(), self._static):
+        if one_of(raw, self._static):
             return Principal(STATIC)
-        digest = _keys.hash_secret(secret)
+        digest = _keys.hash_secret(raw)
         key = self._by_hash.get(digest)
         if key is None:
             key = await self._lookup(digest)
@@ -470,27 +474,16 @@ class Teams:
         inp = usage.input_tokens if usage else None
         out = usage.output_tokens if usage else None
         if self.ledger is not None:
+            # (positional, in LedgerRow's field order: ts, request_id, key_id, model, upstream,
+            # dialect_in, dialect_out, input/output/thinking/cached tokens, cost_usd, ttft_ms,
+            # duration_ms, status, error_type, cache; 17 keywords cost more to bind per request)
             self.ledger.record(
-                LedgerRow(
-                    ts=ticket.wall,
-                    request_id=ticket.request_id,
-                    key_id=key.id if key is not None else None,
-                    model=ticket.model,
-                    upstream=ticket.upstream,
-                    dialect_in=ticket.dialect_in,
-                    dialect_out=ticket.dialect_out,
-                    input_tokens=inp,
-                    output_tokens=out,
-                    thinking_tokens=usage.reasoning_tokens if usage else None,
-                    cached_tokens=usage.cache_read_tokens if usage else None,
-                    cost_usd=spent,
-                    ttft_ms=None if ttft is None else round(ttft * 1000, 3),
-                    duration_ms=round(duration * 1000, 3),
-                    status=status,
-                    error_type=error_type,
-                    cache=ticket.cache,
-                )
-            )
+                LedgerRow(ticket.wall, ticket.request_id, key.id if key is not None else None, ticket.model,
+                          ticket.upstream, ticket.dialect_in, ticket.dialect_out, inp, out,
+                          usage.reasoning_tokens if usage else None, usage.cache_read_tokens if usage else None,
+                          spent, None if ttft is None else round(ttft * 1000, 3), round(duration * 1000, 3),
+                          status, error_type, ticket.cache)
+            )  # fmt: skip
         if key is not None and ticket.admission.ok and ticket.admission.counted:
             tokens = (inp or 0) + (out or 0)
             if isinstance(self.limiter, LocalLimiter):  # nothing to wait for: no task

@@ -64,9 +64,9 @@ def new_secret() -> str:
     return PREFIX + secrets.token_urlsafe(32)
 
 
-def hash_secret(secret: str) -> str:
-    """The stored form of a secret: hex SHA-256."""
-    return hashlib.sha256(secret.encode()).hexdigest()
+def hash_secret(secret: str | bytes) -> str:
+    """The stored form of a secret (text, or its UTF-8 bytes): hex SHA-256."""
+    return hashlib.sha256(secret.encode() if isinstance(secret, str) else secret).hexdigest()
 
 
 def new_id() -> str:
