@@ -1039,3 +1039,30 @@ def test_plain_message_start_without_a_response_start():
     fast, general = am.StreamEncoder(), am.StreamEncoder()
     fast.extensions = general.extensions = False
     assert fast._message_start() == general._start_general(hub.ResponseStart()) != b""
+
+
+_FINISHES = [None] + [
+    hub.Finish(reason, choice, raw, sequence)  # type: ignore[arg-type]
+    for reason in (*hub.FINISH_REASONS, "unknown")
+    for choice in (0, 1)
+    for raw in (None, "stop", "end_turn", "max_tokens", "refusal", "x")
+    for sequence in (None, "", "END", 'q"\\\n\u2028😀')
+]
+
+
+def test_plain_message_delta_fast_path_is_the_general_path():
+    usages = [None] + [
+        hub.Usage(*counts, extensions=ext)  # type: ignore[arg-type]
+        for counts in itertools.product((None, 0, 7), repeat=3)
+        for ext in _USAGE_EXTENSIONS
+    ]
+    usages.append(hub.Usage(8, 2, None, None, 3, 10))  # reasoning tokens: output_tokens_details
+    for finish, usage, told, extras in itertools.product(
+        _FINISHES, usages, (True, False), ({}, {"delta": {"x": 1}, "context_management": None})
+    ):
+        fast, general = am.StreamEncoder(), am.StreamEncoder()
+        fast.extensions = general.extensions = told
+        fast._finish = general._finish = finish
+        fast._usage = general._usage = usage
+        fast._delta_extras = general._delta_extras = extras
+        assert fast._message_delta() == general._delta_general()
