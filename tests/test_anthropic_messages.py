@@ -923,8 +923,9 @@ def test_number_fast_check_is_the_general_check(value, kinds):
 
 
 class _GeneralDispatch(am.StreamEncoder):
-    """The encoder as it was before its own dispatch and its usual-end path: every event but
-    the hot delta through EncoderDispatch.encode, and the end written by the general steps."""
+    """The encoder as it was before its own dispatch and its usual-end and usual-stop paths:
+    every event but the hot delta through EncoderDispatch.encode, the end written by the
+    general steps, every block stop through the flush of the queue."""
 
     def encode(self, event):  # type: ignore[no-untyped-def]
         if type(event) is hub.Delta and self._state is not EncoderState.CLOSED:
@@ -932,6 +933,30 @@ class _GeneralDispatch(am.StreamEncoder):
             if block is self._live and block is not None and block.started and event.text:
                 return block.prefix + json_encode(event.text) + b"}}\n\n"
         return EncoderDispatch.encode(self, event)
+
+    def on_block_stop(self, event):  # type: ignore[no-untyped-def]
+        # (without the usual stop's shortcut: every stop through the flush of the queue)
+        if event.index in self._other_blocks:
+            self._others.append(am._encoder.event_to_json(event))
+            return b""
+        block = self._blocks.get(event.index)
+        if block is None or block.closed:
+            return b""
+        block.closed = True
+        data = self._stop_bytes(block, event)
+        if block is not self._live:
+            block.chunks.append(data)
+            return b""
+        out = [data]
+        self._live = None
+        while self._queue:
+            nxt = self._queue.popleft()
+            out.extend(nxt.chunks)
+            nxt.chunks = []
+            if not nxt.closed:
+                self._live = nxt
+                break
+        return b"".join(out)
 
     def on_response_end(self, event):  # type: ignore[no-untyped-def]
         out = [self._message_start(), *self._close_all(), self._message_delta()]
@@ -1039,3 +1064,30 @@ def test_plain_message_start_without_a_response_start():
     fast, general = am.StreamEncoder(), am.StreamEncoder()
     fast.extensions = general.extensions = False
     assert fast._message_start() == general._start_general(hub.ResponseStart()) != b""
+
+
+_FINISHES = [None] + [
+    hub.Finish(reason, choice, raw, sequence)  # type: ignore[arg-type]
+    for reason in (*hub.FINISH_REASONS, "unknown")
+    for choice in (0, 1)
+    for raw in (None, "stop", "end_turn", "max_tokens", "refusal", "x")
+    for sequence in (None, "", "END", 'q"\\\n\u2028😀')
+]
+
+
+def test_plain_message_delta_fast_path_is_the_general_path():
+    usages = [None] + [
+        hub.Usage(*counts, extensions=ext)  # type: ignore[arg-type]
+        for counts in itertools.product((None, 0, 7), repeat=3)
+        for ext in _USAGE_EXTENSIONS
+    ]
+    usages.append(hub.Usage(8, 2, None, None, 3, 10))  # reasoning tokens: output_tokens_details
+    for finish, usage, told, extras in itertools.product(
+        _FINISHES, usages, (True, False), ({}, {"delta": {"x": 1}, "context_management": None})
+    ):
+        fast, general = am.StreamEncoder(), am.StreamEncoder()
+        fast.extensions = general.extensions = told
+        fast._finish = general._finish = finish
+        fast._usage = general._usage = usage
+        fast._delta_extras = general._delta_extras = extras
+        assert fast._message_delta() == general._delta_general()

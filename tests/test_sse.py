@@ -231,3 +231,29 @@ def test_marked_events_and_boundaries_lf_fast_paths_match_the_general_search():
         start = rng.randrange(len(data) + 1)
         assert marked_events(data, start, markers) == reference(data, start, markers), (data, start)
         assert EventBoundaries(1 << 20).feed(data) == last_event_end(data, 0, len(data)), data
+
+
+def _state(decoder: sse.Decoder) -> tuple:
+    return tuple(getattr(decoder, name) for name in sse.Decoder.__slots__)
+
+
+_PIECES = st.sampled_from(
+    [b"\xef", b"\xbb", b"\xbf", b"\xef\xbb\xbf", b"\r", b"\n", b"\r\n", b"data: x", b"id: 1", b":"]
+)
+
+
+@given(st.lists(_PIECES, max_size=6).map(b"".join), st.lists(_PIECES, max_size=6).map(b"".join))
+def test_first_chunk_shortcut_is_what_prepare_does(first, second):
+    # The general path: the first chunk through _prepare, then fed as a chunk the shortcut
+    # does not take (the BOM is done by then).  The shortcut must give the same events and state.
+    fast = sse.Decoder()
+    fast_events = fast.feed(first)
+    general = sse.Decoder()
+    prepared = general._prepare(first)
+    skip_lf, general._skip_lf = general._skip_lf, False  # (said of what follows ``first``)
+    general_events = general.feed(prepared) if general._bom_done else []
+    general._skip_lf = skip_lf
+    assert fast_events == general_events
+    assert _state(fast) == _state(general)
+    assert fast.feed(second) + fast.close() == general.feed(second) + general.close()
+    assert _state(fast) == _state(general)

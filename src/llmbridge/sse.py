@@ -121,7 +121,16 @@ class Decoder:
     def feed(self, chunk: bytes) -> list[Event]:
         # (int membership is a memchr: much cheaper than a bytes needle)
         if self._skip_lf or 13 in chunk or not self._bom_done:
-            chunk = self._prepare(chunk)
+            if (
+                not (self._bom_done or self._skip_lf or self._pending)
+                and chunk[:1] not in (b"", b"\xef")
+                and 13 not in chunk
+            ):
+                # The first chunk of nearly every stream: no BOM can start it (nor a CR be in
+                # it), so _prepare would only say the BOM is done.
+                self._bom_done = True
+            else:
+                chunk = self._prepare(chunk)
         if not chunk:
             return []
         # Most chunks end no event: keep them and return at once (the hot path for small chunks).

@@ -29,6 +29,9 @@ _PLAIN_START_END = (
     b'"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,'
     b'"cache_creation":null,"server_tool_use":null,"service_tier":null}}}\n\n'
 )
+_DELTA_HEAD = b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":'
+_DELTA_SEQUENCE = b',"stop_sequence":'
+_DELTA_USAGE = b'},"usage":'
 _MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":'
 # The states as globals for the per-event checks (see EncoderState).
@@ -217,6 +220,22 @@ class StreamEncoder(EncoderDispatch):
         return out
 
     def _message_delta(self) -> bytes:
+        """The ``message_delta`` event's bytes (stop reason, usage, and what rides beside them)."""
+        if not self.extensions and not self._delta_extras:
+            # The usual end of a plain stream: the bytes _delta_general writes (the test of the
+            # fast paths compares them), with only the values encoded and no dicts built around them.
+            finish = self._finish
+            if finish is None:
+                stop = sequence = b"null"
+            else:
+                stop = json_encode(stop_from_finish(finish)[0])
+                seq = finish.stop_sequence
+                sequence = b"null" if seq is None else json_encode(seq)
+            usage = json_encode(usage_object(self._usage))
+            return _DELTA_HEAD + stop + _DELTA_SEQUENCE + sequence + _DELTA_USAGE + usage + b"}\n\n"
+        return self._delta_general()
+
+    def _delta_general(self) -> bytes:
         delta: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
         exact = True
         if self._finish is not None:
@@ -383,6 +402,9 @@ class StreamEncoder(EncoderDispatch):
         if block is not self._live:
             block.chunks.append(data)
             return b""
+        if not self._queue:  # (the usual stop: no block waits behind the live one; what the loop gives)
+            self._live = None
+            return data
         out = [data]
         self._live = None
         while self._queue:
