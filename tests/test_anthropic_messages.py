@@ -923,9 +923,8 @@ def test_number_fast_check_is_the_general_check(value, kinds):
 
 
 class _GeneralDispatch(am.StreamEncoder):
-    """The encoder as it was before its own dispatch and its usual-end and usual-stop paths:
-    every event but the hot delta through EncoderDispatch.encode, the end written by the
-    general steps, every block stop through the flush of the queue."""
+    """The encoder as it was before its own dispatch and its usual-end path: every event but
+    the hot delta through EncoderDispatch.encode, and the end written by the general steps."""
 
     def encode(self, event):  # type: ignore[no-untyped-def]
         if type(event) is hub.Delta and self._state is not EncoderState.CLOSED:
@@ -933,30 +932,6 @@ class _GeneralDispatch(am.StreamEncoder):
             if block is self._live and block is not None and block.started and event.text:
                 return block.prefix + json_encode(event.text) + b"}}\n\n"
         return EncoderDispatch.encode(self, event)
-
-    def on_block_stop(self, event):  # type: ignore[no-untyped-def]
-        # (without the usual stop's shortcut: every stop through the flush of the queue)
-        if event.index in self._other_blocks:
-            self._others.append(am._encoder.event_to_json(event))
-            return b""
-        block = self._blocks.get(event.index)
-        if block is None or block.closed:
-            return b""
-        block.closed = True
-        data = self._stop_bytes(block, event)
-        if block is not self._live:
-            block.chunks.append(data)
-            return b""
-        out = [data]
-        self._live = None
-        while self._queue:
-            nxt = self._queue.popleft()
-            out.extend(nxt.chunks)
-            nxt.chunks = []
-            if not nxt.closed:
-                self._live = nxt
-                break
-        return b"".join(out)
 
     def on_response_end(self, event):  # type: ignore[no-untyped-def]
         out = [self._message_start(), *self._close_all(), self._message_delta()]

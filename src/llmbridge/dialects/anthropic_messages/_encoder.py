@@ -402,9 +402,6 @@ class StreamEncoder(EncoderDispatch):
         if block is not self._live:
             block.chunks.append(data)
             return b""
-        if not self._queue:  # (the usual stop: no block waits behind the live one; what the loop gives)
-            self._live = None
-            return data
         out = [data]
         self._live = None
         while self._queue:
