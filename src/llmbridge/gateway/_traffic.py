@@ -112,11 +112,7 @@ class Entry:
                     break
                 if kind is hub.Error:
                     self._error(cast(hub.Error, event))  # what ``kind is`` checked (mypy cannot narrow through it)
-        timeline = self.timeline
-        if len(timeline) < TIMELINE_LIMIT:  # (as _row does, without a call per batch)
-            timeline.append((now, [*map(type, events)] if events else _NO_EVENTS, len(raw) if raw else 0))
-        else:
-            self._row(now, events, len(raw) if raw else 0)
+        self._row(now, events, len(raw) if raw else 0)
 
     def observe(self, raw: bytes | None, events: list[hub.Event], now: float | None = None) -> None:
         """Note one batch in full: size, events, the first token's time, usage, finish, errors.
