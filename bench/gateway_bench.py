@@ -6,7 +6,10 @@ Processes (each its own, so /proc tells each one's CPU and memory apart):
   or paced per token, chosen by model name (``fast-200-0``, ``fast-200-10``);
 - ``llmbridge serve --config <tmp toml>`` (one uvicorn worker), upstream ``openai-chat``;
 - ``litellm --config <tmp yaml> --num_workers 1`` (LiteLLM's proxy), model ``openai/<name>``;
-- the load generator (``bench/fast_upstream.py load``), one per measurement.
+- the load generator (``bench/fast_upstream.py load``), one per measurement;
+- two floor relays (``bench/floor_relay.py``) that check nothing: uvloop protocols alone, and
+  uvicorn with a dozen-line ASGI app. Their figures bound what any Python gateway can reach
+  against direct (issue 23's ratios).
 
 Targets: direct (client -> upstream), llmbridge and LiteLLM at ``/v1/chat/completions`` (same
 dialect: llmbridge relays the bytes) and at ``/v1/messages`` (translated to Anthropic).
@@ -15,7 +18,7 @@ streams for memory. Nothing is asserted: issue 11's targets are printed as met o
 Then 2-token streams, the cost of starting a request (issue 23).
 ``python -m bench gateway``; env: GATEWAY_BENCH_TOKENS (200), GATEWAY_BENCH_LEVELS (1,10,100,1000),
 GATEWAY_BENCH_SHORT (2000; 0 = skip), GATEWAY_BENCH_PEERS (0 = skip LiteLLM), GATEWAY_BENCH_LITELLM
-(the ``litellm`` executable, default: beside this Python).
+(the ``litellm`` executable, default: beside this Python), GATEWAY_BENCH_FLOOR (0 = skip the floor relays).
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ LEVELS = [int(x) for x in os.environ.get("GATEWAY_BENCH_LEVELS", "1,10,100,1000"
 PEERS = os.environ.get("GATEWAY_BENCH_PEERS", "1") != "0"
 OPEN = os.environ.get("GATEWAY_BENCH_OPEN", "1") != "0"  # 0 = skip the 1,000 open streams run
 PACED_1000 = os.environ.get("GATEWAY_BENCH_PACED_1000", "1") != "0"
+FLOOR = os.environ.get("GATEWAY_BENCH_FLOOR", "1") != "0"  # 0 = skip the two floor relays (bench/floor_relay.py)
 WORKERS = int(os.environ.get("GATEWAY_BENCH_WORKERS", "1"))  # llmbridge serve --workers N
 SHORT = int(os.environ.get("GATEWAY_BENCH_SHORT", "2000"))  # 2-token streams per target (issue 23); 0 = skip
 SHORT_MODEL = "fast-2-0"
 PACE_MS = 10  # per token in the paced runs
 OPEN_TOKENS, OPEN_PACE_MS = 10, 500  # 1,000 open streams of 5 s each, for memory per open stream
+FLOOR_BARE, FLOOR_UVICORN = "floor: bare relay", "floor: uvicorn relay"  # (bench/floor_relay.py)
 UPSTREAM_EVENTS = TOKENS + 4  # role chunk, tokens, finish chunk, usage chunk, [DONE]
 BIN = Path(sys.executable).parent
 # LiteLLM's proxy: the bench environment's own, or one installed elsewhere (its pins clash with ours)
@@ -284,7 +289,8 @@ def _litellm_config(tmp: Path, upstream_url: str, models: list[str], key: str) -
 
 def _requests(concurrency: int, paced: bool) -> int:
     if paced:
-        return {1: 3}.get(concurrency, 2 * concurrency if concurrency <= 100 else concurrency)
+        # (10 streams arrive together: five rounds of them, not two, so the median is not one round's luck)
+        return {1: 3, 10: 50}.get(concurrency, 2 * concurrency if concurrency <= 100 else concurrency)
     return max(20, 2 * concurrency) if concurrency <= 100 else concurrency
 
 
@@ -402,6 +408,17 @@ def run() -> str:
             Target("llmbridge chat (relay)", gw + "/v1/chat/completions", "openai-chat", gateway, upstream),
             Target("llmbridge messages (transl.)", gw + "/v1/messages", "anthropic-messages", gateway, upstream),
         ]
+        for mode, label in (("bare", FLOOR_BARE), ("uvicorn", FLOOR_UVICORN)) if FLOOR else ():
+            port = _port()
+            relay = _start(
+                f"floor-{mode}",
+                [sys.executable, str(HERE / "floor_relay.py"), mode, str(port), str(up_port)],
+                f"http://127.0.0.1:{port}/v1/models",
+                tmp,
+            )
+            servers.append(relay)
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            targets.append(Target(label, url, "openai-chat", relay, upstream))
         litellm_started = time.monotonic()
         if PEERS:
             try:
@@ -564,28 +581,36 @@ def _targets_23(by: dict) -> list[str]:
     unpaced = next((v for k, v in by.items() if k.startswith("unpaced")), {})
     paced = next((v for k, v in by.items() if k.startswith("paced")), {})
     direct = short.get(("direct", 10))
-    for label in ("llmbridge chat (relay)", "llmbridge messages (transl.)"):
+    floors = [label for label in (FLOOR_BARE, FLOOR_UVICORN) if (label, 10) in short]
+    for label in ("llmbridge chat (relay)", "llmbridge messages (transl.)", *floors):
+        floor = label in floors
+        if floors and label == floors[0]:
+            lines.append("the floor (bench/floor_relay.py: relays that check nothing, so no gateway does better):")
+
+        def say(text: str, target: str, met: str, floor: bool = floor) -> None:
+            # (the floors' figures are bounds, not candidates: no verdict for them)
+            lines.append(f"  {text}" if floor else f"{text} ({target}: {met})")
+
         r = short.get((label, 10))
         if r and r.streams:
             us = r.server_cpu * 1e6 / r.streams
-            lines.append(f"gateway CPU per request (2-token stream), {label}: {us:.0f} µs "
-                         f"(target <= 250, moonshot <= 100: {verdict(us, 250, 100)})")  # fmt: skip
+            say(f"gateway CPU per request (2-token stream), {label}: {us:.0f} µs", "target <= 250, moonshot <= 100",
+                verdict(us, 250, 100))  # fmt: skip
             if direct and direct.streams_per_s:
                 x = r.streams_per_s / direct.streams_per_s
-                lines.append(f"short streams/s vs direct, {label}: {x:.2f}x "
-                             f"(target >= 0.6, moonshot >= 0.9: {verdict(x, 0.6, 0.9, False)})")  # fmt: skip
+                say(f"short streams/s vs direct, {label}: {x:.2f}x", "target >= 0.6, moonshot >= 0.9",
+                    verdict(x, 0.6, 0.9, False))  # fmt: skip
         for conc, target, moonshot in ((10, 1.0, 0.3), (100, 10.0, 3.0)):
             r, d = paced.get((label, conc)), paced.get(("direct", conc))
             if r and d:
                 added = _ms(r.pct(0.5) - d.pct(0.5))
-                met = verdict(added, target, moonshot)
-                lines.append(f"added TTFT p50, {conc} paced streams, {label}: {added:.2f} ms "
-                             f"(target <= {target:g}, moonshot <= {moonshot:g}: {met})")  # fmt: skip
+                say(f"added TTFT p50, {conc} paced streams, {label}: {added:.2f} ms",
+                    f"target <= {target:g}, moonshot <= {moonshot:g}", verdict(added, target, moonshot))  # fmt: skip
         r, d = unpaced.get((label, 1)), unpaced.get(("direct", 1))
         if r and d and d.streams_per_s:
             x = r.streams_per_s / d.streams_per_s
-            lines.append(f"one unpaced {TOKENS}-token stream alone, streams/s vs direct, {label}: {x:.2f}x "
-                         f"(target >= 0.7, moonshot >= 0.9: {verdict(x, 0.7, 0.9, False)})")  # fmt: skip
+            say(f"one unpaced {TOKENS}-token stream alone, streams/s vs direct, {label}: {x:.2f}x",
+                "target >= 0.7, moonshot >= 0.9", verdict(x, 0.7, 0.9, False))  # fmt: skip
     lines.append("with team features on: python -m bench request (CPU and instructions per request, on - off)")
     return lines
 
