@@ -180,3 +180,93 @@ def test_the_guarded_cycles_tables_refuse_what_uvicorns_patterns_refuse():
         one = bytes((b,))
         assert (one.translate(_VALUES) != one) == bool(HEADER_VALUE_RE.search(one))
         assert (one.translate(_FAST_NAMES) != one) == bool(HEADER_RE.search(one) or one.isupper())
+
+
+# --------------------------------------------------------------------------- proxy headers
+
+
+class _PeerTransport(_Transport):
+    def __init__(self, peer: str | None) -> None:
+        super().__init__()
+        self.peer = peer
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":
+            return None if self.peer is None else (self.peer, 5000)
+        return {"sockname": ("127.0.0.1", 8000)}.get(name, default)
+
+
+def _scopes_seen(protocol_class: type, peer: str | None, heads: list[str], **options: Any) -> Any:
+    """What the app sees (client, scheme, the request's own header) of each request of one
+    keep-alive connection from ``peer``, served by ``protocol_class`` over uvicorn's loaded app."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    seen: list[tuple[Any, ...]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append((scope["client"], scope["scheme"], dict(scope["headers"]).get(b"x-n")))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+
+    async def go() -> None:
+        config = uvicorn.Config(app, lifespan="off", log_config=None, **options)
+        protocol = protocol_class(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        transport = _PeerTransport(peer)
+        protocol.connection_made(transport)
+        for n, head in enumerate(heads):
+            protocol.data_received(f"GET /x HTTP/1.1\r\nhost: a\r\nx-n: {n}\r\n{head}\r\n".encode())
+            for _ in range(50):
+                await asyncio.sleep(0)
+        protocol.connection_lost(None)
+
+    asyncio.run(go())
+    assert len(seen) == len(heads)
+    return seen
+
+
+FORWARDED_HEADS = [
+    "",
+    "x-forwarded-for: 203.0.113.7\r\n",
+    "X-Forwarded-For: 203.0.113.7:4711\r\n",  # (names arrive lower-cased: uvicorn's on_header)
+    "x-forwarded-proto: https\r\n",
+    "x-forwarded-proto: wss\r\n",
+    "x-forwarded-for: 203.0.113.7\r\nx-forwarded-proto: https\r\n",
+    "x-forwarded-for: 203.0.113.7, 10.1.2.3\r\nx-forwarded-for: 127.0.0.1\r\n",
+    "x-forwarded-for: \r\n",
+    "forwarded: for=203.0.113.7;proto=https\r\n",  # (RFC 7239: uvicorn reads neither)
+    "x-forwarded-host: example.com\r\nx-real-ip: 203.0.113.7\r\n",
+]
+
+
+@pytest.mark.parametrize("peer", ["127.0.0.1", "::1", "10.1.2.3", None])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"forwarded_allow_ips": "*"}, {"forwarded_allow_ips": "10.0.0.0/8"}, {"proxy_headers": False}],
+    ids=["default", "all", "network", "off"],
+)
+def test_the_app_sees_the_client_and_scheme_uvicorns_middleware_gives(peer, options):
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    # every head, then each again after a forwarded one on the same connection (a scope is per request)
+    heads = [*FORWARDED_HEADS, *(h for head in FORWARDED_HEADS[1:] for h in (head, ""))]
+    ours = _scopes_seen(GuardedHttpToolsProtocol, peer, heads, **options)
+    assert ours == _scopes_seen(HttpToolsProtocol, peer, heads, **options)
+    if peer == "127.0.0.1" and not options:  # (the comparison is not vacuous)
+        assert ours[1][0] == ("203.0.113.7", 0) and ours[3][1] == "https" and ours[0][0] == ("127.0.0.1", 5000)
+
+
+def test_uvicorns_proxy_middleware_reads_only_the_names_the_protocol_looks_for():
+    """The protocol runs the app without ProxyHeadersMiddleware for a request that has none of
+    these names (or a peer it does not trust): should uvicorn's middleware read another
+    header one day, this fails rather than the shortcut skipping it."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    from llmbridge.gateway._server import _FORWARDED
+
+    code = ProxyHeadersMiddleware.__call__.__code__
+    names = {c for c in code.co_consts if isinstance(c, bytes) and c.replace(b"-", b"").isalpha()}  # (not b", ")
+    assert names == _FORWARDED
+    assert "client" in code.co_consts and "headers" in code.co_consts and "trusted_hosts" in code.co_names

@@ -35,6 +35,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
@@ -199,6 +200,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     later than any deadline could be (it is scheduled at most the shortest timeout ahead),
     so a deadline set later never needs it re-armed. Before, a request armed and cancelled
     the header timer, the body timer (twice) and uvicorn's keep-alive timer.
+
+    **uvicorn's proxy-headers middleware only where it can act** (issue 23). uvicorn wraps
+    the app in :class:`ProxyHeadersMiddleware` (``proxy_headers``, on by default), one more
+    coroutine every request's task passes through at each wake-up, and a loop over the
+    headers. It changes a request's scope only when the connection's peer is a trusted
+    proxy (``forwarded_allow_ips``) *and* the request has an ``x-forwarded-for`` or
+    ``x-forwarded-proto`` header; every other request runs the app it wraps directly. The
+    peer is the connection's, so it is asked once per connection; a trusted peer's request
+    heads are looked through for the two names when complete, before uvicorn picks the app
+    (``self.app``). A request that has them goes through uvicorn's middleware, as before.
+    ``tests/test_gateway_server.py`` pins the names the middleware reads and compares the
+    client and scheme both paths give the app.
     """
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
@@ -210,6 +223,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._clock: asyncio.TimerHandle | None = None  # the one timer, re-armed lazily
         # the shipped access log's lines without logging's machinery (accesslog.AccessLine)
         self.access_logger = access_logger(self.access_logger)  # type: ignore[assignment]
+        # uvicorn's proxy-headers middleware, when it is the app uvicorn loaded (see above)
+        self._proxy = self.app if type(self.app) is ProxyHeadersMiddleware else None
+        self._proxied = False  # the peer is a proxy the middleware trusts
 
     # -- the one deadline
 
@@ -241,6 +257,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        proxy = self._proxy
+        if proxy is not None:
+            # (what the middleware asks of each request's scope["client"], which is self.client)
+            self._proxied = (self.client[0] if self.client else None) in proxy.trusted_hosts
+            if not self._proxied:  # it would pass every request of this connection on as it is
+                self.app = proxy.app
         self._expect(_HEAD, self._header_timeout)
 
     def on_message_begin(self) -> None:
@@ -251,6 +273,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _uvicorn_on_headers_complete = _with_guarded_cycle(HttpToolsProtocol.on_headers_complete)
 
     def on_headers_complete(self) -> None:
+        if self._proxied:  # the middleware for a request that names a forwarded client or scheme
+            proxy = self._proxy
+            assert proxy is not None
+            self.app = proxy.app
+            for name, _ in self.scope["headers"]:  # (a plain loop: cheaper here than map() or a set's isdisjoint)
+                if name in _FORWARDED:
+                    self.app = proxy
+                    break
         self._uvicorn_on_headers_complete()  # (uvicorn's, making a GuardedCycle)
         self._expect(_BODY, self.timeout_keep_alive)  # a body that stalls for idle_timeout closes it too
 
@@ -292,6 +322,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 _HEAD, _BODY, _IDLE = 0, 1, 2  # what a connection's deadline is for
+# the headers ProxyHeadersMiddleware reads (tests/test_gateway_server.py checks its code for them)
+_FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto"))
 
 
 # --------------------------------------------------------------------------- open files
