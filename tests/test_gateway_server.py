@@ -270,3 +270,34 @@ def test_uvicorns_proxy_middleware_reads_only_the_names_the_protocol_looks_for()
     names = {c for c in code.co_consts if isinstance(c, bytes) and c.replace(b"-", b"").isalpha()}  # (not b", ")
     assert names == _FORWARDED
     assert "client" in code.co_consts and "headers" in code.co_consts and "trusted_hosts" in code.co_names
+
+
+def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
+    """``GuardedCycle.send`` is a plain method returning an awaitable: a head it writes itself
+    is written by the call and the awaitable returns at once (no loop turn); anything else is
+    uvicorn's coroutine, whose errors come when it is awaited, as before."""
+    from llmbridge.gateway._server import _SENT
+
+    async def go() -> None:
+        transport, log = _Transport(), _Log()
+        scope = {"method": "POST", "raw_path": b"/x", "query_string": b"", "http_version": "1.1",
+                 "client": ("127.0.0.1", 5000)}  # fmt: skip
+        cycle = GuardedCycle(scope=scope, transport=transport, flow=FlowControl(transport), logger=log,  # type: ignore[arg-type]
+                             access_logger=log, access_log=True, default_headers=[],  # type: ignore[arg-type]
+                             message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True,
+                             on_response=lambda: None)  # fmt: skip
+        sent = cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM})
+        assert sent is _SENT and len(transport.written) == 1  # written by the call itself
+        steps = sent.__await__()
+        with pytest.raises(StopIteration):
+            next(steps)  # done without suspending
+        assert await sent is None
+        body = cycle.send({"type": "http.response.body", "body": b"x", "more_body": True})
+        assert asyncio.iscoroutine(body) and len(transport.written) == 1  # uvicorn's, run when awaited
+        await body
+        assert transport.written[1] == b"1\r\nx\r\n"
+        wrong = cycle.send({"type": "http.response.start", "status": 200, "headers": []})
+        with pytest.raises(RuntimeError, match=r"Expected ASGI message 'http\.response\.body'"):
+            await wrong
+
+    asyncio.run(go())

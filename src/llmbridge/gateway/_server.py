@@ -30,7 +30,7 @@ import os
 import re
 import resource
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any
 
 import uvicorn
@@ -106,14 +106,19 @@ class GuardedCycle(RequestResponseCycle):
     both write.
     """
 
-    async def send(self, message: Any) -> None:
+    def send(self, message: Any) -> Awaitable[None]:  # type: ignore[override]  # (an awaitable, not a coroutine)
         """Send one ASGI message (uvicorn's contract: raises RuntimeError for a message out of
-        turn or an invalid header, as uvicorn does)."""
+        turn or an invalid header, as uvicorn does, when awaited).
+
+        Not a coroutine function: what it returns is awaited by the caller, as ASGI's ``await
+        send(message)`` does -- uvicorn's own coroutine for every message it does not write
+        itself (so a body message makes one coroutine, not one inside another), and
+        :data:`_SENT`, done at once, for a head it wrote."""
         if self.response_started or message["type"] != "http.response.start" or self.flow.write_paused:
-            return await _uvicorn_send(self, message)
+            return _uvicorn_send(self, message)
         given = message.get("headers", ())
         if self.disconnected or not isinstance(given, list | tuple):  # (an iterator is read once: uvicorn's)
-            return await _uvicorn_send(self, message)
+            return _uvicorn_send(self, message)
         headers = [*self.default_headers, *given]
         status_code = message["status"]
         status_line = STATUS_LINE.get(status_code)
@@ -123,14 +128,14 @@ class GuardedCycle(RequestResponseCycle):
             or self.scope["method"] == "HEAD"
             or status_code in (204, 304)
         ):
-            return await _uvicorn_send(self, message)
+            return _uvicorn_send(self, message)
         names = list(map(_NAME, headers))
         if (
             (joined := b"".join(names)).translate(_FAST_NAMES) != joined  # a byte uvicorn refuses, or upper case
             or (joined := b"".join(map(_VALUE, headers))).translate(_VALUES) != joined  # a byte uvicorn refuses
             or not _ACTED_ON.isdisjoint(names)
         ):
-            return await _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
+            return _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
         self.response_started = True
         self.waiting_for_100_continue = False
         if self.access_log:  # as uvicorn logs it
@@ -149,9 +154,22 @@ class GuardedCycle(RequestResponseCycle):
             self.transport.write(b"".join((status_line, b"\r\n".join(map(_FIELD.join, headers)), b"\r\n", tail)))
         else:
             self.transport.write(status_line + tail)
+        return _SENT
 
 
 _uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
+
+
+class _Sent:
+    """An awaitable done at once (what is left of a head :meth:`GuardedCycle.send` wrote)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return iter(())  # type: ignore[return-value]  # (an exhausted iterator: no coroutine to make)
+
+
+_SENT = _Sent()
 
 
 def _moving(pattern: re.Pattern[bytes], also: bytes = b"") -> bytes:
