@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -301,3 +302,89 @@ def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
             await wrong
 
     asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- access line
+
+
+def _access_logger(stream: Any) -> logging.Logger:
+    """uvicorn's access logger as ``llmbridge serve`` configures it (server.log_config), standalone."""
+    from llmbridge.gateway._accesslog import UVICORN_ACCESS_FORMAT, BatchedStreamHandler, PlainAccessFormatter
+    from llmbridge.gateway._server import RedactSecrets
+    from llmbridge.gateway._teams.redact import RedactKeys
+
+    logger = logging.Logger("uvicorn.access", logging.INFO)
+    logger.propagate = False
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=False))
+    handler.addFilter(RedactSecrets())
+    logger.addHandler(handler)
+    logger.addFilter(RedactKeys())
+    return logger
+
+
+ACCESS_SCOPES = [
+    {"client": ("127.0.0.1", 5000), "raw_path": b"/v1/chat/completions", "query_string": b""},
+    {"client": ("::1", 5), "raw_path": b"/v1beta/models/m:x", "query_string": b"key=AIzaSecret&alt=sse"},
+    {"client": None, "raw_path": b'/a"b/\xe9', "query_string": b"t=sk-configured-0123456789"},
+    {"client": ("203.0.113.7", 0), "raw_path": b"/v1/messages", "query_string": b"", "http_version": "1.0"},
+]
+
+
+async def test_the_kept_access_line_is_uvicorns_logged_line():
+    """AccessLine.served (the line kept by the scope's raw fields) writes what uvicorn's own
+    ``access_logger.info(...)`` call writes through logging, masked the same way."""
+    import io
+
+    from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+    from llmbridge.gateway._accesslog import UVICORN_ACCESS_MESSAGE, AccessLine, access_logger
+    from llmbridge.gateway._server import register_secrets
+
+    register_secrets(["sk-configured-0123456789"])
+    slow_out, fast_out = io.StringIO(), io.StringIO()
+    slow, fast_logger = _access_logger(slow_out), _access_logger(fast_out)
+    fast = access_logger(fast_logger)
+    assert isinstance(fast, AccessLine)
+    for _ in range(2):  # (the second time from the kept lines)
+        for fields in ACCESS_SCOPES:
+            for method in ("POST", "GET"):
+                for status in (200, 429, 799):
+                    scope = {"method": method, "http_version": "1.1", **fields}
+                    args = (get_client_addr(scope), method, get_path_with_query_string(scope), scope["http_version"])
+                    slow.info(UVICORN_ACCESS_MESSAGE, *args, status)
+                    fast.served(scope, status)
+    await asyncio.sleep(0)
+    assert fast_out.getvalue() == slow_out.getvalue() and fast_out.getvalue().count("\n") == 2 * 4 * 2 * 3
+    assert "AIzaSecret" not in fast_out.getvalue() and "sk-configured" not in fast_out.getvalue()
+    for logger in (slow, fast_logger):  # (a level that drops the line: dropped by both)
+        logger.setLevel(logging.WARNING)
+        logger._cache.clear()  # (what setLevel does for the loggers logging's manager knows)
+    slow.info(UVICORN_ACCESS_MESSAGE, "127.0.0.1:5000", "GET", "/v1/chat/completions", "1.1", 200)
+    fast.served({"method": "GET", "http_version": "1.1", **ACCESS_SCOPES[0]}, 200)
+    await asyncio.sleep(0)
+    assert fast_out.getvalue() == slow_out.getvalue()
+
+
+async def test_the_guarded_cycle_logs_uvicorns_access_line():
+    """A head GuardedCycle writes itself logs, through the shipped access logger, the line
+    uvicorn's cycle logs through it."""
+    import io
+
+    from llmbridge.gateway._accesslog import access_logger
+
+    outs = []
+    for kind in (GuardedCycle, RequestResponseCycle):
+        out = io.StringIO()
+        logger = access_logger(_access_logger(out)) if kind is GuardedCycle else _access_logger(out)
+        for fields in ACCESS_SCOPES:
+            transport = _Transport()
+            scope = {"method": "POST", "path": "/", "http_version": "1.1", **fields}
+            cycle = kind(scope=scope, transport=transport, flow=FlowControl(transport), logger=_Log(),  # type: ignore[arg-type]
+                         access_logger=logger, access_log=True, default_headers=[],  # type: ignore[arg-type]
+                         message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True,
+                         on_response=lambda: None)  # fmt: skip
+            await cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM})
+        await asyncio.sleep(0)
+        outs.append(out.getvalue())
+    assert outs[0] == outs[1] and outs[0].count("\n") == len(ACCESS_SCOPES)

@@ -46,7 +46,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from . import _heap as heap
-from ._accesslog import access_logger
+from ._accesslog import AccessLine, access_logger
 from ._app import create_app
 from .config import Config, ConfigError, default_config, load
 
@@ -138,7 +138,10 @@ class GuardedCycle(RequestResponseCycle):
             return _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
         self.response_started = True
         self.waiting_for_100_continue = False
-        if self.access_log:  # as uvicorn logs it
+        logger: Any = self.access_logger  # (an AccessLine in the shipped set-up: accesslog.access_logger)
+        if self.access_log and type(logger) is AccessLine:  # the same line, kept
+            logger.served(self.scope, status_code)
+        elif self.access_log:  # as uvicorn logs it
             self.access_logger.info(
                 '%s - "%s %s HTTP/%s" %d',
                 get_client_addr(self.scope),
