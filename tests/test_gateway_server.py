@@ -388,3 +388,13 @@ async def test_the_guarded_cycle_logs_uvicorns_access_line():
         await asyncio.sleep(0)
         outs.append(out.getvalue())
     assert outs[0] == outs[1] and outs[0].count("\n") == len(ACCESS_SCOPES)
+
+
+def test_the_protocols_direct_calls_are_what_super_would_call():
+    """on_message_begin / on_body / on_message_complete call HttpToolsProtocol's by name (a
+    super() per parser callback costs more): the class next in line must be that one."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    assert GuardedHttpToolsProtocol.__mro__[1] is HttpToolsProtocol

@@ -287,7 +287,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._expect(_HEAD, self._header_timeout)
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        HttpToolsProtocol.on_message_begin(self)  # (uvicorn's; called directly: cheaper than super())
         if self._due is None or self._due_for != _HEAD:  # (a new connection's clock keeps running)
             self._expect(_HEAD, self._header_timeout)
 
@@ -307,11 +307,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._due = self.loop.time() + self.timeout_keep_alive
-        super().on_body(body)
+        HttpToolsProtocol.on_body(self, body)  # (uvicorn's; called directly: cheaper than super())
 
     def on_message_complete(self) -> None:
         self._due = None  # the answer takes as long as it takes
-        super().on_message_complete()
+        HttpToolsProtocol.on_message_complete(self)  # (uvicorn's; called directly: cheaper than super())
 
     def on_response_complete(self) -> None:
         # uvicorn's, with its keep-alive timer as our deadline
