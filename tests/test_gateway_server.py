@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -180,3 +181,220 @@ def test_the_guarded_cycles_tables_refuse_what_uvicorns_patterns_refuse():
         one = bytes((b,))
         assert (one.translate(_VALUES) != one) == bool(HEADER_VALUE_RE.search(one))
         assert (one.translate(_FAST_NAMES) != one) == bool(HEADER_RE.search(one) or one.isupper())
+
+
+# --------------------------------------------------------------------------- proxy headers
+
+
+class _PeerTransport(_Transport):
+    def __init__(self, peer: str | None) -> None:
+        super().__init__()
+        self.peer = peer
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":
+            return None if self.peer is None else (self.peer, 5000)
+        return {"sockname": ("127.0.0.1", 8000)}.get(name, default)
+
+
+def _scopes_seen(protocol_class: type, peer: str | None, heads: list[str], **options: Any) -> Any:
+    """What the app sees (client, scheme, the request's own header) of each request of one
+    keep-alive connection from ``peer``, served by ``protocol_class`` over uvicorn's loaded app."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    seen: list[tuple[Any, ...]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append((scope["client"], scope["scheme"], dict(scope["headers"]).get(b"x-n")))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+
+    async def go() -> None:
+        config = uvicorn.Config(app, lifespan="off", log_config=None, **options)
+        protocol = protocol_class(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        transport = _PeerTransport(peer)
+        protocol.connection_made(transport)
+        for n, head in enumerate(heads):
+            protocol.data_received(f"GET /x HTTP/1.1\r\nhost: a\r\nx-n: {n}\r\n{head}\r\n".encode())
+            for _ in range(50):
+                await asyncio.sleep(0)
+        protocol.connection_lost(None)
+
+    asyncio.run(go())
+    assert len(seen) == len(heads)
+    return seen
+
+
+FORWARDED_HEADS = [
+    "",
+    "x-forwarded-for: 203.0.113.7\r\n",
+    "X-Forwarded-For: 203.0.113.7:4711\r\n",  # (names arrive lower-cased: uvicorn's on_header)
+    "x-forwarded-proto: https\r\n",
+    "x-forwarded-proto: wss\r\n",
+    "x-forwarded-for: 203.0.113.7\r\nx-forwarded-proto: https\r\n",
+    "x-forwarded-for: 203.0.113.7, 10.1.2.3\r\nx-forwarded-for: 127.0.0.1\r\n",
+    "x-forwarded-for: \r\n",
+    "forwarded: for=203.0.113.7;proto=https\r\n",  # (RFC 7239: uvicorn reads neither)
+    "x-forwarded-host: example.com\r\nx-real-ip: 203.0.113.7\r\n",
+]
+
+
+@pytest.mark.parametrize("peer", ["127.0.0.1", "::1", "10.1.2.3", None])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"forwarded_allow_ips": "*"}, {"forwarded_allow_ips": "10.0.0.0/8"}, {"proxy_headers": False}],
+    ids=["default", "all", "network", "off"],
+)
+def test_the_app_sees_the_client_and_scheme_uvicorns_middleware_gives(peer, options):
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    # every head, then each again after a forwarded one on the same connection (a scope is per request)
+    heads = [*FORWARDED_HEADS, *(h for head in FORWARDED_HEADS[1:] for h in (head, ""))]
+    ours = _scopes_seen(GuardedHttpToolsProtocol, peer, heads, **options)
+    assert ours == _scopes_seen(HttpToolsProtocol, peer, heads, **options)
+    if peer == "127.0.0.1" and not options:  # (the comparison is not vacuous)
+        assert ours[1][0] == ("203.0.113.7", 0) and ours[3][1] == "https" and ours[0][0] == ("127.0.0.1", 5000)
+
+
+def test_uvicorns_proxy_middleware_reads_only_the_names_the_protocol_looks_for():
+    """The protocol runs the app without ProxyHeadersMiddleware for a request that has none of
+    these names (or a peer it does not trust): should uvicorn's middleware read another
+    header one day, this fails rather than the shortcut skipping it."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    from llmbridge.gateway._server import _FORWARDED
+
+    code = ProxyHeadersMiddleware.__call__.__code__
+    names = {c for c in code.co_consts if isinstance(c, bytes) and c.replace(b"-", b"").isalpha()}  # (not b", ")
+    assert names == _FORWARDED
+    assert "client" in code.co_consts and "headers" in code.co_consts and "trusted_hosts" in code.co_names
+
+
+def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
+    """``GuardedCycle.send`` is a plain method returning an awaitable: a head it writes itself
+    is written by the call and the awaitable returns at once (no loop turn); anything else is
+    uvicorn's coroutine, whose errors come when it is awaited, as before."""
+    from llmbridge.gateway._server import _SENT
+
+    async def go() -> None:
+        transport, log = _Transport(), _Log()
+        scope = {"method": "POST", "raw_path": b"/x", "query_string": b"", "http_version": "1.1",
+                 "client": ("127.0.0.1", 5000)}  # fmt: skip
+        cycle = GuardedCycle(scope=scope, transport=transport, flow=FlowControl(transport), logger=log,  # type: ignore[arg-type]
+                             access_logger=log, access_log=True, default_headers=[],  # type: ignore[arg-type]
+                             message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True,
+                             on_response=lambda: None)  # fmt: skip
+        sent = cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM})
+        assert sent is _SENT and len(transport.written) == 1  # written by the call itself
+        steps = sent.__await__()
+        with pytest.raises(StopIteration):
+            next(steps)  # done without suspending
+        assert await sent is None
+        body = cycle.send({"type": "http.response.body", "body": b"x", "more_body": True})
+        assert asyncio.iscoroutine(body) and len(transport.written) == 1  # uvicorn's, run when awaited
+        await body
+        assert transport.written[1] == b"1\r\nx\r\n"
+        wrong = cycle.send({"type": "http.response.start", "status": 200, "headers": []})
+        with pytest.raises(RuntimeError, match=r"Expected ASGI message 'http\.response\.body'"):
+            await wrong
+
+    asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- access line
+
+
+def _access_logger(stream: Any) -> logging.Logger:
+    """uvicorn's access logger as ``llmbridge serve`` configures it (server.log_config), standalone."""
+    from llmbridge.gateway._accesslog import UVICORN_ACCESS_FORMAT, BatchedStreamHandler, PlainAccessFormatter
+    from llmbridge.gateway._server import RedactSecrets
+    from llmbridge.gateway._teams.redact import RedactKeys
+
+    logger = logging.Logger("uvicorn.access", logging.INFO)
+    logger.propagate = False
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=False))
+    handler.addFilter(RedactSecrets())
+    logger.addHandler(handler)
+    logger.addFilter(RedactKeys())
+    return logger
+
+
+ACCESS_SCOPES = [
+    {"client": ("127.0.0.1", 5000), "raw_path": b"/v1/chat/completions", "query_string": b""},
+    {"client": ("::1", 5), "raw_path": b"/v1beta/models/m:x", "query_string": b"key=AIzaSecret&alt=sse"},
+    {"client": None, "raw_path": b'/a"b/\xe9', "query_string": b"t=sk-configured-0123456789"},
+    {"client": ("203.0.113.7", 0), "raw_path": b"/v1/messages", "query_string": b"", "http_version": "1.0"},
+]
+
+
+async def test_the_kept_access_line_is_uvicorns_logged_line():
+    """AccessLine.served (the line kept by the scope's raw fields) writes what uvicorn's own
+    ``access_logger.info(...)`` call writes through logging, masked the same way."""
+    import io
+
+    from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+    from llmbridge.gateway._accesslog import UVICORN_ACCESS_MESSAGE, AccessLine, access_logger
+    from llmbridge.gateway._server import register_secrets
+
+    register_secrets(["sk-configured-0123456789"])
+    slow_out, fast_out = io.StringIO(), io.StringIO()
+    slow, fast_logger = _access_logger(slow_out), _access_logger(fast_out)
+    fast = access_logger(fast_logger)
+    assert isinstance(fast, AccessLine)
+    for _ in range(2):  # (the second time from the kept lines)
+        for fields in ACCESS_SCOPES:
+            for method in ("POST", "GET"):
+                for status in (200, 429, 799):
+                    scope = {"method": method, "http_version": "1.1", **fields}
+                    args = (get_client_addr(scope), method, get_path_with_query_string(scope), scope["http_version"])
+                    slow.info(UVICORN_ACCESS_MESSAGE, *args, status)
+                    fast.served(scope, status)
+    await asyncio.sleep(0)
+    assert fast_out.getvalue() == slow_out.getvalue() and fast_out.getvalue().count("\n") == 2 * 4 * 2 * 3
+    assert "AIzaSecret" not in fast_out.getvalue() and "sk-configured" not in fast_out.getvalue()
+    for logger in (slow, fast_logger):  # (a level that drops the line: dropped by both)
+        logger.setLevel(logging.WARNING)
+        logger._cache.clear()  # (what setLevel does for the loggers logging's manager knows)
+    slow.info(UVICORN_ACCESS_MESSAGE, "127.0.0.1:5000", "GET", "/v1/chat/completions", "1.1", 200)
+    fast.served({"method": "GET", "http_version": "1.1", **ACCESS_SCOPES[0]}, 200)
+    await asyncio.sleep(0)
+    assert fast_out.getvalue() == slow_out.getvalue()
+
+
+async def test_the_guarded_cycle_logs_uvicorns_access_line():
+    """A head GuardedCycle writes itself logs, through the shipped access logger, the line
+    uvicorn's cycle logs through it."""
+    import io
+
+    from llmbridge.gateway._accesslog import access_logger
+
+    outs = []
+    for kind in (GuardedCycle, RequestResponseCycle):
+        out = io.StringIO()
+        logger = access_logger(_access_logger(out)) if kind is GuardedCycle else _access_logger(out)
+        for fields in ACCESS_SCOPES:
+            transport = _Transport()
+            scope = {"method": "POST", "path": "/", "http_version": "1.1", **fields}
+            cycle = kind(scope=scope, transport=transport, flow=FlowControl(transport), logger=_Log(),  # type: ignore[arg-type]
+                         access_logger=logger, access_log=True, default_headers=[],  # type: ignore[arg-type]
+                         message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True,
+                         on_response=lambda: None)  # fmt: skip
+            await cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM})
+        await asyncio.sleep(0)
+        outs.append(out.getvalue())
+    assert outs[0] == outs[1] and outs[0].count("\n") == len(ACCESS_SCOPES)
+
+
+def test_the_protocols_direct_calls_are_what_super_would_call():
+    """on_message_begin / on_body / on_message_complete call HttpToolsProtocol's by name (a
+    super() per parser callback costs more): the class next in line must be that one."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    assert GuardedHttpToolsProtocol.__mro__[1] is HttpToolsProtocol

@@ -25,6 +25,7 @@ import logging
 from typing import Any
 
 from uvicorn.logging import AccessFormatter
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 __all__ = ["AccessLine", "BatchedStreamHandler", "PlainAccessFormatter", "access_logger"]
 
@@ -108,7 +109,7 @@ class AccessLine:
 
     Made per connection by :func:`access_logger`, which checks the configuration."""
 
-    __slots__ = ("_handler", "_logger", "_redactions", "_requests")
+    __slots__ = ("_handler", "_lines", "_logger", "_redactions", "_requests")
 
     def __init__(self, logger: logging.Logger, handler: BatchedStreamHandler, redactions: list[Any]) -> None:
         self._logger = logger
@@ -117,17 +118,41 @@ class AccessLine:
         # "METHOD path HTTP/version" as masked, by what the client sent: a keep-alive
         # connection asks the same few paths again and again (bounded: cleared when full)
         self._requests: dict[tuple[str, str, str], str] = {}
+        # whole lines by the scope's raw fields and the status (served(); bounded likewise)
+        self._lines: dict[tuple[Any, ...], str] = {}
+
+    def served(self, scope: Any, status: int) -> None:
+        """What ``info(UVICORN_ACCESS_MESSAGE, get_client_addr(scope), scope["method"],
+        get_path_with_query_string(scope), scope["http_version"], status)`` writes -- uvicorn's
+        access line for a response -- from the scope's raw fields: a keep-alive connection's
+        line is the same from one request to the next (same client, request line, status),
+        so it is made once (issue 23: the two argument helpers, the masking look-up and the
+        f-string were ~5 k instructions a request). The level is asked every time."""
+        if not self._logger.isEnabledFor(logging.INFO):  # (logging would drop it too)
+            return
+        key = (scope.get("client"), scope["method"], scope["raw_path"], scope["query_string"],
+               scope["http_version"], status)  # fmt: skip
+        line = self._lines.get(key)
+        if line is None:
+            if len(self._lines) >= _REQUEST_LINES:
+                self._lines.clear()
+            client, method, path, version = (get_client_addr(scope), scope["method"],
+                                             get_path_with_query_string(scope), scope["http_version"])  # fmt: skip
+            line = self._lines[key] = self._line(client, method, path, version, status)
+        self._handler.queue(line)
 
     def info(self, msg: str, *args: Any) -> None:
         if msg != UVICORN_ACCESS_MESSAGE or len(args) != 5 or not self._logger.isEnabledFor(logging.INFO):
             self._logger.info(msg, *args)
             return
-        client, method, path, version, status = args
+        self._handler.queue(self._line(*args))
+
+    def _line(self, client: str, method: str, path: str, version: str, status: int) -> str:
         request = self._requests.get((method, path, version))
         if request is None:
             request = self._request_line(method, path, version)
         phrase = _PHRASES.get(status, "")
-        self._handler.queue(f'INFO:     {client} - "{request}" {status} {phrase}\n')
+        return f'INFO:     {client} - "{request}" {status} {phrase}\n'
 
     def _request_line(self, method: str, path: str, version: str) -> str:
         key = (method, path, version)

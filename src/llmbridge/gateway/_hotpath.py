@@ -88,7 +88,7 @@ class LookupHeaders(Headers):
     ``getlist`` and the raw list are ``Headers``' own."""
 
     def __init__(self, scope: Scope, first: dict[bytes, bytes] | None = None) -> None:
-        super().__init__(scope=scope)
+        Headers.__init__(self, scope=scope)  # (Starlette's; by name: a super() per request costs more)
         self._first = header_table(scope) if first is None else first
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -121,7 +121,7 @@ class HotRequest(Request):
     """A chat endpoint's request: Starlette's, with :class:`LookupHeaders` over ``first``."""
 
     def __init__(self, scope: Scope, receive: Receive, first: dict[bytes, bytes] | None = None) -> None:
-        super().__init__(scope, receive)
+        Request.__init__(self, scope, receive)  # (Starlette's; by name: a super() per request costs more)
         self._lookup = LookupHeaders(scope, first)
 
     @property

@@ -30,11 +30,12 @@ import os
 import re
 import resource
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
@@ -45,7 +46,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from . import _heap as heap
-from ._accesslog import access_logger
+from ._accesslog import AccessLine, access_logger
 from ._app import create_app
 from .config import Config, ConfigError, default_config, load
 
@@ -105,14 +106,19 @@ class GuardedCycle(RequestResponseCycle):
     both write.
     """
 
-    async def send(self, message: Any) -> None:
+    def send(self, message: Any) -> Awaitable[None]:  # type: ignore[override]  # (an awaitable, not a coroutine)
         """Send one ASGI message (uvicorn's contract: raises RuntimeError for a message out of
-        turn or an invalid header, as uvicorn does)."""
+        turn or an invalid header, as uvicorn does, when awaited).
+
+        Not a coroutine function: what it returns is awaited by the caller, as ASGI's ``await
+        send(message)`` does -- uvicorn's own coroutine for every message it does not write
+        itself (so a body message makes one coroutine, not one inside another), and
+        :data:`_SENT`, done at once, for a head it wrote."""
         if self.response_started or message["type"] != "http.response.start" or self.flow.write_paused:
-            return await _uvicorn_send(self, message)
+            return _uvicorn_send(self, message)
         given = message.get("headers", ())
         if self.disconnected or not isinstance(given, list | tuple):  # (an iterator is read once: uvicorn's)
-            return await _uvicorn_send(self, message)
+            return _uvicorn_send(self, message)
         headers = [*self.default_headers, *given]
         status_code = message["status"]
         status_line = STATUS_LINE.get(status_code)
@@ -122,17 +128,20 @@ class GuardedCycle(RequestResponseCycle):
             or self.scope["method"] == "HEAD"
             or status_code in (204, 304)
         ):
-            return await _uvicorn_send(self, message)
+            return _uvicorn_send(self, message)
         names = list(map(_NAME, headers))
         if (
             (joined := b"".join(names)).translate(_FAST_NAMES) != joined  # a byte uvicorn refuses, or upper case
             or (joined := b"".join(map(_VALUE, headers))).translate(_VALUES) != joined  # a byte uvicorn refuses
             or not _ACTED_ON.isdisjoint(names)
         ):
-            return await _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
+            return _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
         self.response_started = True
         self.waiting_for_100_continue = False
-        if self.access_log:  # as uvicorn logs it
+        logger: Any = self.access_logger  # (an AccessLine in the shipped set-up: accesslog.access_logger)
+        if self.access_log and type(logger) is AccessLine:  # the same line, kept
+            logger.served(self.scope, status_code)
+        elif self.access_log:  # as uvicorn logs it
             self.access_logger.info(
                 '%s - "%s %s HTTP/%s" %d',
                 get_client_addr(self.scope),
@@ -148,9 +157,22 @@ class GuardedCycle(RequestResponseCycle):
             self.transport.write(b"".join((status_line, b"\r\n".join(map(_FIELD.join, headers)), b"\r\n", tail)))
         else:
             self.transport.write(status_line + tail)
+        return _SENT
 
 
 _uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
+
+
+class _Sent:
+    """An awaitable done at once (what is left of a head :meth:`GuardedCycle.send` wrote)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return iter(())  # type: ignore[return-value]  # (an exhausted iterator: no coroutine to make)
+
+
+_SENT = _Sent()
 
 
 def _moving(pattern: re.Pattern[bytes], also: bytes = b"") -> bytes:
@@ -199,6 +221,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     later than any deadline could be (it is scheduled at most the shortest timeout ahead),
     so a deadline set later never needs it re-armed. Before, a request armed and cancelled
     the header timer, the body timer (twice) and uvicorn's keep-alive timer.
+
+    **uvicorn's proxy-headers middleware only where it can act** (issue 23). uvicorn wraps
+    the app in :class:`ProxyHeadersMiddleware` (``proxy_headers``, on by default), one more
+    coroutine every request's task passes through at each wake-up, and a loop over the
+    headers. It changes a request's scope only when the connection's peer is a trusted
+    proxy (``forwarded_allow_ips``) *and* the request has an ``x-forwarded-for`` or
+    ``x-forwarded-proto`` header; every other request runs the app it wraps directly. The
+    peer is the connection's, so it is asked once per connection; a trusted peer's request
+    heads are looked through for the two names when complete, before uvicorn picks the app
+    (``self.app``). A request that has them goes through uvicorn's middleware, as before.
+    ``tests/test_gateway_server.py`` pins the names the middleware reads and compares the
+    client and scheme both paths give the app.
     """
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
@@ -210,6 +244,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._clock: asyncio.TimerHandle | None = None  # the one timer, re-armed lazily
         # the shipped access log's lines without logging's machinery (accesslog.AccessLine)
         self.access_logger = access_logger(self.access_logger)  # type: ignore[assignment]
+        # uvicorn's proxy-headers middleware, when it is the app uvicorn loaded (see above)
+        self._proxy = self.app if type(self.app) is ProxyHeadersMiddleware else None
+        self._proxied = False  # the peer is a proxy the middleware trusts
 
     # -- the one deadline
 
@@ -241,26 +278,40 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        proxy = self._proxy
+        if proxy is not None:
+            # (what the middleware asks of each request's scope["client"], which is self.client)
+            self._proxied = (self.client[0] if self.client else None) in proxy.trusted_hosts
+            if not self._proxied:  # it would pass every request of this connection on as it is
+                self.app = proxy.app
         self._expect(_HEAD, self._header_timeout)
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        HttpToolsProtocol.on_message_begin(self)  # (uvicorn's; called directly: cheaper than super())
         if self._due is None or self._due_for != _HEAD:  # (a new connection's clock keeps running)
             self._expect(_HEAD, self._header_timeout)
 
     _uvicorn_on_headers_complete = _with_guarded_cycle(HttpToolsProtocol.on_headers_complete)
 
     def on_headers_complete(self) -> None:
+        if self._proxied:  # the middleware for a request that names a forwarded client or scheme
+            proxy = self._proxy
+            assert proxy is not None
+            self.app = proxy.app
+            for name, _ in self.scope["headers"]:  # (a plain loop: cheaper here than map() or a set's isdisjoint)
+                if name in _FORWARDED:
+                    self.app = proxy
+                    break
         self._uvicorn_on_headers_complete()  # (uvicorn's, making a GuardedCycle)
         self._expect(_BODY, self.timeout_keep_alive)  # a body that stalls for idle_timeout closes it too
 
     def on_body(self, body: bytes) -> None:
         self._due = self.loop.time() + self.timeout_keep_alive
-        super().on_body(body)
+        HttpToolsProtocol.on_body(self, body)  # (uvicorn's; called directly: cheaper than super())
 
     def on_message_complete(self) -> None:
         self._due = None  # the answer takes as long as it takes
-        super().on_message_complete()
+        HttpToolsProtocol.on_message_complete(self)  # (uvicorn's; called directly: cheaper than super())
 
     def on_response_complete(self) -> None:
         # uvicorn's, with its keep-alive timer as our deadline
@@ -292,6 +343,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 _HEAD, _BODY, _IDLE = 0, 1, 2  # what a connection's deadline is for
+# the headers ProxyHeadersMiddleware reads (tests/test_gateway_server.py checks its code for them)
+_FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto"))
 
 
 # --------------------------------------------------------------------------- open files
