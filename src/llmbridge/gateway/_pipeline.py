@@ -195,12 +195,15 @@ class Pipeline:
             raise self._too_deep() from None
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise Refused.of(f"request body is not valid JSON: {exc}", "invalid_request") from None
-        return self.check_object(body), size
+        return self.check_object(body, size), size
 
-    def check_object(self, body: Any) -> dict[str, Any]:
-        """``body`` (already decoded) if it is a JSON object nested at most ``max_json_depth``
-        levels; raises :class:`Refused` (400)."""
-        if checks.nesting_exceeds(body, self.config.gateway.max_json_depth):
+    def check_object(self, body: Any, size: int | None = None) -> dict[str, Any]:
+        """``body`` (already decoded, from ``size`` bytes of JSON when known) if it is a JSON
+        object nested at most ``max_json_depth`` levels; raises :class:`Refused` (400)."""
+        limit = self.config.gateway.max_json_depth
+        # Nesting deeper than ``limit`` takes limit + 1 opening brackets and as many closing
+        # ones: JSON shorter than that is not walked (the walk costs ~3 k instructions a level).
+        if (size is None or size >= 2 * limit + 2) and checks.nesting_exceeds(body, limit):
             raise self._too_deep()
         if not isinstance(body, dict):
             raise Refused.of("request body must be a JSON object", "invalid_request")

@@ -1,0 +1,60 @@
+"""Issue 23, the cost of starting a request: the shortcuts the pipeline and the upstream
+exchange take on the usual path, each checked against the general path it skips."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from llmbridge.gateway import config
+from llmbridge.gateway._checks import nesting_exceeds
+from llmbridge.gateway._pipeline import Pipeline, Refused
+from llmbridge.gateway._traffic import TrafficLog
+
+
+def _pipeline(depth: int) -> Pipeline:
+    return Pipeline(config.parse({"gateway": {"max_json_depth": depth}}), {}, None, TrafficLog(0))
+
+
+def _bodies(depth: int) -> list[str]:
+    """JSON texts nested up to ``depth`` levels, compact and spaced: the shortest ones that
+    reach each depth (where the size bound is tight) and some with text beside them."""
+    out = []
+    for n in range(1, depth + 1):
+        for opens in itertools.product("[{", repeat=n):
+            text = ""
+            for o in reversed(opens):
+                text = f"[{text}]" if o == "[" else '{"k":' + (text or "0") + "}"
+            out += [text, '{"a":' + text + "}", '{"a": "[[[[{{{{", "b": ' + text + "}"]
+    return out
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 4, 5])
+def test_check_object_size_bound_agrees_with_the_walk(limit: int) -> None:
+    """A body too short to nest deeper than ``max_json_depth`` is not walked: the outcome
+    (accepted, too deep, not an object) is the walk's for every body, at every size."""
+    p = _pipeline(limit)
+    for text in _bodies(limit + 2):
+        raw = text.encode()
+        body = json.loads(raw)
+
+        def outcome(size: int | None, body: object = body) -> str:
+            try:
+                p.check_object(body, size)
+            except Refused as exc:
+                return exc.error.message
+            return "ok"
+
+        general = outcome(None)
+        assert outcome(len(raw)) == general, text
+        assert (general == p._too_deep().error.message) == nesting_exceeds(body, limit), text
+
+
+def test_the_shortest_body_past_the_limit_is_refused() -> None:
+    """limit + 1 levels in exactly 2 * (limit + 1) bytes: at the bound, walked and refused."""
+    p = _pipeline(3)
+    with pytest.raises(Refused, match="more than 3 levels"):
+        p.check_object(json.loads("[[[[]]]]"), 8)
+    assert p.check_object(json.loads('{"a":[[]]}'), 10) == {"a": [[]]}
