@@ -58,3 +58,28 @@ def test_the_shortest_body_past_the_limit_is_refused() -> None:
     with pytest.raises(Refused, match="more than 3 levels"):
         p.check_object(json.loads("[[[[]]]]"), 8)
     assert p.check_object(json.loads('{"a":[[]]}'), 10) == {"a": [[]]}
+
+
+async def test_keyless_callers_share_frozen_principals_and_one_admission() -> None:
+    """A request without a virtual key gets the shared principal of its kind (frozen: nothing
+    a request does can change it for the next) and the shared ADMITTED admission, which
+    settling reads and never changes."""
+    from llmbridge import hub
+    from llmbridge.gateway._teams import AS_OPEN, AS_STATIC, STATIC, Principal, Teams
+    from llmbridge.gateway._teams.limits import ADMITTED, Admission
+
+    cfg = config.parse({"gateway": {"api_keys": ["k1"]}, "models": []})
+    teams = Teams(cfg.gateway.teams, cfg, [b"k1"])
+    assert await teams.authenticate("k1") is AS_STATIC == Principal(STATIC)
+    assert await _pipeline(3).authenticate(_Connection()) is AS_OPEN  # (no keys configured)
+    ticket = await teams.admit(AS_STATIC, hub.Request(model="m"), 10, "openai-chat", "openai-chat", "r1")
+    assert not isinstance(ticket, Refused) and ticket.admission is ADMITTED
+    teams.settle(ticket, 200)
+    assert Admission(True) == ADMITTED
+    with pytest.raises(AttributeError):
+        AS_STATIC.kind = "master"  # type: ignore[misc]
+
+
+class _Connection:
+    scope: dict[str, object] = {"client": ("127.0.0.1", 1)}
+    headers: dict[str, str] = {}

@@ -58,7 +58,7 @@ from ._failures import UpstreamFailed
 from ._metering import Meter
 from ._response import until_disconnected
 from ._routing import Attempt
-from ._teams import OPEN, STATIC, Principal, Refusal, Teams, one_of, presented_key
+from ._teams import AS_OPEN, AS_STATIC, Principal, Refusal, Teams, one_of, presented_key
 from ._teams._guesses import Guesses, client_of
 from ._traffic import TrafficLog
 from ._upstream import Upstream
@@ -156,9 +156,9 @@ class Pipeline:
                 raise Refused(who.error, who.headers)
             return who
         if not self._static:
-            return Principal(OPEN)
+            return AS_OPEN
         if secret and one_of(secret.encode(), self._static):
-            return Principal(STATIC)
+            return AS_STATIC
         self.guesses.failed(client)
         raise Refused.of("invalid or missing API key", "authentication", 401, "invalid_api_key")
 
