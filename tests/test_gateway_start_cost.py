@@ -83,3 +83,19 @@ async def test_keyless_callers_share_frozen_principals_and_one_admission() -> No
 class _Connection:
     scope: dict[str, object] = {"client": ("127.0.0.1", 1)}
     headers: dict[str, str] = {}
+
+
+def test_turn_and_options_fields_are_in_the_order_chat_passes_them() -> None:
+    """Chat.handle makes its Turn and Chat.start its exchange Options positionally (keywords
+    cost ~0.4 k instructions each to bind, per request): a field moved or added in between
+    must move those calls too (several neighbours share a type, so mypy alone would not see it)."""
+    import dataclasses
+
+    from llmbridge.gateway._chat import Turn
+    from llmbridge.gateway._streaming import Options
+
+    handle_passes = ["request", "request_dialect", "out_dialect", "size", "json_array", "binary", "with_extensions"]
+    handle_passes += ["request_id", "body", "headers", "arrived"]
+    assert [f.name for f in dataclasses.fields(Turn)][: len(handle_passes)] == handle_passes
+    start_passes = ("dialect", "relay", "relay_filter", "keepalive", "json_array", "request_id", "max_event_bytes")
+    assert Options._fields == (*start_passes, "observer", "on_end", "model")
