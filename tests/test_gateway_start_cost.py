@@ -99,3 +99,28 @@ def test_turn_and_options_fields_are_in_the_order_chat_passes_them() -> None:
     assert [f.name for f in dataclasses.fields(Turn)][: len(handle_passes)] == handle_passes
     start_passes = ("dialect", "relay", "relay_filter", "keepalive", "json_array", "request_id", "max_event_bytes")
     assert Options._fields == (*start_passes, "observer", "on_end", "model")
+
+
+async def test_route_plans_with_the_request_deadline_and_size() -> None:
+    """Pipeline.route hands the router its deadline and the body's size positionally: the
+    plan holds the first deployment's total timeout from now and the size's token estimate."""
+    import math
+
+    from llmbridge.gateway._routing import _TOKENS_PER_BYTE
+    from llmbridge.gateway._upstream import build
+
+    raw = {
+        "upstreams": {"u": {"format": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "timeouts": {"total": 77}}},
+        "models": [{"name": "m", "upstream": "u"}],
+    }
+    cfg = config.parse(raw)
+    p = Pipeline(cfg, {"u": build(cfg.upstreams["u"])}, None, TrafficLog(0))
+    seen = []
+
+    async def attempt(a):  # type: ignore[no-untyped-def]
+        seen.append((a.plan.deadline - p.router.clock(), a.plan.estimate))
+        return "ok"
+
+    assert (await p.route(cfg.models["m"], attempt, body_bytes=4000))[0] == "ok"
+    ((left, estimate),) = seen
+    assert 76 < left <= 77 and estimate == math.ceil(4000 * _TOKENS_PER_BYTE) != 77

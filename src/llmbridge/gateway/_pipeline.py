@@ -276,7 +276,8 @@ class Pipeline:
         """
         router = self.router
         clock = router.clock
-        plan = router.plan(model.name, model.routes, deadline=self._deadline(model), body_bytes=body_bytes)
+        deadline = routing.deadline(router, self.upstreams, model.routes)
+        plan = router.plan(model.name, model.routes, deadline, body_bytes)  # (positional: see plan)
         while (next_try := await router.next(plan)) is not None:
             try:
                 result = await attempt(next_try)
@@ -297,9 +298,6 @@ class Pipeline:
         failure = UpstreamFailed(error, plan.headers)
         failure.deployment = plan.last
         raise failure
-
-    def _deadline(self, model: ModelConfig) -> float | None:
-        return routing.deadline(self.router, self.upstreams, model.routes)
 
     # -- the gateway's own time (Server-Timing, the overhead histogram)
 
