@@ -124,3 +124,26 @@ async def test_route_plans_with_the_request_deadline_and_size() -> None:
     assert (await p.route(cfg.models["m"], attempt, body_bytes=4000))[0] == "ok"
     ((left, estimate),) = seen
     assert 76 < left <= 77 and estimate == math.ceil(4000 * _TOKENS_PER_BYTE) != 77
+
+
+async def test_upstream_sends_with_its_connect_and_first_byte_timeouts() -> None:
+    """HTTPUpstream passes the client its timeouts positionally: connect, then the head's
+    (the first-byte timeout), not the other way round."""
+    from llmbridge.gateway._failures import UpstreamFailed
+    from llmbridge.gateway._http import HTTPClient
+    from llmbridge.gateway._upstream import HTTPUpstream
+
+    raw = {"upstreams": {"u": {"format": "openai-chat", "base_url": "http://127.0.0.1:9/v1"}}}
+    raw["upstreams"]["u"]["timeouts"] = {"connect": 3, "first_byte": 44}
+    cfg = config.parse({**raw, "models": [{"name": "m", "upstream": "u"}]})
+    seen = []
+
+    class Client:
+        async def send(self, head, body, connect_timeout=None, head_timeout=None):  # type: ignore[no-untyped-def]
+            seen.append((connect_timeout, head_timeout))
+            raise OSError("no")
+
+    upstream = HTTPUpstream(cfg.upstreams["u"], Client())  # type: ignore[arg-type]
+    with pytest.raises(UpstreamFailed):
+        await upstream._send(HTTPClient().head("POST", "http://127.0.0.1:9/v1/x", {}), b"{}")
+    assert seen == [(3, 44)]

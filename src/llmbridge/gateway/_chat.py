@@ -247,7 +247,7 @@ class Chat:
             turn.failures.append((deployment.upstream, error))
 
         attempt = partial(self.start, turn, meter, memo)
-        exchange, deployment = await self.pipeline.route(model, attempt, body_bytes=turn.size, failed=failed)
+        exchange, deployment = await self.pipeline.route(model, attempt, turn.size, failed)  # (positional: see route)
         meter.also(deployment.on_end)  # the router hears how the answer ended
         try:
             response = await self.answer(exchange, turn)
@@ -294,9 +294,7 @@ class Chat:
         out_dialect, stream = turn.out_dialect, turn.request.stream
         recorder = None
         relay = False
-        entry = self.pipeline.traffic.begin(
-            upstream.name, hreq, out_dialect, upstream_format=upstream.format, stream=stream
-        )
+        entry = self.pipeline.traffic.begin(upstream.name, hreq, out_dialect, upstream.format, stream)
         tap = memo.tap(upstream) if memo is not None else None
         try:
             source = await upstream.open_stream(hreq, started, tap)

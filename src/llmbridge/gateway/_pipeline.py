@@ -259,7 +259,6 @@ class Pipeline:
         self,
         model: ModelConfig,
         attempt: Callable[[Attempt], Awaitable[T]],
-        *,
         body_bytes: int = 0,
         failed: Callable[[Attempt, hub.Error], None] | None = None,
     ) -> tuple[T, Attempt]:
@@ -273,6 +272,8 @@ class Pipeline:
         ``routing.RETRY_STATUS``) and attempts and the request's deadline remain. Raises the
         last :class:`UpstreamFailed` (its error with a status; ``deployment`` names the one
         that failed last) when none starts. ``failed(attempt, error)`` hears each failure.
+        (``body_bytes`` and ``failed`` may be passed positionally, as the chat path does: a
+        keyword costs ~0.4 k instructions to bind, per request.)
         """
         router = self.router
         clock = router.clock

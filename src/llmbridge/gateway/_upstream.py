@@ -310,7 +310,7 @@ class HTTPUpstream:
         """:meth:`_post` with the request head made."""
         t = self.timeouts
         try:
-            response = await self.client.send(head, body, connect_timeout=t.connect, head_timeout=t.first_byte)
+            response = await self.client.send(head, body, t.connect, t.first_byte)  # (connect, head timeouts)
         except Exception as exc:
             raise UpstreamFailed(as_hub_error(exc, self.name)) from None
         if response.status >= 400:
