@@ -147,3 +147,25 @@ async def test_upstream_sends_with_its_connect_and_first_byte_timeouts() -> None
     with pytest.raises(UpstreamFailed):
         await upstream._send(HTTPClient().head("POST", "http://127.0.0.1:9/v1/x", {}), b"{}")
     assert seen == [(3, 44)]
+
+
+def test_the_left_out_extension_is_logged_at_info_only(caplog: pytest.LogCaptureFixture) -> None:
+    """A request translated from Anthropic Messages carries our block-order extension at the
+    top of its body: it is left out of an openai-chat upstream's body either way, and the INFO
+    line saying so is written when INFO is on (and only then made)."""
+    import logging
+
+    from llmbridge import dialects
+    from llmbridge.dialects.base import EXTENSION_KEY
+    from llmbridge.gateway._upstream import HTTPUpstream
+
+    cfg = config.parse({"upstreams": {"u": {"format": "openai-chat", "base_url": "http://127.0.0.1:9/v1"}}})
+    upstream = HTTPUpstream(cfg.upstreams["u"])
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    hreq = dialects.get("anthropic-messages").decode_request(body)
+    assert EXTENSION_KEY in dialects.get("openai-chat").encode_request(hreq)  # (what is left out)
+    for level, logged in ((logging.WARNING, False), (logging.INFO, True)):
+        caplog.clear()
+        caplog.set_level(level, "llmbridge.gateway")
+        assert EXTENSION_KEY.encode() not in upstream.request_bytes(hreq)
+        assert ("has no field for llmbridge: left out" in caplog.text) is logged
