@@ -579,10 +579,11 @@ class HTTPClient:
         return cached
 
     async def send(
-        self, head: Head, body: bytes, *, connect_timeout: float | None = None, head_timeout: float | None = None
+        self, head: Head, body: bytes, connect_timeout: float | None = None, head_timeout: float | None = None
     ) -> Response:
         """:meth:`request` with a head made by :meth:`head` (a caller that keeps it saves
-        building the lookup key of its headers per request)."""
+        building the lookup key of its headers per request). The timeouts may be passed
+        positionally, as the upstreams do per request (a keyword costs ~0.4 k instructions)."""
         if self.closed:
             raise UpstreamHTTPError("the HTTP client is closed")
         origin, prefix = head

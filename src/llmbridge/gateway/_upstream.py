@@ -213,7 +213,9 @@ class HTTPUpstream:
         top = body.pop(EXTENSION_KEY, _ABSENT)
         data = json_encode(body)
         if _EXTENSION_BYTES not in data:
-            if top is not _ABSENT:
+            # (every request translated from Anthropic Messages has one: the INFO line is off
+            # unless asked for, and its list and join are made only then)
+            if top is not _ABSENT and logger.isEnabledFor(logging.INFO):
                 self._left_out([EXTENSION_KEY])
             return data
         if top is not _ABSENT:
@@ -310,7 +312,7 @@ class HTTPUpstream:
         """:meth:`_post` with the request head made."""
         t = self.timeouts
         try:
-            response = await self.client.send(head, body, connect_timeout=t.connect, head_timeout=t.first_byte)
+            response = await self.client.send(head, body, t.connect, t.first_byte)  # (connect, head timeouts)
         except Exception as exc:
             raise UpstreamFailed(as_hub_error(exc, self.name)) from None
         if response.status >= 400:

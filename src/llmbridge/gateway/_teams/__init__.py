@@ -11,11 +11,14 @@ from .keys import KeyInputError, KeyRecord, hash_secret
 from .ledger import Ledger
 from .limits import Admission, LocalLimiter, RedisLimiter
 from .pricing import Price, cost
-from .principal import MASTER, OPEN, STATIC, VIRTUAL, Principal, Refusal
+from .principal import AS_MASTER, AS_OPEN, AS_STATIC, MASTER, OPEN, STATIC, VIRTUAL, Principal, Refusal
 from .settings import TeamsSettings
 from .store import LedgerRow, PostgresStore, SQLiteStore, Store, connect
 
 __all__ = [
+    "AS_MASTER",
+    "AS_OPEN",
+    "AS_STATIC",
     "MASTER",
     "OPEN",
     "STATIC",

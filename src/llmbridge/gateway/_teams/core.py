@@ -34,10 +34,10 @@ from . import keys as _keys
 from . import redact, tracing
 from ._guesses import Guesses
 from .ledger import Ledger
-from .limits import Admission, LocalLimiter, RedisLimiter
+from .limits import ADMITTED, Admission, LocalLimiter, RedisLimiter
 from .metrics import Metrics
 from .pricing import Price, cost
-from .principal import MASTER, OPEN, STATIC, VIRTUAL, Principal, Refusal
+from .principal import AS_MASTER, AS_OPEN, AS_STATIC, VIRTUAL, Principal, Refusal
 from .settings import TeamsSettings
 from .store import LedgerRow, Store, connect
 
@@ -256,9 +256,9 @@ class Teams:
         """The caller behind ``secret`` (see :func:`presented_key`), or a 401 refusal."""
         if not self.accounts:
             if not self._static:
-                return Principal(OPEN)
+                return AS_OPEN
             if secret and one_of(secret.encode(), self._static):
-                return Principal(STATIC)
+                return AS_STATIC
             return self._refuse_auth("invalid or missing API key")
         if not self._started:
             await self.start()
@@ -266,9 +266,9 @@ class Teams:
             return self._refuse_auth("missing API key")
         raw = secret.encode()  # (once: compared with the master and static keys, then hashed)
         if self.is_master(raw):
-            return Principal(MASTER)
+            return AS_MASTER
         if one_of(raw, self._static):
-            return Principal(STATIC)
+            return AS_STATIC
         digest = _keys.hash_secret(raw)
         key = self._by_hash.get(digest)
         if key is None:
@@ -329,7 +329,7 @@ class Teams:
         key = principal.key
         started = asyncio.get_running_loop().time(), time.time()  # TTFT and duration include the admission
         if key is None:
-            return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, Admission(True), started)
+            return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, ADMITTED, started)
         verdict = await self._check(key, asked, body_bytes)
         if isinstance(verdict, Refusal):
             if self.ledger is not None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ... import hub
 from . import keys as _keys
 
-__all__ = ["MASTER", "OPEN", "STATIC", "VIRTUAL", "Principal", "Refusal"]
+__all__ = ["AS_MASTER", "AS_OPEN", "AS_STATIC", "MASTER", "OPEN", "STATIC", "VIRTUAL", "Principal", "Refusal"]
 
 MASTER, STATIC, VIRTUAL, OPEN = "master", "static", "virtual", "open"
 
@@ -29,6 +29,11 @@ class Principal:
             return models
         allowed = self.key.models
         return [m for m in models if m in allowed]
+
+
+# The principals without a key, made once: frozen, so every request shares them (a frozen
+# dataclass sets each field through object.__setattr__: ~1.5 k instructions per request).
+AS_MASTER, AS_STATIC, AS_OPEN = Principal(MASTER), Principal(STATIC), Principal(OPEN)
 
 
 @dataclass(frozen=True, slots=True)
