@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -159,3 +160,20 @@ def slow_gateway(keepalive: float, stall: float, idle: float) -> Iterator[Server
         raw = replay_config(up.url, models, gateway={"keepalive_seconds": keepalive}, timeouts={"idle": idle})
         with serving(create_app(config.parse(raw))) as server:
             yield server
+
+
+def served_access_logger(stream: Any, *, colors: bool = False) -> logging.Logger:
+    """uvicorn's access logger as ``llmbridge serve`` configures it (server.log_config),
+    standalone, writing to ``stream``."""
+    from llmbridge.gateway._accesslog import UVICORN_ACCESS_FORMAT, BatchedStreamHandler, PlainAccessFormatter
+    from llmbridge.gateway._server import RedactSecrets
+    from llmbridge.gateway._teams.redact import RedactKeys
+
+    logger = logging.Logger("uvicorn.access", logging.INFO)
+    logger.propagate = False
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=colors))
+    handler.addFilter(RedactSecrets())
+    logger.addHandler(handler)
+    logger.addFilter(RedactKeys())  # what the team features add (teams/redact.py)
+    return logger

@@ -36,7 +36,7 @@ from llmbridge.gateway._response import until_disconnected
 from llmbridge.gateway._upstream import HTTPUpstream
 from llmbridge.gateway.config import UpstreamConfig
 from tests.conftest import CORPUS
-from tests.gateway_util import replay_config, serving
+from tests.gateway_util import replay_config, served_access_logger, serving
 
 HTTP = httpx.Client(timeout=30)
 TIMING = re.compile(r"^gateway;dur=(\d+\.\d+), upstream;dur=(\d+\.\d+)$")
@@ -303,22 +303,6 @@ def test_the_plain_access_formatter_writes_uvicorns_line(status):
     assert coloured == AccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=True).format(record)
 
 
-def _access_setup(stream: io.StringIO, *, colors: bool = False) -> logging.Logger:
-    """uvicorn's access logger as ``llmbridge serve`` configures it (server.log_config), standalone."""
-    from llmbridge.gateway._accesslog import UVICORN_ACCESS_FORMAT, PlainAccessFormatter
-    from llmbridge.gateway._server import RedactSecrets
-    from llmbridge.gateway._teams.redact import RedactKeys
-
-    logger = logging.Logger("uvicorn.access", logging.INFO)
-    logger.propagate = False
-    handler = BatchedStreamHandler(stream)
-    handler.setFormatter(PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=colors))
-    handler.addFilter(RedactSecrets())
-    logger.addHandler(handler)
-    logger.addFilter(RedactKeys())  # what the team features add (teams/redact.py)
-    return logger
-
-
 async def test_the_fast_access_line_is_the_logged_line():
     """AccessLine (no LogRecord, no formatter) writes what logging writes, masked the same way."""
     from llmbridge.gateway._accesslog import UVICORN_ACCESS_MESSAGE, AccessLine, access_logger
@@ -329,8 +313,8 @@ async def test_the_fast_access_line_is_the_logged_line():
         for status in (200, 429, 799):
             slow_out, fast_out = io.StringIO(), io.StringIO()
             args = ("[::1]:5", "POST", path, "1.1", status)
-            slow = _access_setup(slow_out)
-            fast = access_logger(_access_setup(fast_out))
+            slow = served_access_logger(slow_out)
+            fast = access_logger(served_access_logger(fast_out))
             assert isinstance(fast, AccessLine)
             for _ in range(2):  # (the second line from the connection's kept request lines)
                 slow.info(UVICORN_ACCESS_MESSAGE, *args)
@@ -343,11 +327,11 @@ async def test_the_fast_access_line_is_the_logged_line():
 def test_any_other_access_log_setup_goes_through_logging():
     from llmbridge.gateway._accesslog import access_logger
 
-    assert access_logger(_access_setup(io.StringIO(), colors=True)).__class__ is logging.Logger
-    logger = _access_setup(io.StringIO())
+    assert access_logger(served_access_logger(io.StringIO(), colors=True)).__class__ is logging.Logger
+    logger = served_access_logger(io.StringIO())
     logger.addFilter(lambda record: True)  # a filter that does not say how it redacts
     assert access_logger(logger) is logger
-    logger = _access_setup(io.StringIO())
+    logger = served_access_logger(io.StringIO())
     logger.addHandler(logging.StreamHandler(io.StringIO()))
     assert access_logger(logger) is logger
 

@@ -11,6 +11,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from llmbridge.gateway._server import GuardedCycle
+from tests.gateway_util import served_access_logger
 
 
 class _Transport:
@@ -307,22 +308,6 @@ def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
 # --------------------------------------------------------------------------- access line
 
 
-def _access_logger(stream: Any) -> logging.Logger:
-    """uvicorn's access logger as ``llmbridge serve`` configures it (server.log_config), standalone."""
-    from llmbridge.gateway._accesslog import UVICORN_ACCESS_FORMAT, BatchedStreamHandler, PlainAccessFormatter
-    from llmbridge.gateway._server import RedactSecrets
-    from llmbridge.gateway._teams.redact import RedactKeys
-
-    logger = logging.Logger("uvicorn.access", logging.INFO)
-    logger.propagate = False
-    handler = BatchedStreamHandler(stream)
-    handler.setFormatter(PlainAccessFormatter(UVICORN_ACCESS_FORMAT, use_colors=False))
-    handler.addFilter(RedactSecrets())
-    logger.addHandler(handler)
-    logger.addFilter(RedactKeys())
-    return logger
-
-
 ACCESS_SCOPES = [
     {"client": ("127.0.0.1", 5000), "raw_path": b"/v1/chat/completions", "query_string": b""},
     {"client": ("::1", 5), "raw_path": b"/v1beta/models/m:x", "query_string": b"key=AIzaSecret&alt=sse"},
@@ -343,7 +328,7 @@ async def test_the_kept_access_line_is_uvicorns_logged_line():
 
     register_secrets(["sk-configured-0123456789"])
     slow_out, fast_out = io.StringIO(), io.StringIO()
-    slow, fast_logger = _access_logger(slow_out), _access_logger(fast_out)
+    slow, fast_logger = served_access_logger(slow_out), served_access_logger(fast_out)
     fast = access_logger(fast_logger)
     assert isinstance(fast, AccessLine)
     for _ in range(2):  # (the second time from the kept lines)
@@ -376,7 +361,7 @@ async def test_the_guarded_cycle_logs_uvicorns_access_line():
     outs = []
     for kind in (GuardedCycle, RequestResponseCycle):
         out = io.StringIO()
-        logger = access_logger(_access_logger(out)) if kind is GuardedCycle else _access_logger(out)
+        logger = access_logger(served_access_logger(out)) if kind is GuardedCycle else served_access_logger(out)
         for fields in ACCESS_SCOPES:
             transport = _Transport()
             scope = {"method": "POST", "path": "/", "http_version": "1.1", **fields}
