@@ -94,11 +94,19 @@ class Upstream:
         self.port = port
         self.idle: list[UpstreamConnection] = []
 
-    async def connection(self) -> UpstreamConnection:
+    def take_idle(self) -> UpstreamConnection | None:
+        """A kept-alive connection still open, or None."""
         while self.idle:
             conn = self.idle.pop()
             if conn.transport is not None and not conn.transport.is_closing():
                 return conn
+        return None
+
+    async def connection(self) -> UpstreamConnection:
+        """An idle connection, or a new one."""
+        conn = self.take_idle()
+        if conn is not None:
+            return conn
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(lambda: UpstreamConnection(self.idle), "127.0.0.1", self.port)
         return conn
@@ -134,19 +142,11 @@ class BareRelay(asyncio.Protocol):
             return
         request, self.buffer = self.buffer[:size], self.buffer[size:]
         self.busy = True
-        conn = self._idle()
+        conn = self.upstream.take_idle()  # (without a coroutine when one is idle)
         if conn is not None:
             conn.start(request, self._write, self._done)
         else:
             self.connecting = asyncio.ensure_future(self._connect(request))  # (held: a task is weakly kept)
-
-    def _idle(self) -> UpstreamConnection | None:
-        idle = self.upstream.idle
-        while idle:
-            conn = idle.pop()
-            if conn.transport is not None and not conn.transport.is_closing():
-                return conn
-        return None
 
     async def _connect(self, request: bytes) -> None:
         try:
@@ -171,9 +171,8 @@ class BareRelay(asyncio.Protocol):
 
 
 def asgi_relay(upstream: Upstream) -> Callable[..., Any]:
-    """The ``uvicorn`` relay's app: the request's body re-sent upstream under a fixed head,
-    the answer's bytes (head and chunk framing stripped by nothing: it is chunked already,
-    so each piece is sent as a body message of its own) relayed back."""
+    """The ``uvicorn`` relay's app: the request's body re-sent upstream under a fixed head;
+    the answer's chunk payloads relayed back as body messages (uvicorn frames them again)."""
 
     async def app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
