@@ -10,6 +10,7 @@ binding is not offered).
 from __future__ import annotations
 
 import contextlib
+import socket
 import struct
 import uuid
 from collections.abc import Callable
@@ -351,7 +352,7 @@ class _Suite:
     def websocket(self) -> None:
         try:
             from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-            from websockets.sync.client import connect
+            from websockets.sync.client import ClientConnection, connect
         except ImportError:
             for check in (
                 "ws.subprotocol",
@@ -384,9 +385,10 @@ class _Suite:
                     url,
                     subprotocols=["llm-stream.v1"],
                     additional_headers=headers,
-                    open_timeout=10,
+                    open_timeout=min(self.timeout, 10.0),
                     max_size=MAX_BODY,
                     ssl=ssl,
+                    create_connection=_shutting_down(ClientConnection),
                 )
             )
         except (InvalidStatus, InvalidHandshake, OSError) as exc:
@@ -485,6 +487,30 @@ class _Suite:
                 message = message.decode("utf-8", "replace")
             checker.observe(None, message)
         checker.finish()
+
+
+def _shutting_down(base: type[Any]) -> type[Any]:
+    """``base`` (websockets' sync ``ClientConnection``), its socket shut down before it is closed.
+
+    The sync client reads in a thread of its own and, once it gives up on a connection (a
+    handshake that failed or timed out, a close that timed out), closes the socket and then
+    joins that thread *without a timeout*.  Over TLS the thread can be inside a blocking read
+    that ``close()`` does not interrupt on Linux: a TLS 1.3 server sends its session tickets
+    right after the handshake, the reader's poll sees them as readable, and the TLS read that
+    consumes them goes on waiting for application data that a server which never answers the
+    upgrade never sends.  The join then waits for ever (seen once in CI, against a server
+    that failed the WebSocket handshake).  ``shutdown(2)`` does interrupt the read (it returns
+    end of file), so the thread ends and the join returns.  The TCP socket's own ``shutdown``
+    is called, not ``SSLSocket.shutdown``, which would first drop the TLS object the reading
+    thread is using."""
+
+    class ShuttingDownConnection(base):  # type: ignore[misc, valid-type]
+        def close_socket(self) -> None:
+            with contextlib.suppress(OSError):  # (not connected, or closed already)
+                socket.socket.shutdown(self.socket, socket.SHUT_RDWR)
+            super().close_socket()
+
+    return ShuttingDownConnection
 
 
 def _json_type(text: str) -> str | None:
