@@ -11,6 +11,13 @@ task of its own), and the watch on ``receive`` is a task only once the work has 
 longer than :data:`WATCH_AFTER` — a short answer ends before that and costs one timer
 handle, not two tasks and an ``asyncio.wait``. A client gone earlier is still seen: the
 watch, once started, finds ``http.disconnect`` waiting on ``receive`` at once.
+
+Cheaper still when ``receive`` is the server's own (:class:`Racing`, gateway/_server.py's
+request cycle): the server learns of a lost connection itself, so the race just leaves the
+task with the cycle, which cancels it then -- no timer, no watch (a timer's arming and
+cancelling was about half of a race's cost). Only while a watch would have nothing to do but
+wait for ``http.disconnect``: anything else (a body still to read, a ``100 Continue`` owed,
+reading paused) and any other ``receive`` gets the watch.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["STARTED", "WATCH_AFTER", "StreamResponse", "until_disconnected"]
+__all__ = ["STARTED", "WATCH_AFTER", "Racing", "StreamResponse", "until_disconnected"]
 
 T = TypeVar("T")
 
@@ -77,6 +84,29 @@ class _Watch:
             await asyncio.gather(watcher, return_exceptions=True)
 
 
+class Racing:
+    """What a ``receive``'s owner (the server's request cycle) does to spare the race its watch.
+
+    The owner knows when its client is gone; while a race runs over its ``receive``,
+    :func:`until_disconnected` leaves the racing task in :attr:`racing`, and the owner calls
+    :meth:`client_gone` when the connection is lost (not from inside that task)."""
+
+    racing: asyncio.Task[Any] | None = None  # the task to cancel when the client leaves
+
+    def quiet(self) -> bool:
+        """Whether a watch on ``receive`` would do nothing but wait for the client to leave
+        (then the race may leave its task here instead). The owner's to say; no by default."""
+        return False
+
+    def client_gone(self) -> None:
+        """The client has left: cancel the racing task, if any (and forget it, which tells the
+        race the cancellation is its own)."""
+        task = self.racing
+        if task is not None:
+            self.racing = None
+            task.cancel()
+
+
 async def until_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) -> tuple[bool, T | None]:
     """Run ``work`` until it ends or the client disconnects (``http.disconnect`` on
     ``receive``), whichever comes first. Returns ``(finished, result)``: ``finished`` is
@@ -85,9 +115,37 @@ async def until_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) -> 
 
     ``work`` runs in the calling task; the watch cancels that task while it is inside
     ``work`` (and takes its own cancellation back), so the caller sees a return, not a
-    ``CancelledError``."""
+    ``CancelledError``.
+
+    With a :class:`Racing` ``receive`` that is :meth:`~Racing.quiet` and not racing already,
+    no watch: the task is left with the owner for the time of the work."""
     task = asyncio.current_task()
     assert task is not None
+    owner = getattr(receive, "__self__", None)  # (a bound method's object: the server's cycle, or not)
+    if isinstance(owner, Racing) and owner.racing is None and owner.quiet():
+        owner.racing = task
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            if owner.racing is task:  # not the owner's: somebody else cancelled
+                owner.racing = None
+                raise
+            if task.uncancel() == 0:  # the owner's, and nobody else's: the client left
+                return False, None
+            raise
+        except OSError:
+            if owner.racing is task:
+                owner.racing = None
+            return False, None
+        except BaseException:
+            if owner.racing is task:
+                owner.racing = None
+            raise
+        if owner.racing is task:
+            owner.racing = None
+        else:  # the work swallowed the owner's cancel and finished anyway
+            task.uncancel()
+        return True, result
     watch = _Watch(receive, task, WATCH_AFTER)
     try:
         result = await work

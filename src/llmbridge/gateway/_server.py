@@ -48,6 +48,7 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 from . import _heap as heap
 from ._accesslog import AccessLine, access_logger
 from ._app import create_app
+from ._response import Racing
 from .config import Config, ConfigError, default_config, load
 
 __all__ = [
@@ -87,7 +88,7 @@ class GuardedConfig(uvicorn.Config):
         super().__init__(app, **kwargs)
 
 
-class GuardedCycle(RequestResponseCycle):
+class GuardedCycle(RequestResponseCycle, Racing):
     """uvicorn's request/response cycle, its usual response head checked and written in a
     few C calls over all the headers, not a dozen Python steps per header.
 
@@ -104,7 +105,24 @@ class GuardedCycle(RequestResponseCycle):
     uvicorn raises -- and every body message is uvicorn's own
     :meth:`RequestResponseCycle.send`; ``tests/test_gateway_server.py`` compares the bytes
     both write.
+
+    A :class:`~._response.Racing` ``receive`` owner: the disconnect race leaves its task here
+    rather than watching ``receive`` (the protocol's ``connection_lost`` cancels it).
     """
+
+    def quiet(self) -> bool:
+        """Whether :meth:`receive` would only wait until the client leaves: the whole body has
+        been taken (nothing left to hand over), no ``100 Continue`` is owed, reading is not
+        paused (``receive`` would resume it), and neither the client nor the response is
+        done (``receive`` would answer ``http.disconnect`` at once)."""
+        return not (
+            self.more_body
+            or self.body
+            or self.waiting_for_100_continue
+            or self.disconnected
+            or self.response_complete
+            or self.flow.read_paused
+        )
 
     def send(self, message: Any) -> Awaitable[None]:  # type: ignore[override]  # (an awaitable, not a coroutine)
         """Send one ASGI message (uvicorn's contract: raises RuntimeError for a message out of
@@ -340,6 +358,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._clock.cancel()
             self._clock = None
         super().connection_lost(exc)
+        cycle = self.cycle
+        # uvicorn marks the request being answered: where a watch's receive would now get
+        # http.disconnect, the task racing against it is cancelled (_response.until_disconnected)
+        if cycle is not None and cycle.disconnected:
+            cycle.client_gone()  # type: ignore[attr-defined]  # (a GuardedCycle: uvicorn makes ours)
 
 
 _HEAD, _BODY, _IDLE = 0, 1, 2  # what a connection's deadline is for

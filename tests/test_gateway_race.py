@@ -1,0 +1,240 @@
+"""The disconnect race over the server's own ``receive`` (gateway/_server.py's GuardedCycle,
+a ``_response.Racing``): no watch, the task left with the cycle, which the protocol cancels
+when the connection is lost. Compared, scenario by scenario, with the watch that any other
+``receive`` gets (uvicorn's own protocol and cycle, the watch started at once)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from llmbridge.gateway import _response
+from llmbridge.gateway._response import until_disconnected
+
+BODY = b'{"model":"m","stream":true}'
+
+
+def _head(extra: str = "", length: int = len(BODY)) -> bytes:
+    return f"POST /v1/chat/completions HTTP/1.1\r\nhost: a\r\n{extra}content-length: {length}\r\n\r\n".encode()
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+async def _turns(n: int = 40) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+# Each scenario: (what the app does before racing, what the work does, what the test does
+# while the work waits). read: the app reads the whole body first (as Chat does).
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "finishes": {"then": "release"},
+    "client leaves": {"then": "lose"},
+    "client leaves with an error": {"then": "lose-error"},
+    "cancelled from outside": {"then": "cancel"},
+    "a write to a gone client": {"work": "oserror"},
+    "a bug in the work": {"work": "bug"},
+    "the work swallows the cancel": {"work": "swallow", "then": "lose"},
+    "the work finishes the answer": {"work": "answer"},
+    "body left unread, finishes": {"read": False, "then": "release"},
+    "body left unread, client leaves": {"read": False, "then": "lose"},
+    "client gone before the race": {"before": "lose"},
+    "100-continue owed": {"read": False, "expect": True, "then": "release"},
+    "pipelined request behind": {"pipelined": True, "then": "release"},
+    "pipelined request behind, client leaves": {"pipelined": True, "then": "lose"},
+    "leaves twice a request": {"twice": True, "then": "lose"},
+}
+
+
+def _serve(protocol_class: type, scenario: dict[str, Any]) -> tuple[Any, ...]:
+    """One request of ``scenario`` on a connection served by ``protocol_class``: what the app
+    and its work saw, what was written, whether the connection was closed, and whether the
+    race left its task with the cycle (the shortcut) at its first wait."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    log: list[Any] = []
+    shortcut: list[bool] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["path"] != "/v1/chat/completions":
+            return
+        if scenario.get("read", True):
+            while (await receive())["more_body"]:
+                pass
+        if scenario.get("before"):
+            await before
+        task = asyncio.current_task()
+        assert task is not None
+
+        async def work(n: int) -> int:
+            owner = getattr(receive, "__self__", None)
+            shortcut.append(getattr(owner, "racing", None) is task)
+            try:
+                log.append(("work", n))
+                kind = scenario.get("work")
+                if kind == "oserror":
+                    raise ConnectionResetError
+                if kind == "bug":
+                    raise ValueError("bug")
+                if kind == "answer":
+                    await send({"type": "http.response.start", "status": 200, "headers": []})
+                    await send({"type": "http.response.body", "body": b"done", "more_body": False})
+                    return 9
+                if kind == "swallow":
+                    try:
+                        await gate
+                    except asyncio.CancelledError:
+                        log.append("swallowed")
+                    return 8
+                await gate
+                return 7
+            finally:
+                log.append(("work-finally", n))
+
+        for n in range(2 if scenario.get("twice") else 1):
+            try:
+                outcome = await until_disconnected(receive, work(n))
+            except BaseException as exc:
+                log.append(("raised", type(exc).__name__, task.cancelling()))
+                raise
+            log.append(("outcome", outcome, task.cancelling()))
+        await asyncio.sleep(0)  # no cancellation left pending on the task
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+        log.append("answered")
+
+    async def go() -> tuple[Any, ...]:
+        nonlocal gate, before
+        loop = asyncio.get_running_loop()
+        gate, before = loop.create_future(), loop.create_future()
+        config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+        state = ServerState()
+        protocol = protocol_class(config, state, {}, _loop=loop)
+        transport = _Transport()
+        protocol.connection_made(transport)
+        tasks = set(asyncio.all_tasks())
+        if scenario.get("expect"):
+            protocol.data_received(_head("expect: 100-continue\r\n"))
+        else:
+            data = _head() + BODY
+            protocol.data_received(
+                data + (_head().replace(b"/v1/chat", b"/next") + BODY if scenario.get("pipelined") else b"")
+            )
+        await _turns()
+        if scenario.get("before"):
+            protocol.connection_lost(None)
+            await _turns()
+            before.set_result(None)
+        await _turns()
+        if scenario.get("expect"):
+            protocol.data_received(BODY)
+            await _turns()
+        then = scenario.get("then")
+        if then == "release":
+            gate.set_result(None)
+        elif then == "lose":
+            protocol.connection_lost(None)
+        elif then == "lose-error":
+            protocol.connection_lost(ConnectionResetError())
+        elif then == "cancel":
+            for task in asyncio.all_tasks() - tasks - {asyncio.current_task()}:
+                task.cancel()
+        await _turns()
+        left = [t for t in asyncio.all_tasks() - tasks - {asyncio.current_task()} if not t.done()]
+        for t in left:  # (a request the client left behind, unanswered: ended here, and settled)
+            t.cancel()
+        await _turns()
+        unanswered = sum("run_asgi" in t.get_coro().__qualname__ for t in left)  # (not the watch's task)
+        return log, transport.written, transport.closed, transport.reading, unanswered, shortcut
+
+    gate: asyncio.Future[None]
+    before: asyncio.Future[None]
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def watch_at_once(monkeypatch):
+    monkeypatch.setattr(_response, "WATCH_AFTER", 0.0)  # the watch a turn after the race starts, not 20 ms
+
+
+# where the shortcut applies (the whole body taken, nothing owed, reading on, the client still there)
+SHORTCUT = {
+    "finishes",
+    "client leaves",
+    "client leaves with an error",
+    "cancelled from outside",
+    "a write to a gone client",
+    "a bug in the work",
+    "the work swallows the cancel",
+    "the work finishes the answer",
+    "leaves twice a request",
+    "pipelined request behind",
+    "pipelined request behind, client leaves",
+}  # (the body read resumed reading)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_the_race_over_the_cycle_ends_as_the_watch_does(name, watch_at_once):
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    scenario = SCENARIOS[name]
+    *ours, shortcut = _serve(GuardedHttpToolsProtocol, scenario)
+    *theirs, watched = _serve(HttpToolsProtocol, scenario)
+    assert ours == theirs
+    assert not any(watched)  # (uvicorn's cycle is no Racing: the watch)
+    assert shortcut[0] == (name in SHORTCUT)  # (a second race, the client gone: the watch)
+
+
+def test_the_race_scenarios_are_not_vacuous(watch_at_once):
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    log, written, closed, _, left, _ = _serve(GuardedHttpToolsProtocol, SCENARIOS["client leaves"])
+    assert log == [("work", 0), ("work-finally", 0), ("outcome", (False, None), 0), "answered"]
+    assert written == [] and closed and left == 0
+    log, written, *_ = _serve(GuardedHttpToolsProtocol, SCENARIOS["finishes"])
+    assert log[-2:] == [("outcome", (True, 7), 0), "answered"]
+    assert written[-1].endswith(b"ok\r\n0\r\n\r\n") or written[-1].endswith(b"ok")
+    log, *_ = _serve(GuardedHttpToolsProtocol, SCENARIOS["cancelled from outside"])
+    assert log[-1] == ("raised", "CancelledError", 1)
+
+
+async def test_a_race_over_another_receive_takes_the_watch():
+    never = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await never.wait()
+        return {"type": "http.disconnect"}
+
+    async def work() -> int:
+        await asyncio.sleep(0)
+        return 3
+
+    assert await until_disconnected(receive, work()) == (True, 3)
