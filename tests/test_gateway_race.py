@@ -12,37 +12,13 @@ import pytest
 
 from llmbridge.gateway import _response
 from llmbridge.gateway._response import until_disconnected
+from tests.gateway_util import RecordingTransport
 
 BODY = b'{"model":"m","stream":true}'
 
 
 def _head(extra: str = "", length: int = len(BODY)) -> bytes:
     return f"POST /v1/chat/completions HTTP/1.1\r\nhost: a\r\n{extra}content-length: {length}\r\n\r\n".encode()
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closed = False
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
-
-    def write(self, data: bytes) -> None:
-        self.written.append(bytes(data))
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
 
 
 async def _turns(n: int = 40) -> None:
@@ -73,7 +49,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 
 def _serve(protocol_class: type, scenario: dict[str, Any]) -> tuple[Any, ...]:
     """One request of ``scenario`` on a connection served by ``protocol_class``: what the app
-    and its work saw, what was written, whether the connection was closed, and whether the
+    and its work saw, what was done to the transport (writes, pauses, close), and whether the
     race left its task with the cycle (the shortcut) at its first wait."""
     import uvicorn
     from uvicorn.server import ServerState
@@ -136,7 +112,7 @@ def _serve(protocol_class: type, scenario: dict[str, Any]) -> tuple[Any, ...]:
         config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
         state = ServerState()
         protocol = protocol_class(config, state, {}, _loop=loop)
-        transport = _Transport()
+        transport = RecordingTransport()
         protocol.connection_made(transport)
         tasks = set(asyncio.all_tasks())
         if scenario.get("expect"):
@@ -171,7 +147,7 @@ def _serve(protocol_class: type, scenario: dict[str, Any]) -> tuple[Any, ...]:
             t.cancel()
         await _turns()
         unanswered = sum("run_asgi" in t.get_coro().__qualname__ for t in left)  # (not the watch's task)
-        return log, transport.written, transport.closed, transport.reading, unanswered, shortcut
+        return log, transport.events, unanswered, shortcut
 
     gate: asyncio.Future[None]
     before: asyncio.Future[None]
@@ -216,12 +192,12 @@ def test_the_race_over_the_cycle_ends_as_the_watch_does(name, watch_at_once):
 def test_the_race_scenarios_are_not_vacuous(watch_at_once):
     from llmbridge.gateway._server import GuardedHttpToolsProtocol
 
-    log, written, closed, _, left, _ = _serve(GuardedHttpToolsProtocol, SCENARIOS["client leaves"])
+    log, events, left, _ = _serve(GuardedHttpToolsProtocol, SCENARIOS["client leaves"])
     assert log == [("work", 0), ("work-finally", 0), ("outcome", (False, None), 0), "answered"]
-    assert written == [] and closed and left == 0
-    log, written, *_ = _serve(GuardedHttpToolsProtocol, SCENARIOS["finishes"])
+    assert events == ["close"] and left == 0  # nothing written, the connection closed
+    log, events, *_ = _serve(GuardedHttpToolsProtocol, SCENARIOS["finishes"])
     assert log[-2:] == [("outcome", (True, 7), 0), "answered"]
-    assert written[-1].endswith(b"ok\r\n0\r\n\r\n") or written[-1].endswith(b"ok")
+    assert events[-1].endswith(b"ok\r\n0\r\n\r\n")
     log, *_ = _serve(GuardedHttpToolsProtocol, SCENARIOS["cancelled from outside"])
     assert log[-1] == ("raised", "CancelledError", 1)
 
