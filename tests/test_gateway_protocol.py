@@ -151,6 +151,13 @@ def _app(kind: str, seen: list[Any]) -> Any:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"ok"})
             seen.append(await reader)  # (the answer's end wakes it)
+        elif kind == "returns a value":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return 1  # type: ignore[return-value]  # (an app that does: uvicorn logs it, closes)
+        elif kind == "cancelled":
+            await _read_all(receive, seen)
+            raise asyncio.CancelledError
         else:  # pragma: no cover
             raise AssertionError(kind)
 
@@ -159,7 +166,7 @@ def _app(kind: str, seen: list[Any]) -> Any:
 
 APPS = ["stream", "last chunk with data", "sized", "unread", "read after the answer", "no content", "not modified",
         "raises", "raises after the head", "returns silent", "returns half-way", "waits for the client", "two readers",
-        "a reader waits while answering"]  # fmt: skip
+        "a reader waits while answering", "returns a value", "cancelled"]  # fmt: skip
 
 
 async def _turns(n: int = 30) -> None:
@@ -199,7 +206,7 @@ def _served(protocol_class: type, pieces: list[bytes], kind: str, **options: Any
         seen.append("the connection is lost")
         (transport.protocol or protocol).connection_lost(None)
         await _turns()
-        return transport.events, seen, errors, state.total_requests
+        return transport.events, seen, errors, state.total_requests, len(state.tasks)
 
     try:
         return asyncio.run(go())
@@ -241,8 +248,8 @@ def test_the_comparison_sees_what_matters():
     protocol."""
     from llmbridge.gateway._server import GuardedHttpToolsProtocol
 
-    events, seen, errors, total = _served(GuardedHttpToolsProtocol, REQUESTS["post"], "stream")
-    assert seen[0]["path"] == "/v1/chat/completions" and seen[2]["body"] == BODY and total == 1
+    events, seen, errors, total, tasks = _served(GuardedHttpToolsProtocol, REQUESTS["post"], "stream")
+    assert seen[0]["path"] == "/v1/chat/completions" and seen[2]["body"] == BODY and total == 1 and tasks == 0
     assert events[0].startswith(b"HTTP/1.1 200 OK\r\n") and events[-2:] == [b"0\r\n\r\n", "close"]
     events, seen, *_ = _served(GuardedHttpToolsProtocol, REQUESTS["pipelined"], "stream")
     assert "pause" in events and sum(isinstance(e, bytes) and e.startswith(b"HTTP/1.1 200") for e in events) == 3
@@ -252,5 +259,5 @@ def test_the_comparison_sees_what_matters():
     assert events[0][0] == "protocol" and events[1].startswith(b"HTTP/1.1 101 ") and seen[0][0] == "ws"
     _, seen, *_ = _served(GuardedHttpToolsProtocol, REQUESTS["100-continue"], "stream")
     assert seen[2]["body"] == BODY
-    events, _, errors, _ = _served(GuardedHttpToolsProtocol, REQUESTS["post"], "raises")
+    events, _, errors, *_ = _served(GuardedHttpToolsProtocol, REQUESTS["post"], "raises")
     assert errors == ["Exception in ASGI application"] and events[0].startswith(b"HTTP/1.1 500")

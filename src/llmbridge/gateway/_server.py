@@ -23,13 +23,14 @@ What an operator in front of real users needs that uvicorn does not do by defaul
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import logging
 import operator
 import os
 import re
 import resource
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable, MutableSet
 from typing import Any
 from urllib.parse import unquote
 
@@ -273,6 +274,37 @@ class GuardedCycle(RequestResponseCycle, Racing):
             self.transport.write(status_line + tail)
         return _SENT
 
+    async def run_asgi(self, app: Any, tasks: MutableSet[asyncio.Task[None]] | None = None) -> None:
+        """Run ``app`` for this request, in the task serving it (uvicorn's contract: an error
+        is logged and answered 500 if nothing was sent yet, else the connection is closed; an
+        app that returns a value, or without answering, is logged, and its connection closed
+        or answered 500 as uvicorn does). The task leaves ``tasks`` (the server's) as it ends
+        (no done callback: its scheduling cost about as much as the rest of starting a task)."""
+        try:
+            result = await app(self.scope, self.receive, self.send)
+        except BaseException as exc:
+            self.logger.error("Exception in ASGI application\n", exc_info=exc)
+            if self.response_started:
+                self.transport.close()
+            else:
+                await self.send_500_response()
+        else:
+            if result is not None:
+                self.logger.error("ASGI callable should return None, but returned '%s'.", result)
+                self.transport.close()
+            elif self.disconnected:
+                pass
+            elif not self.response_started:
+                self.logger.error("ASGI callable returned without starting response.")
+                await self.send_500_response()
+            elif not self.response_complete:
+                self.logger.error("ASGI callable returned without completing response.")
+                self.transport.close()
+        finally:
+            self.on_response = _nothing  # (and the protocol is no longer held)
+            if tasks is not None:
+                tasks.discard(asyncio.current_task())  # type: ignore[arg-type]  # (this task: not None)
+
     def _chunk(self, message: Any) -> Awaitable[None]:
         # a body message of a chunked answer whose head send wrote: the bytes and the one
         # write uvicorn's send makes for it (an empty chunk that is not the last: uvicorn's,
@@ -293,6 +325,12 @@ class GuardedCycle(RequestResponseCycle, Racing):
 
 
 _uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
+
+
+def _nothing() -> None:
+    """What a finished request's cycle calls when its answer completes (nobody waits then)."""
+
+
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 
@@ -512,6 +550,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         cycle.more_body = False
         cycle.set()
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:  # (a GuardedCycle: the pipeline's are typed uvicorn's)
+        # uvicorn's, less the done callback (the task leaves the server's set itself, as it
+        # ends: GuardedCycle.run_asgi). A task cancelled before its first step (only at a
+        # shutdown past its grace period) stays in the set: nothing waits on it then.
+        coroutine = cycle.run_asgi(app, self.tasks)
+        if self.config.reset_contextvars:  # (uvicorn's opt-in: each request in a fresh context)
+            task = self.loop.create_task(coroutine, context=contextvars.Context())
+        else:
+            task = self.loop.create_task(coroutine)
+        self.tasks.add(task)
 
     def on_response_complete(self) -> None:
         # uvicorn's, with its keep-alive timer as our deadline
