@@ -214,3 +214,108 @@ async def test_a_race_over_another_receive_takes_the_watch():
         return 3
 
     assert await until_disconnected(receive, work()) == (True, 3)
+
+
+# --------------------------------------------------------------------------- StreamResponse's own race
+
+STREAMS: dict[str, dict[str, Any]] = {
+    "streams to the end": {"then": "release"},
+    "client leaves mid-stream": {"then": "lose"},
+    "client leaves, the body swallows it": {"swallow": True, "then": "lose"},
+    "the body fails": {"fail": True},
+    "the last chunk ends it": {"last": True},
+    "cancelled from outside": {"then": "cancel"},
+    "body left unread, client leaves": {"read": False, "then": "lose"},
+    "head timing fails": {"timing": "fails"},
+}
+
+
+def _stream(protocol_class: type, scenario: dict[str, Any]) -> tuple[Any, ...]:
+    """A StreamResponse of ``scenario`` served on a connection by ``protocol_class``: what the
+    body, the response's end and the app saw, and what was done to the transport."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from llmbridge.gateway._response import StreamResponse
+
+    log: list[Any] = []
+
+    async def body() -> Any:
+        try:
+            yield b"data: 1\n\n"
+            log.append("waiting")
+            try:
+                await gate
+            except asyncio.CancelledError:
+                if not scenario.get("swallow"):
+                    raise
+                log.append("swallowed")
+            if scenario.get("fail"):
+                raise ValueError("upstream broke")
+            yield b"data: 2\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            log.append("body closed")
+
+    async def on_close() -> None:
+        log.append("on_close")
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scenario.get("read", True):
+            while (await receive())["more_body"]:
+                pass
+        response = StreamResponse(body(), on_close=on_close)
+        if scenario.get("last"):
+            response.last = lambda: log.count("waiting") == 1
+        if scenario.get("timing") == "fails":
+            response.timing = lambda: 1 / 0  # type: ignore[assignment,return-value]
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            await response(scope, receive, send)
+        except BaseException as exc:
+            log.append(("raised", type(exc).__name__, task.cancelling()))
+            raise
+        log.append(("returned", task.cancelling()))
+
+    async def go() -> tuple[Any, ...]:
+        nonlocal gate
+        loop = asyncio.get_running_loop()
+        gate = loop.create_future()
+        config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+        protocol = protocol_class(config, ServerState(), {}, _loop=loop)
+        transport = RecordingTransport()
+        protocol.connection_made(transport)
+        tasks = set(asyncio.all_tasks())
+        protocol.data_received(_head() + BODY)
+        await _turns()
+        then = scenario.get("then", "release")
+        if then == "release":
+            gate.set_result(None)
+        elif then == "lose":
+            protocol.connection_lost(None)
+        elif then == "cancel":
+            for task in asyncio.all_tasks() - tasks - {asyncio.current_task()}:
+                task.cancel()
+        await _turns()
+        if not gate.done():
+            gate.set_result(None)
+        await _turns()
+        return log, transport.events
+
+    gate: asyncio.Future[None]
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_a_stream_over_the_cycle_ends_as_over_the_watch(name, watch_at_once):
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    ours = _stream(GuardedHttpToolsProtocol, STREAMS[name])
+    assert ours == _stream(HttpToolsProtocol, STREAMS[name])
+    log, events = ours
+    assert "on_close" in log  # (however it ended)
+    if name == "client leaves mid-stream":
+        assert log[-2:] == ["on_close", ("returned", 0)] and events[-1] == "close"
