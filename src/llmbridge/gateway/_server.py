@@ -223,12 +223,29 @@ class GuardedCycle(RequestResponseCycle, Racing):
         :data:`_SENT`, done at once, for a head it wrote."""
         if self.response_started:
             if (
-                self._chunks
-                and message["type"] == "http.response.body"
-                and not (self.response_complete or self.disconnected or self.flow.write_paused)
+                not self._chunks
+                or message["type"] != "http.response.body"
+                or self.response_complete
+                or self.disconnected
+                or self.flow.write_paused
             ):
-                return self._chunk(message)
-            return _uvicorn_send(self, message)
+                return _uvicorn_send(self, message)
+            # a body message of a chunked answer whose head this wrote: the bytes and the one
+            # write uvicorn's send makes for it (an empty chunk that is not the last:
+            # uvicorn's, which writes nothing in its own way)
+            body = message.get("body", b"")
+            if message.get("more_body", False):
+                if not body:
+                    return _uvicorn_send(self, message)
+                self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+                return _SENT
+            self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body) if body else _LAST_CHUNK)
+            self.response_complete = True
+            self.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+            return _SENT
         if message["type"] != "http.response.start" or self.flow.write_paused:
             return _uvicorn_send(self, message)
         given = message.get("headers", ())
@@ -304,24 +321,6 @@ class GuardedCycle(RequestResponseCycle, Racing):
             self.on_response = _nothing  # (and the protocol is no longer held)
             if tasks is not None:
                 tasks.discard(asyncio.current_task())  # type: ignore[arg-type]  # (this task: not None)
-
-    def _chunk(self, message: Any) -> Awaitable[None]:
-        # a body message of a chunked answer whose head send wrote: the bytes and the one
-        # write uvicorn's send makes for it (an empty chunk that is not the last: uvicorn's,
-        # which writes nothing in its own way)
-        body = message.get("body", b"")
-        if message.get("more_body", False):
-            if not body:
-                return _uvicorn_send(self, message)
-            self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
-            return _SENT
-        self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body) if body else _LAST_CHUNK)
-        self.response_complete = True
-        self.set()
-        if not self.keep_alive:
-            self.transport.close()
-        self.on_response()
-        return _SENT
 
 
 _uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
@@ -541,7 +540,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle.body += body
         if len(cycle.body) > HIGH_WATER_LIMIT:  # the app is behind: stop reading until it takes some
             self.flow.pause_reading()
-        cycle.set()
+        cycle._pending = True  # (cycle.set(), its call only when a receive waits)
+        if cycle._waiter is not None:
+            cycle.set()
 
     def on_message_complete(self) -> None:
         self._due = None  # the answer takes as long as it takes
@@ -549,7 +550,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._upgrading or cycle.response_complete:
             return
         cycle.more_body = False
-        cycle.set()
+        cycle._pending = True  # (as in on_body)
+        if cycle._waiter is not None:
+            cycle.set()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:  # (a GuardedCycle: the pipeline's are typed uvicorn's)
         # uvicorn's, less the done callback (the task leaves the server's set itself, as it
