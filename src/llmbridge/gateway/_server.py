@@ -105,9 +105,9 @@ class GuardedCycle(RequestResponseCycle, Racing):
     uvicorn would without looking at a name: every name lower-case already, none of the
     three uvicorn acts on (``content-length``, ``transfer-encoding``, ``connection``), a
     method and status with a body. Anything else -- an invalid header too, whose error
-    uvicorn raises -- and every body message is uvicorn's own
-    :meth:`RequestResponseCycle.send`; ``tests/test_gateway_server.py`` compares the bytes
-    both write.
+    uvicorn raises -- is uvicorn's own :meth:`RequestResponseCycle.send`, and so is every
+    body message of an answer whose head that wrote; ``tests/test_gateway_server.py``
+    compares the bytes both write.
 
     A :class:`~._response.Racing` ``receive`` owner: the disconnect race leaves its task here
     rather than watching ``receive`` (the protocol's ``connection_lost`` cancels it).
@@ -121,8 +121,8 @@ class GuardedCycle(RequestResponseCycle, Racing):
     which is the cycle itself (:meth:`set`). The state a request starts in is class
     attributes, so a cycle's ``__init__`` stores only what differs per request. A chunked
     answer's body messages are written here too, as uvicorn frames them, without its
-    coroutine (:meth:`send`). ``tests/test_gateway_server.py`` compares both cycles' writes,
-    and what the app receives, over many requests.
+    coroutine (:meth:`send`). ``tests/test_gateway_protocol.py`` compares what both write,
+    and what the app receives, over many requests and apps.
     """
 
     # where every request starts (uvicorn sets these per cycle; an instance's own value
