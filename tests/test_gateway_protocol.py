@@ -261,3 +261,25 @@ def test_the_comparison_sees_what_matters():
     assert seen[2]["body"] == BODY
     events, _, errors, *_ = _served(GuardedHttpToolsProtocol, REQUESTS["post"], "raises")
     assert errors == ["Exception in ASGI application"] and events[0].startswith(b"HTTP/1.1 500")
+
+
+@pytest.mark.parametrize("request_name", ["post", "pipelined", "keep-alive, three", "http/1.0", "chunked body"])
+def test_no_keep_alive_deadline_is_armed_while_a_request_is_answered(request_name, monkeypatch):
+    """on_response_complete does not drop a keep-alive deadline (uvicorn's does): none can be
+    armed then -- ours is for the head or the body while a request is answered, uvicorn's own
+    timer is never armed. Checked at every answer's end, then the idle deadline after it."""
+    from llmbridge.gateway import _server
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    ends: list[tuple[Any, ...]] = []
+    complete = GuardedHttpToolsProtocol.on_response_complete
+
+    def on_response_complete(self: Any) -> None:
+        ends.append((self._due_for == _server._IDLE and self._due is not None, self.timeout_keep_alive_task))
+        complete(self)
+        if not self.transport.is_closing() and not self.pipeline:
+            assert self._due_for == _server._IDLE and self._due is not None  # (the idle deadline, armed)
+
+    monkeypatch.setattr(GuardedHttpToolsProtocol, "on_response_complete", on_response_complete)
+    _served(GuardedHttpToolsProtocol, REQUESTS[request_name], "stream")
+    assert ends and all(end == (False, None) for end in ends)

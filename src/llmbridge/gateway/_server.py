@@ -572,8 +572,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self._unset_keepalive_if_required()
-        self.flow.resume_reading()
+        # (uvicorn drops its keep-alive timer here: ours is never armed while a request is
+        # answered -- its deadline is for the head or the body then -- and uvicorn's own is
+        # never armed at all)
+        if self.flow.read_paused:
+            self.flow.resume_reading()
         if self.pipeline:  # pipelined requests waiting: the next one starts
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
