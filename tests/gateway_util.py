@@ -177,3 +177,41 @@ def served_access_logger(stream: Any, *, colors: bool = False) -> logging.Logger
     logger.addHandler(handler)
     logger.addFilter(RedactKeys())  # what the team features add (teams/redact.py)
     return logger
+
+
+class RecordingTransport:
+    """A fake asyncio transport for a server protocol, recording in ``events`` what was done
+    to it, in order: each write (bytes), ``"close"`` (once), ``"pause"`` / ``"resume"`` of
+    reading, ``("protocol", name)`` when a protocol takes it over. Peer 127.0.0.1:5000."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.closed = False
+        self.protocol: Any = None
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
+
+    def write(self, data: bytes) -> None:
+        self.events.append(bytes(data))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.events.append("close")
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.events.append("pause")
+
+    def resume_reading(self) -> None:
+        self.events.append("resume")
+
+    def set_protocol(self, protocol: Any) -> None:
+        self.events.append(("protocol", type(protocol).__name__))
+        self.protocol = protocol
+
+    def get_protocol(self) -> Any:
+        return self.protocol

@@ -44,13 +44,21 @@ class _Log:
 DEFAULTS = [(b"date", b"Thu, 01 Jan 2026 00:00:00 GMT"), (b"server", b"uvicorn")]
 
 
+def _cycle(kind: type[RequestResponseCycle], **arguments: Any) -> Any:
+    """A ``kind`` cycle: uvicorn's takes an event, GuardedCycle none (it is its own)."""
+    if kind is not GuardedCycle:
+        arguments["message_event"] = asyncio.Event()
+    return kind(**arguments)
+
+
 def _run(kind: type[RequestResponseCycle], messages: list[dict[str, Any]], method: str, keep_alive: bool) -> Any:
     async def go() -> Any:
         transport, log = _Transport(), _Log()
         scope = {"method": method, "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
                  "query_string": b"", "http_version": "1.1",
                  "client": ("127.0.0.1", 5000), "root_path": ""}  # fmt: skip
-        cycle = kind(
+        cycle = _cycle(
+            kind,
             scope=scope,  # type: ignore[arg-type]
             transport=transport,  # type: ignore[arg-type]
             flow=FlowControl(transport),  # type: ignore[arg-type]
@@ -58,7 +66,6 @@ def _run(kind: type[RequestResponseCycle], messages: list[dict[str, Any]], metho
             access_logger=log,  # type: ignore[arg-type]
             access_log=True,
             default_headers=list(DEFAULTS),
-            message_event=asyncio.Event(),
             expect_100_continue=False,
             keep_alive=keep_alive,
             on_response=lambda: None,
@@ -276,8 +283,9 @@ def test_uvicorns_proxy_middleware_reads_only_the_names_the_protocol_looks_for()
 
 def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
     """``GuardedCycle.send`` is a plain method returning an awaitable: a head it writes itself
-    is written by the call and the awaitable returns at once (no loop turn); anything else is
-    uvicorn's coroutine, whose errors come when it is awaited, as before."""
+    is written by the call and the awaitable returns at once (no loop turn), and so is a chunk
+    of the body it frames; anything else is uvicorn's coroutine, whose errors come when it is
+    awaited, as before."""
     from llmbridge.gateway._server import _SENT
 
     async def go() -> None:
@@ -286,7 +294,7 @@ def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
                  "client": ("127.0.0.1", 5000)}  # fmt: skip
         cycle = GuardedCycle(scope=scope, transport=transport, flow=FlowControl(transport), logger=log,  # type: ignore[arg-type]
                              access_logger=log, access_log=True, default_headers=[],  # type: ignore[arg-type]
-                             message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True,
+                             expect_100_continue=False, keep_alive=True,
                              on_response=lambda: None)  # fmt: skip
         sent = cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM})
         assert sent is _SENT and len(transport.written) == 1  # written by the call itself
@@ -294,10 +302,11 @@ def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
         with pytest.raises(StopIteration):
             next(steps)  # done without suspending
         assert await sent is None
-        body = cycle.send({"type": "http.response.body", "body": b"x", "more_body": True})
-        assert asyncio.iscoroutine(body) and len(transport.written) == 1  # uvicorn's, run when awaited
-        await body
-        assert transport.written[1] == b"1\r\nx\r\n"
+        assert cycle.send({"type": "http.response.body", "body": b"x", "more_body": True}) is _SENT
+        assert transport.written[1] == b"1\r\nx\r\n"  # written by the call
+        empty = cycle.send({"type": "http.response.body", "body": b"", "more_body": True})
+        assert asyncio.iscoroutine(empty) and len(transport.written) == 2  # uvicorn's, run when awaited
+        await empty
         wrong = cycle.send({"type": "http.response.start", "status": 200, "headers": []})
         with pytest.raises(RuntimeError, match=r"Expected ASGI message 'http\.response\.body'"):
             await wrong
@@ -365,9 +374,9 @@ async def test_the_guarded_cycle_logs_uvicorns_access_line():
         for fields in ACCESS_SCOPES:
             transport = _Transport()
             scope = {"method": "POST", "path": "/", "http_version": "1.1", **fields}
-            cycle = kind(scope=scope, transport=transport, flow=FlowControl(transport), logger=_Log(),  # type: ignore[arg-type]
-                         access_logger=logger, access_log=True, default_headers=[],  # type: ignore[arg-type]
-                         message_event=asyncio.Event(), expect_100_continue=False, keep_alive=True,
+            cycle = _cycle(kind, scope=scope, transport=transport, flow=FlowControl(transport), logger=_Log(),
+                         access_logger=logger, access_log=True, default_headers=[],
+                         expect_100_continue=False, keep_alive=True,
                          on_response=lambda: None)  # fmt: skip
             await cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM})
         await asyncio.sleep(0)
@@ -375,11 +384,14 @@ async def test_the_guarded_cycle_logs_uvicorns_access_line():
     assert outs[0] == outs[1] and outs[0].count("\n") == len(ACCESS_SCOPES)
 
 
-def test_the_protocols_direct_calls_are_what_super_would_call():
-    """on_message_begin / on_body / on_message_complete call HttpToolsProtocol's by name (a
-    super() per parser callback costs more): the class next in line must be that one."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    from llmbridge.gateway._server import GuardedHttpToolsProtocol
-
-    assert GuardedHttpToolsProtocol.__mro__[1] is HttpToolsProtocol
+def test_the_guarded_cycle_calls_uvicorns_send_as_its_own():
+    """GuardedCycle calls RequestResponseCycle.send by name for what it does not write itself
+    (a super() per message costs more), and uvicorn's code sets its event through
+    ``message_event``: the cycle must be uvicorn's, its event the cycle."""
+    assert GuardedCycle.__mro__[1] is RequestResponseCycle
+    cycle = _cycle(GuardedCycle, scope={}, transport=_Transport(), flow=None, logger=_Log(), access_logger=_Log(),
+                   access_log=False, default_headers=[], expect_100_continue=False, keep_alive=True,
+                   on_response=lambda: None)  # fmt: skip
+    assert cycle.message_event is cycle
+    cycle.message_event.set()
+    assert cycle._pending

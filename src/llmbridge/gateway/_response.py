@@ -11,6 +11,13 @@ task of its own), and the watch on ``receive`` is a task only once the work has 
 longer than :data:`WATCH_AFTER` — a short answer ends before that and costs one timer
 handle, not two tasks and an ``asyncio.wait``. A client gone earlier is still seen: the
 watch, once started, finds ``http.disconnect`` waiting on ``receive`` at once.
+
+Cheaper still when ``receive`` is the server's own (:class:`Racing`, gateway/_server.py's
+request cycle): the server learns of a lost connection itself, so the race just leaves the
+task with the cycle, which cancels it then -- no timer, no watch (a timer's arming and
+cancelling was about half of a race's cost). Only while a watch would have nothing to do but
+wait for ``http.disconnect``: anything else (a body still to read, a ``100 Continue`` owed,
+reading paused) and any other ``receive`` gets the watch.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["STARTED", "WATCH_AFTER", "StreamResponse", "until_disconnected"]
+__all__ = ["STARTED", "WATCH_AFTER", "Racing", "StreamResponse", "until_disconnected"]
 
 T = TypeVar("T")
 
@@ -77,6 +84,29 @@ class _Watch:
             await asyncio.gather(watcher, return_exceptions=True)
 
 
+class Racing:
+    """What a ``receive``'s owner (the server's request cycle) does to spare the race its watch.
+
+    The owner knows when its client is gone; while a race runs over its ``receive``,
+    :func:`until_disconnected` leaves the racing task in :attr:`racing`, and the owner calls
+    :meth:`client_gone` when the connection is lost (not from inside that task)."""
+
+    racing: asyncio.Task[Any] | None = None  # the task to cancel when the client leaves
+
+    def quiet(self) -> bool:
+        """Whether a watch on ``receive`` would do nothing but wait for the client to leave
+        (then the race may leave its task here instead). The owner's to say; no by default."""
+        return False
+
+    def client_gone(self) -> None:
+        """The client has left: cancel the racing task, if any (and forget it, which tells the
+        race the cancellation is its own)."""
+        task = self.racing
+        if task is not None:
+            self.racing = None
+            task.cancel()
+
+
 async def until_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) -> tuple[bool, T | None]:
     """Run ``work`` until it ends or the client disconnects (``http.disconnect`` on
     ``receive``), whichever comes first. Returns ``(finished, result)``: ``finished`` is
@@ -85,32 +115,75 @@ async def until_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) -> 
 
     ``work`` runs in the calling task; the watch cancels that task while it is inside
     ``work`` (and takes its own cancellation back), so the caller sees a return, not a
-    ``CancelledError``."""
+    ``CancelledError``.
+
+    With a :class:`Racing` ``receive`` that is :meth:`~Racing.quiet` and not racing already,
+    no watch: the task is left with the owner for the time of the work."""
     task = asyncio.current_task()
     assert task is not None
-    watch = _Watch(receive, task, WATCH_AFTER)
+    race = _begin(receive, task)
     try:
         result = await work
-    except asyncio.CancelledError:
-        watch.active = False
-        if watch.gone and task.uncancel() == 0:  # ours, and nobody else's: the client left
-            await watch.close()
+    except BaseException as exc:
+        if await _failed(race, task, exc):
             return False, None
-        await watch.close()
         raise
-    except OSError:
-        await watch.close()
-        return False, None
-    except BaseException:
-        await watch.close()
-        raise
-    watch.active = False
-    if watch.gone:  # the work swallowed the watch's cancel and finished anyway
-        task.uncancel()
-    watcher = watch.stop()
+    watcher = _finished(race, task)
     if watcher is not None:
         await asyncio.gather(watcher, return_exceptions=True)
     return True, result
+
+
+# The race's three steps, shared by until_disconnected and StreamResponse (whose work runs in
+# its own frame: a coroutine less to resume at each of a stream's wake-ups).
+
+
+def _begin(receive: Receive, task: asyncio.Task[Any]) -> Racing | _Watch:
+    """The race over ``receive`` for ``task``, started: the receive's owner holding the task
+    (a quiet :class:`Racing` not racing already) or else a watch."""
+    owner = getattr(receive, "__self__", None)  # (a bound method's object: the server's cycle, or not)
+    if isinstance(owner, Racing) and owner.racing is None and owner.quiet():
+        owner.racing = task
+        return owner
+    return _Watch(receive, task, WATCH_AFTER)
+
+
+def _finished(race: Racing | _Watch, task: asyncio.Task[Any]) -> asyncio.Task[None] | None:
+    """The work returned: the race is stopped, and a cancellation of ``task`` it made (which
+    the work swallowed) taken back. Returns a watch's task, cancelled, for the caller to
+    await (:meth:`_Watch.stop`), or None."""
+    if type(race) is _Watch:
+        race.active = False
+        if race.gone:
+            task.uncancel()
+        return race.stop()
+    assert isinstance(race, Racing)
+    if race.racing is task:
+        race.racing = None
+    else:  # the owner cancelled the task (the client left), and the work finished anyway
+        task.uncancel()
+    return None
+
+
+async def _failed(race: Racing | _Watch, task: asyncio.Task[Any], exc: BaseException) -> bool:
+    """The work raised ``exc``: the race is stopped (a watch's task awaited). Returns whether
+    the client left first -- the race's own cancellation (taken back, and nobody else's), or
+    an ``OSError`` (a write to a gone client) -- so that ``exc`` is not to be raised."""
+    if type(race) is _Watch:
+        race.active = False
+        gone = race.gone
+    else:
+        assert isinstance(race, Racing)
+        gone = race.racing is not task  # (the owner forgot it as it cancelled it)
+        if not gone:
+            race.racing = None
+    if isinstance(exc, asyncio.CancelledError):
+        left = gone and task.uncancel() == 0  # (a cancellation of somebody else's is raised)
+    else:
+        left = isinstance(exc, OSError)
+    if type(race) is _Watch:
+        await race.close()
+    return left
 
 
 class StreamResponse:
@@ -177,18 +250,28 @@ class StreamResponse:
                     await self.on_close()
             return
 
-        async def pump() -> None:
+        # until_disconnected's race, the work (the head, then each chunk) written out in this
+        # frame: one coroutine, not three, to resume at each of the stream's wake-ups
+        task = asyncio.current_task()
+        assert task is not None
+        race = _begin(receive, task)
+        try:
             await send(self._start())
             last = self.last
             async for chunk in body:
-                if last is not None and last():
+                if last is not None and last():  # that chunk ends the answer
                     await send({"type": "http.response.body", "body": chunk, "more_body": False})
-                    return
+                    break
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-        try:
-            await until_disconnected(receive, pump())
+            else:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except BaseException as exc:
+            if not await _failed(race, task, exc):
+                raise
+        else:
+            watcher = _finished(race, task)
+            if watcher is not None:
+                await asyncio.gather(watcher, return_exceptions=True)
         finally:
             aclose = getattr(body, "aclose", None)  # an async generator's, if the body is one
             if aclose is not None:

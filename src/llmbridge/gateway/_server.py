@@ -23,19 +23,22 @@ What an operator in front of real users needs that uvicorn does not do by defaul
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import logging
 import operator
 import os
 import re
 import resource
-import types
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable, MutableSet
 from typing import Any
+from urllib.parse import unquote
 
+import httptools
 import uvicorn
 from starlette.applications import Starlette
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl, service_unavailable
 from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
@@ -48,6 +51,7 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 from . import _heap as heap
 from ._accesslog import AccessLine, access_logger
 from ._app import create_app
+from ._response import Racing
 from .config import Config, ConfigError, default_config, load
 
 __all__ = [
@@ -87,7 +91,7 @@ class GuardedConfig(uvicorn.Config):
         super().__init__(app, **kwargs)
 
 
-class GuardedCycle(RequestResponseCycle):
+class GuardedCycle(RequestResponseCycle, Racing):
     """uvicorn's request/response cycle, its usual response head checked and written in a
     few C calls over all the headers, not a dozen Python steps per header.
 
@@ -101,10 +105,113 @@ class GuardedCycle(RequestResponseCycle):
     uvicorn would without looking at a name: every name lower-case already, none of the
     three uvicorn acts on (``content-length``, ``transfer-encoding``, ``connection``), a
     method and status with a body. Anything else -- an invalid header too, whose error
-    uvicorn raises -- and every body message is uvicorn's own
-    :meth:`RequestResponseCycle.send`; ``tests/test_gateway_server.py`` compares the bytes
-    both write.
+    uvicorn raises -- is uvicorn's own :meth:`RequestResponseCycle.send`, and so is every
+    body message of an answer whose head that wrote; ``tests/test_gateway_server.py``
+    compares the bytes both write.
+
+    A :class:`~._response.Racing` ``receive`` owner: the disconnect race leaves its task here
+    rather than watching ``receive`` (the protocol's ``connection_lost`` cancels it).
+
+    **The request's side without an** ``asyncio.Event`` (issue 23). uvicorn's cycle makes an
+    event per request, which its ``receive`` waits on (a coroutine inside a coroutine) and the
+    protocol sets for each body chunk, the body's end, a lost connection and the response's
+    end. Here that is a flag (:attr:`_pending`) and a future made only when ``receive``
+    actually has to wait; uvicorn's code that still runs on a cycle (its ``send`` for the
+    answers written its way, its ``connection_lost``) sets it through :attr:`message_event`,
+    which is the cycle itself (:meth:`set`). The state a request starts in is class
+    attributes, so a cycle's ``__init__`` stores only what differs per request. A chunked
+    answer's body messages are written here too, as uvicorn frames them, without its
+    coroutine (:meth:`send`). ``tests/test_gateway_protocol.py`` compares what both write,
+    and what the app receives, over many requests and apps.
     """
+
+    # where every request starts (uvicorn sets these per cycle; an instance's own value
+    # shadows them once changed)
+    disconnected = False
+    response_started = False
+    response_complete = False
+    chunked_encoding: bool | None = None
+    expected_content_length = 0
+    more_body = True  # the request's body has more to come
+    body = b""  # type: ignore[assignment]  # (bytes, not uvicorn's bytearray: one chunk, the usual body, is handed over as it came)
+    _pending = False  # something new for receive: a chunk, the body's end, the client or the answer done
+    _waiter: asyncio.Future[None] | None = None  # what a waiting receive awaits (made only then)
+    _chunks = False  # the head went out chunked, by send, for a method with a body: body messages framed here
+
+    def __init__(
+        self,
+        scope: Any,
+        transport: asyncio.Transport,
+        flow: FlowControl,
+        logger: logging.Logger,
+        access_logger: logging.Logger,
+        access_log: bool,
+        default_headers: list[tuple[bytes, bytes]],
+        expect_100_continue: bool,
+        keep_alive: bool,
+        on_response: Callable[[], None],
+    ) -> None:
+        """One request's cycle (uvicorn's arguments, less its event); nothing is sent."""
+        self.scope = scope
+        self.transport = transport
+        self.flow = flow
+        self.logger = logger
+        self.access_logger = access_logger
+        self.access_log = access_log
+        self.default_headers = default_headers
+        self.waiting_for_100_continue = expect_100_continue
+        self.keep_alive = keep_alive
+        self.on_response = on_response
+
+    @property
+    def message_event(self) -> GuardedCycle:  # type: ignore[override]  # (what uvicorn's code calls set() on)
+        return self
+
+    def set(self) -> None:
+        """Something new for :meth:`receive` (uvicorn's ``message_event.set()``): wakes a
+        waiting one."""
+        self._pending = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():  # (a cancelled receive's)
+                waiter.set_result(None)
+
+    async def receive(self) -> Any:
+        """The next ASGI message for the app (uvicorn's contract): the body so far and whether
+        more is to come, waiting for some if nothing is new; ``http.disconnect`` once the
+        client left or the answer is complete. Writes ``100 Continue`` first if the client
+        asked for it and nothing was sent yet; resumes reading if it was paused."""
+        if self.waiting_for_100_continue and not self.transport.is_closing():
+            self.transport.write(_CONTINUE)
+            self.waiting_for_100_continue = False
+        if not (self.disconnected or self.response_complete):
+            if self.flow.read_paused:
+                self.flow.resume_reading()
+            if not self._pending:
+                waiter = self._waiter
+                if waiter is None or waiter.done():  # (another receive's, still waiting, is shared)
+                    waiter = self._waiter = asyncio.get_running_loop().create_future()
+                await waiter
+            self._pending = False
+            if not (self.disconnected or self.response_complete):
+                body, self.body = self.body, b""
+                return {"type": "http.request", "body": body, "more_body": self.more_body}
+        return {"type": "http.disconnect"}
+
+    def quiet(self) -> bool:
+        """Whether :meth:`receive` would only wait until the client leaves: the whole body has
+        been taken (nothing left to hand over), no ``100 Continue`` is owed, reading is not
+        paused (``receive`` would resume it), and neither the client nor the response is
+        done (``receive`` would answer ``http.disconnect`` at once)."""
+        return not (
+            self.more_body
+            or self.body
+            or self.waiting_for_100_continue
+            or self.disconnected
+            or self.response_complete
+            or self.flow.read_paused
+        )
 
     def send(self, message: Any) -> Awaitable[None]:  # type: ignore[override]  # (an awaitable, not a coroutine)
         """Send one ASGI message (uvicorn's contract: raises RuntimeError for a message out of
@@ -114,7 +221,32 @@ class GuardedCycle(RequestResponseCycle):
         send(message)`` does -- uvicorn's own coroutine for every message it does not write
         itself (so a body message makes one coroutine, not one inside another), and
         :data:`_SENT`, done at once, for a head it wrote."""
-        if self.response_started or message["type"] != "http.response.start" or self.flow.write_paused:
+        if self.response_started:
+            if (
+                not self._chunks
+                or message["type"] != "http.response.body"
+                or self.response_complete
+                or self.disconnected
+                or self.flow.write_paused
+            ):
+                return _uvicorn_send(self, message)
+            # a body message of a chunked answer whose head this wrote: the bytes and the one
+            # write uvicorn's send makes for it (an empty chunk that is not the last:
+            # uvicorn's, which writes nothing in its own way)
+            body = message.get("body", b"")
+            if message.get("more_body", False):
+                if not body:
+                    return _uvicorn_send(self, message)
+                self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+                return _SENT
+            self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body) if body else _LAST_CHUNK)
+            self.response_complete = True
+            self.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+            return _SENT
+        if message["type"] != "http.response.start" or self.flow.write_paused:
             return _uvicorn_send(self, message)
         given = message.get("headers", ())
         if self.disconnected or not isinstance(given, list | tuple):  # (an iterator is read once: uvicorn's)
@@ -151,7 +283,7 @@ class GuardedCycle(RequestResponseCycle):
                 status_code,
             )
         # neither a length nor a framing given: uvicorn frames the body in chunks
-        self.chunked_encoding = True
+        self.chunked_encoding = self._chunks = True
         tail = _CHUNKED if self.keep_alive else _CLOSE_CHUNKED
         if headers:
             self.transport.write(b"".join((status_line, b"\r\n".join(map(_FIELD.join, headers)), b"\r\n", tail)))
@@ -159,17 +291,58 @@ class GuardedCycle(RequestResponseCycle):
             self.transport.write(status_line + tail)
         return _SENT
 
+    async def run_asgi(self, app: Any, tasks: MutableSet[asyncio.Task[None]] | None = None) -> None:
+        """Run ``app`` for this request, in the task serving it (uvicorn's contract: an error
+        is logged and answered 500 if nothing was sent yet, else the connection is closed; an
+        app that returns a value, or without answering, is logged, and its connection closed
+        or answered 500 as uvicorn does). The task leaves ``tasks`` (the server's) as it ends
+        (no done callback: its scheduling cost about as much as the rest of starting a task)."""
+        try:
+            result = await app(self.scope, self.receive, self.send)
+        except BaseException as exc:
+            self.logger.error("Exception in ASGI application\n", exc_info=exc)
+            if self.response_started:
+                self.transport.close()
+            else:
+                await self.send_500_response()
+        else:
+            if result is not None:
+                self.logger.error("ASGI callable should return None, but returned '%s'.", result)
+                self.transport.close()
+            elif self.disconnected:
+                pass
+            elif not self.response_started:
+                self.logger.error("ASGI callable returned without starting response.")
+                await self.send_500_response()
+            elif not self.response_complete:
+                self.logger.error("ASGI callable returned without completing response.")
+                self.transport.close()
+        finally:
+            self.on_response = _nothing  # (and the protocol is no longer held)
+            if tasks is not None:
+                tasks.discard(asyncio.current_task())  # type: ignore[arg-type]  # (this task: not None)
+
 
 _uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
 
 
+def _nothing() -> None:
+    """What a finished request's cycle calls when its answer completes (nobody waits then)."""
+
+
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+
+
 class _Sent:
-    """An awaitable done at once (what is left of a head :meth:`GuardedCycle.send` wrote)."""
+    """An awaitable done at once (what is left of a message :meth:`GuardedCycle.send` wrote)."""
 
     __slots__ = ()
 
-    def __await__(self) -> Generator[None, None, None]:
-        return iter(())  # type: ignore[return-value]  # (an exhausted iterator: no coroutine to make)
+    # ``await`` calls this with no argument and gets an exhausted iterator: done, value None.
+    # The empty tuple's own bound ``__iter__`` (C), not a method: no Python call per message
+    # awaited (up to one per chunk of a stream).
+    __await__: Callable[[], Generator[None, None, None]] = ().__iter__  # type: ignore[assignment]
 
 
 _SENT = _Sent()
@@ -193,16 +366,6 @@ _NAME, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
 _FIELD = b": "
 _CHUNKED = b"transfer-encoding: chunked\r\n\r\n"
 _CLOSE_CHUNKED = b"connection: close\r\n" + _CHUNKED  # (uvicorn's order)
-
-
-def _with_guarded_cycle(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function``, a method of uvicorn's protocol, run with its module's names (a copy, made
-    at import) but ``RequestResponseCycle``, which is :class:`GuardedCycle`. uvicorn makes
-    each request's cycle by that name, with no hook to choose the class; its code is used as
-    it is, not copied, so it stays uvicorn's own from one version to the next."""
-    namespace = {**function.__globals__, "RequestResponseCycle": GuardedCycle}
-    return types.FunctionType(function.__code__, namespace, function.__name__, function.__defaults__,
-                              function.__closure__)  # fmt: skip
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -229,10 +392,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     proxy (``forwarded_allow_ips``) *and* the request has an ``x-forwarded-for`` or
     ``x-forwarded-proto`` header; every other request runs the app it wraps directly. The
     peer is the connection's, so it is asked once per connection; a trusted peer's request
-    heads are looked through for the two names when complete, before uvicorn picks the app
-    (``self.app``). A request that has them goes through uvicorn's middleware, as before.
+    heads are looked through for the two names when complete, as the app is picked. A
+    request that has them goes through uvicorn's middleware, as before.
     ``tests/test_gateway_server.py`` pins the names the middleware reads and compares the
     client and scheme both paths give the app.
+
+    **Each request's work is ours** (issue 23): when a head is complete,
+    :meth:`on_headers_complete` makes the scope in one go and a :class:`GuardedCycle` (no
+    ``asyncio.Event``), and the body callbacks hand chunks to it directly; uvicorn's code
+    still collects the head (``on_url``, ``on_header``), starts the task, upgrades a WebSocket,
+    answers an invalid request, and owns the server (sockets, lifespan, signals, workers).
+    ``tests/test_gateway_protocol.py`` compares this protocol with uvicorn's own over many
+    requests and apps, byte for byte.
     """
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
@@ -247,6 +418,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # uvicorn's proxy-headers middleware, when it is the app uvicorn loaded (see above)
         self._proxy = self.app if type(self.app) is ProxyHeadersMiddleware else None
         self._proxied = False  # the peer is a proxy the middleware trusts
+        self._upgrading = False  # this request's head asks for a WebSocket (uvicorn takes over)
 
     # -- the one deadline
 
@@ -286,40 +458,125 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self.app = proxy.app
         self._expect(_HEAD, self._header_timeout)
 
+    # A request's head, as the parser reports it: uvicorn's on_url and on_header collect the
+    # target and the headers (lower-case names, values without trailing blanks); the scope is
+    # made at once when the head is complete, with the cycle (GuardedCycle, no event).
+
     def on_message_begin(self) -> None:
-        HttpToolsProtocol.on_message_begin(self)  # (uvicorn's; called directly: cheaper than super())
+        self.url = b""
+        self.headers = []
+        self.expect_100_continue = False
         if self._due is None or self._due_for != _HEAD:  # (a new connection's clock keeps running)
             self._expect(_HEAD, self._header_timeout)
 
-    _uvicorn_on_headers_complete = _with_guarded_cycle(HttpToolsProtocol.on_headers_complete)
-
     def on_headers_complete(self) -> None:
-        if self._proxied:  # the middleware for a request that names a forwarded client or scheme
+        parser = self.parser
+        method = parser.get_method().decode("ascii")
+        http_version = parser.get_http_version()
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": http_version,
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+            "method": method,
+        }
+        self.scope = scope  # type: ignore[assignment]
+        self._upgrading = parser.should_upgrade() and self._should_upgrade()
+        if self._upgrading:  # a WebSocket: data_received hands the connection to uvicorn's ws protocol
+            return
+        url = httptools.parse_url(self.url)
+        path = url.path.decode("ascii")
+        if "%" in path:
+            path = unquote(path)
+        root = self.root_path
+        scope["path"] = root + path
+        scope["raw_path"] = root.encode("ascii") + url.path if root else url.path
+        scope["query_string"] = url.query or b""
+
+        limit = self.limit_concurrency
+        app: Any  # (uvicorn's loaded app, its middleware's, or its 503)
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        elif self._proxied:  # the middleware for a request that names a forwarded client or scheme
             proxy = self._proxy
             assert proxy is not None
-            self.app = proxy.app
-            for name, _ in self.scope["headers"]:  # (a plain loop: cheaper here than map() or a set's isdisjoint)
+            app = proxy.app
+            for name, _ in self.headers:  # (a plain loop: cheaper here than map() or a set's isdisjoint)
                 if name in _FORWARDED:
-                    self.app = proxy
+                    app = proxy
                     break
-        self._uvicorn_on_headers_complete()  # (uvicorn's, making a GuardedCycle)
+        else:
+            app = self.app
+
+        previous = self.cycle
+        self.cycle = cycle = GuardedCycle(
+            scope,
+            self.transport,
+            self.flow,
+            self.logger,
+            self.access_logger,
+            self.access_log,
+            self.server_state.default_headers,
+            self.expect_100_continue,
+            http_version != "1.0" and parser.should_keep_alive(),
+            self.on_response_complete,
+        )
+        if previous is None or previous.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:  # pipelined: it starts when the one before is answered (on_response_complete)
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
         self._expect(_BODY, self.timeout_keep_alive)  # a body that stalls for idle_timeout closes it too
 
     def on_body(self, body: bytes) -> None:
         self._due = self.loop.time() + self.timeout_keep_alive
-        HttpToolsProtocol.on_body(self, body)  # (uvicorn's; called directly: cheaper than super())
+        cycle: GuardedCycle = self.cycle  # type: ignore[assignment]
+        if self._upgrading or cycle.response_complete:  # (answered already: the rest is dropped)
+            return
+        cycle.body += body
+        if len(cycle.body) > HIGH_WATER_LIMIT:  # the app is behind: stop reading until it takes some
+            self.flow.pause_reading()
+        cycle._pending = True  # (cycle.set(), its call only when a receive waits)
+        if cycle._waiter is not None:
+            cycle.set()
 
     def on_message_complete(self) -> None:
         self._due = None  # the answer takes as long as it takes
-        HttpToolsProtocol.on_message_complete(self)  # (uvicorn's; called directly: cheaper than super())
+        cycle: GuardedCycle = self.cycle  # type: ignore[assignment]
+        if self._upgrading or cycle.response_complete:
+            return
+        cycle.more_body = False
+        cycle._pending = True  # (as in on_body)
+        if cycle._waiter is not None:
+            cycle.set()
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:  # (a GuardedCycle: the pipeline's are typed uvicorn's)
+        # uvicorn's, less the done callback (the task leaves the server's set itself, as it
+        # ends: GuardedCycle.run_asgi). A task cancelled before its first step (only at a
+        # shutdown past its grace period) stays in the set: nothing waits on it then.
+        coroutine = cycle.run_asgi(app, self.tasks)
+        if self.config.reset_contextvars:  # (uvicorn's opt-in: each request in a fresh context)
+            task = self.loop.create_task(coroutine, context=contextvars.Context())
+        else:
+            task = self.loop.create_task(coroutine)
+        self.tasks.add(task)
 
     def on_response_complete(self) -> None:
         # uvicorn's, with its keep-alive timer as our deadline
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self._unset_keepalive_if_required()
-        self.flow.resume_reading()
+        # (uvicorn drops its keep-alive timer here: ours is never armed while a request is
+        # answered -- its deadline is for the head or the body then -- and uvicorn's own is
+        # never armed at all)
+        if self.flow.read_paused:
+            self.flow.resume_reading()
         if self.pipeline:  # pipelined requests waiting: the next one starts
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
@@ -340,6 +597,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._clock.cancel()
             self._clock = None
         super().connection_lost(exc)
+        cycle = self.cycle
+        # uvicorn marks the request being answered: where a watch's receive would now get
+        # http.disconnect, the task racing against it is cancelled (_response.until_disconnected)
+        if cycle is not None and cycle.disconnected:
+            cycle.client_gone()  # type: ignore[attr-defined]  # (a GuardedCycle: uvicorn makes ours)
 
 
 _HEAD, _BODY, _IDLE = 0, 1, 2  # what a connection's deadline is for
