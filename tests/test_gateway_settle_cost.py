@@ -4,8 +4,10 @@ the general path it stands for, over many inputs (a shortcut that diverges fails
 from __future__ import annotations
 
 import itertools
+import random
 
 from llmbridge import hub
+from llmbridge.gateway._teams.metrics import Metrics
 from llmbridge.gateway._teams.pricing import Price, cost
 
 
@@ -31,3 +33,48 @@ def test_cost_without_cached_or_reasoning_tokens_equals_the_general_rule_exactly
         assert got == expected and type(got) is type(expected), (price, usage, got, expected)
         seen += 1
     assert seen == 5 * 8 * 8 * 9
+
+
+def _settled_by_labels(m: Metrics, model, dialect, status, inp, out, spent, ttft, duration, cache, error) -> None:
+    # what Metrics.settled stands for, through the families' labels() and the series' own calls
+    m.open_streams.dec()
+    m.requests.labels(model, dialect, str(status)).inc()
+    if inp and inp > 0:
+        m.tokens.labels(model, "input").inc(inp)
+    if out and out > 0:
+        m.tokens.labels(model, "output").inc(out)
+    if spent and spent > 0:
+        m.cost.labels(model).inc(spent)
+    if ttft is not None:
+        m.ttft.labels(model).observe(ttft)
+    m.duration.labels(model).observe(duration)
+    if cache is not None:
+        m.cache.labels(model, cache).inc()
+    if error is not None:
+        m.upstream_errors.labels(*error).inc()
+
+
+def _exposition(m: Metrics) -> list[str]:
+    return [line for line in m.render().decode().splitlines() if "_created" not in line]
+
+
+def test_settled_moves_the_same_series_as_labels_calls() -> None:
+    rng = random.Random(23)
+    fast, by_labels = Metrics(), Metrics()
+    for i in range(600):
+        args = (
+            rng.choice(["m1", "m2", "(unknown)"]),
+            rng.choice(["openai-chat", "anthropic-messages"]),
+            rng.choice([200, 200, 400, 429, 499, 502]),
+            rng.choice([None, 0, 3, 812]),
+            rng.choice([None, 0, 1, 40]),
+            rng.choice([0.0, 0.0, 1.5e-05, 0.02]),
+            rng.choice([None, 0.0004, 0.3, 7.0]),
+            rng.choice([0.0, 0.001, 0.6, 45.0, 1000.0]),
+            rng.choice([None, None, "hit", "miss"]),
+            rng.choice([None, None, ("up-a", "overloaded"), ("up-b", "api_error")]),
+        )
+        fast.settled(*args)
+        _settled_by_labels(by_labels, *args)
+        if i in (0, 1, 7, 60, 599):  # series appear as they first move, not all at once
+            assert _exposition(fast) == _exposition(by_labels)
