@@ -3,12 +3,19 @@ the general path it stands for, over many inputs (a shortcut that diverges fails
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import itertools
 import random
+import time
+from pathlib import Path
 
 from llmbridge import hub
+from llmbridge.gateway import config
+from llmbridge.gateway._teams import AS_STATIC, VIRTUAL, Principal, Refusal, Teams, keys
 from llmbridge.gateway._teams.metrics import Metrics
 from llmbridge.gateway._teams.pricing import Price, cost
+from llmbridge.gateway.config import Config
 
 
 def _cost_in_full(price: Price, usage: hub.Usage) -> float:
@@ -78,3 +85,66 @@ def test_settled_moves_the_same_series_as_labels_calls() -> None:
         _settled_by_labels(by_labels, *args)
         if i in (0, 1, 7, 60, 599):  # series appear as they first move, not all at once
             assert _exposition(fast) == _exposition(by_labels)
+
+
+def _team_config(tmp_path: Path, extra: str = "") -> Config:
+    return config.loads(
+        f'[gateway]\nmaster_key = "sk-master-0123456789abcdef"\ndatabase_url = "sqlite:///{tmp_path / "l.db"}"\n'
+        f'api_keys = ["sk-static-0123456789"]\n{extra}\n'
+        '[upstreams.u]\nformat = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\napi_key = "x"\n\n'
+        '[[models]]\nname = "m1"\nupstream = "u"\nprice = { input = 2.5, output = 10 }\n'
+    )
+
+
+def test_a_virtual_keys_kept_principal_follows_its_record(tmp_path: Path) -> None:
+    """Teams keeps a usable key's digest and principal (Teams._virtual); every answer must be
+    what the record held *now* gives: the same principal, or the same refusal."""
+
+    async def main() -> None:
+        teams = Teams(_team_config(tmp_path).gateway.teams, _team_config(tmp_path), [b"sk-static-0123456789"])
+        await teams.start()
+        try:
+            assert teams.store is not None
+            records, secrets = [], []
+            for i in range(3):
+                record, secret = keys.create({"name": f"k{i}", "rpm_limit": 100 + i})
+                await teams.store.insert_key(record)
+                teams.remember(record)
+                records.append(record)
+                secrets.append(secret)
+
+            async def check() -> None:  # every secret, twice (the second from what is kept)
+                for _ in range(2):
+                    for record, secret in zip(records, secrets, strict=True):
+                        who = await teams.authenticate(secret)
+                        current = teams._by_hash.get(keys.hash_secret(secret))
+                        why = None if current is None else current.usable(time.time())
+                        if current is None or why is not None:
+                            assert isinstance(who, Refusal), (record.name, who)
+                            assert who.error.message == (why or "invalid API key")
+                        else:
+                            assert isinstance(who, Principal) and who == Principal(VIRTUAL, current)
+                            assert who.key is current  # the record in force, not the one first seen
+
+            await check()
+            records[0] = keys.update(records[0], {"rpm_limit": 7})  # a changed limit is seen at once
+            teams.remember(records[0])
+            await check()
+            old = records[1].key_hash
+            rotated, new_secret = keys.rotate(records[1])
+            teams.remember(rotated, old)
+            await check()  # the old secret is refused now
+            records[1], secrets[1] = rotated, new_secret
+            await check()
+            records[2] = dataclasses.replace(records[2], revoked_at=time.time())
+            teams.remember(records[2])
+            await check()
+            expired = dataclasses.replace(records[0], expires_at=time.time() - 1)
+            teams.remember(expired)
+            records[0] = expired
+            await check()
+            assert await teams.authenticate("sk-static-0123456789") is AS_STATIC
+        finally:
+            await teams.stop()
+
+    asyncio.run(main())

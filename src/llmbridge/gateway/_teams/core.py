@@ -55,6 +55,7 @@ _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 _ERROR_TYPES = frozenset({*hub.ERROR_TYPES, "client_disconnected", "cancelled"})  # error_type values stored
 _NEGATIVE_CACHE = 10_000  # unknown secrets remembered (briefly) so guessing does not hit the store each time
 _TOKENS_PER_BYTE = 0.25  # the up-front TPM estimate: ~4 bytes of request JSON per prompt token
+_MEMO = 4_096  # virtual keys whose digest and principal are kept (Teams._virtual)
 _LIMITER_BACKOFF = 1.0  # seconds: after a failed limiter call, apply rate_limit_failure without calling
 
 
@@ -163,6 +164,8 @@ class Teams:
         self._by_hash: dict[str, _keys.KeyRecord] = {}
         self._changes = 0  # bumped by remember(): a reload that raced an admin change is dropped
         self._unknown: dict[str, float] = {}  # hash -> until (loop time)
+        self._digests: dict[bytes, str] = {}  # a usable key's secret -> its hash (see _virtual)
+        self._principals: dict[str, Principal] = {}  # hash -> the principal of its key record
         self._tracer: Tracer | None = None
         self._provider: TracerProvider | None = None
         if settings.otlp_endpoint:
@@ -269,7 +272,7 @@ class Teams:
             return AS_MASTER
         if one_of(raw, self._static):
             return AS_STATIC
-        digest = _keys.hash_secret(raw)
+        digest = self._digests.get(raw) or _keys.hash_secret(raw)
         key = self._by_hash.get(digest)
         if key is None:
             key = await self._lookup(digest)
@@ -278,7 +281,24 @@ class Teams:
         why = key.usable(time.time())
         if why is not None:
             return self._refuse_auth(why)
-        return Principal(VIRTUAL, key)
+        principal = self._principals.get(digest)
+        if principal is None or principal.key is not key:  # new to this process, or changed since
+            principal = self._virtual(raw, digest, key)
+        return principal
+
+    def _virtual(self, raw: bytes, digest: str, key: _keys.KeyRecord) -> Principal:
+        """The principal of a usable virtual key, kept with the secret's digest for its next
+        request: hashing a secret costs ~6 k instructions and a frozen Principal ~1.5 k, the
+        two look-ups a fraction of that. Both are bounded and only memos: each request still
+        finds its key record by digest and asks it whether it is usable now, so a revoked,
+        rotated or expired key stops as before. (The secrets kept are those of keys in use,
+        which the process holds anyway while it serves their requests.)"""
+        if len(self._principals) >= _MEMO:
+            self._digests.clear()
+            self._principals.clear()
+        self._digests[raw] = digest
+        principal = self._principals[digest] = Principal(VIRTUAL, key)
+        return principal
 
     async def _lookup(self, digest: str) -> _keys.KeyRecord | None:
         now = asyncio.get_running_loop().time()
