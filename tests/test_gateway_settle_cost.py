@@ -12,7 +12,8 @@ from pathlib import Path
 
 from llmbridge import hub
 from llmbridge.gateway import config
-from llmbridge.gateway._teams import AS_STATIC, VIRTUAL, Principal, Refusal, Teams, keys
+from llmbridge.gateway._teams import AS_MASTER, AS_OPEN, AS_STATIC, VIRTUAL, Principal, Refusal, Teams, Ticket, keys
+from llmbridge.gateway._teams.limits import ADMITTED
 from llmbridge.gateway._teams.metrics import Metrics
 from llmbridge.gateway._teams.pricing import Price, cost
 from llmbridge.gateway.config import Config
@@ -146,5 +147,35 @@ def test_a_virtual_keys_kept_principal_follows_its_record(tmp_path: Path) -> Non
             assert await teams.authenticate("sk-static-0123456789") is AS_STATIC
         finally:
             await teams.stop()
+
+    asyncio.run(main())
+
+
+def test_keyless_admission_without_a_coroutine_gives_admits_ticket(tmp_path: Path) -> None:
+    """Pipeline.admit calls Teams.admit_keyless for a principal without a virtual key (and
+    Pipeline.authenticate Teams.authenticate_keyless when there are no accounts): the same
+    tickets and answers as the coroutines, which also serve every other caller."""
+
+    async def main() -> None:
+        cfg = config.loads(
+            '[gateway]\napi_keys = ["sk-static-0123456789"]\n\n'
+            '[upstreams.u]\nformat = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\napi_key = "x"\n\n'
+            '[[models]]\nname = "m1"\nupstream = "u"\nprice = { input = 2.5, output = 10 }\n'
+        )
+        teams = Teams(cfg.gateway.teams, cfg, [b"sk-static-0123456789"])
+        assert not teams.accounts and teams.metrics is not None
+        for secret in [None, "", "sk-static-0123456789", "sk-static-012345678", "wrong"]:
+            assert teams.authenticate_keyless(secret) == await teams.authenticate(secret)
+        assert teams.metrics.rejections.labels("auth").value == 2 * 4
+        fields = [f.name for f in dataclasses.fields(Ticket) if f.name not in ("started", "wall")]
+        for who in (AS_STATIC, AS_MASTER, AS_OPEN):
+            for model in ("m1", "other", None):
+                for rid in ("req_1", "a b", "x" * 200, ""):
+                    hreq = hub.Request(model=model, stream=True)
+                    fast = teams.admit_keyless(who, hreq, "openai-chat", "anthropic-messages", rid)
+                    slow = await teams.admit(who, hreq, 100, "openai-chat", "anthropic-messages", rid)
+                    assert isinstance(slow, Ticket)
+                    assert [getattr(fast, f) for f in fields] == [getattr(slow, f) for f in fields]
+                    assert slow.started - fast.started >= 0 and fast.admission is ADMITTED
 
     asyncio.run(main())

@@ -258,11 +258,7 @@ class Teams:
     async def authenticate(self, secret: str | None) -> Principal | Refusal:
         """The caller behind ``secret`` (see :func:`presented_key`), or a 401 refusal."""
         if not self.accounts:
-            if not self._static:
-                return AS_OPEN
-            if secret and one_of(secret.encode(), self._static):
-                return AS_STATIC
-            return self._refuse_auth("invalid or missing API key")
+            return self.authenticate_keyless(secret)
         if not self._started:
             await self.start()
         if not secret:
@@ -299,6 +295,16 @@ class Teams:
         self._digests[raw] = digest
         principal = self._principals[digest] = Principal(VIRTUAL, key)
         return principal
+
+    def authenticate_keyless(self, secret: str | None) -> Principal | Refusal:
+        """:meth:`authenticate` when there are no accounts (no virtual keys, no master key to
+        check here): a static key, anyone when there are none, else a 401 refusal. Nothing to
+        wait for, so callers that know ``accounts`` is off call it directly (no coroutine)."""
+        if not self._static:
+            return AS_OPEN
+        if secret and one_of(secret.encode(), self._static):
+            return AS_STATIC
+        return self._refuse_auth("invalid or missing API key")
 
     async def _lookup(self, digest: str) -> _keys.KeyRecord | None:
         now = asyncio.get_running_loop().time()
@@ -339,17 +345,13 @@ class Teams:
         A refusal is a ledger row too (status 429/403/503, no tokens): "who was throttled" is
         part of "who used what".
         """
-        asked = hreq.model or ""
-        # Bounded strings only past this point (metrics labels, ledger rows, span names): a model
-        # the config does not name is UNKNOWN_MODEL, a request id is cut to 128 printable characters.
-        model = asked if asked in self._prices else UNKNOWN_MODEL
-        if model is UNKNOWN_MODEL and hreq.model is not None:
-            hreq = dataclasses.replace(hreq, model=UNKNOWN_MODEL)  # (a copy for the span: the caller keeps its own)
-        request_id = bounded_request_id(request_id)
         key = principal.key
-        started = asyncio.get_running_loop().time(), time.time()  # TTFT and duration include the admission
         if key is None:
-            return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, ADMITTED, started)
+            return self.admit_keyless(principal, hreq, dialect_in, dialect_out, request_id)
+        asked = hreq.model or ""
+        model, hreq = self._bounded_model(hreq)
+        request_id = bounded_request_id(request_id)
+        started = asyncio.get_running_loop().time(), time.time()  # TTFT and duration include the admission
         verdict = await self._check(key, asked, body_bytes)
         if isinstance(verdict, Refusal):
             if self.ledger is not None:
@@ -363,6 +365,30 @@ class Teams:
                 self.metrics.requests.labels(model, dialect_out, str(verdict.error.status)).inc()
             return verdict
         return self._ticket(principal, hreq, model, dialect_in, dialect_out, request_id, verdict, started)
+
+    def admit_keyless(
+        self, principal: Principal, hreq: hub.Request, dialect_in: str, dialect_out: str, request_id: str
+    ) -> Ticket:
+        """:meth:`admit` for a principal without a virtual key (static, master, open): no
+        limits to ask, so no coroutine; callers that know there is no key call it directly."""
+        model, hreq = self._bounded_model(hreq)
+        started = asyncio.get_running_loop().time(), time.time()  # TTFT and duration include the admission
+        return self._ticket(
+            principal, hreq, model, dialect_in, dialect_out, bounded_request_id(request_id), ADMITTED, started
+        )
+
+    def _bounded_model(self, hreq: hub.Request) -> tuple[str, hub.Request]:
+        """The model as metrics, the ledger and spans name it, and the request the span reads.
+
+        Bounded strings only past admission (metrics labels, ledger rows, span names): a model
+        the config does not name is UNKNOWN_MODEL (and a request id is cut to 128 printable
+        characters, :func:`bounded_request_id`)."""
+        asked = hreq.model or ""
+        if asked in self._prices:
+            return asked, hreq
+        if hreq.model is not None:
+            hreq = dataclasses.replace(hreq, model=UNKNOWN_MODEL)  # (a copy for the span: the caller keeps its own)
+        return UNKNOWN_MODEL, hreq
 
     async def _check(self, key: _keys.KeyRecord, model: str, body_bytes: int) -> Admission | Refusal:
         if key.models is not None and model not in key.models:
