@@ -12,7 +12,9 @@ from pathlib import Path
 
 from llmbridge import hub
 from llmbridge.gateway import config
+from llmbridge.gateway._pipeline import REQUEST_ID
 from llmbridge.gateway._teams import AS_MASTER, AS_OPEN, AS_STATIC, VIRTUAL, Principal, Refusal, Teams, Ticket, keys
+from llmbridge.gateway._teams.core import bounded_request_id
 from llmbridge.gateway._teams.limits import ADMITTED
 from llmbridge.gateway._teams.metrics import Metrics
 from llmbridge.gateway._teams.pricing import Price, cost
@@ -179,3 +181,17 @@ def test_keyless_admission_without_a_coroutine_gives_admits_ticket(tmp_path: Pat
                     assert slow.started - fast.started >= 0 and fast.admission is ADMITTED
 
     asyncio.run(main())
+
+
+def test_bounded_request_id_keeps_exactly_what_the_header_rule_allows() -> None:
+    # The rule (pipeline.REQUEST_ID, the x-request-id header's): 1-128 characters in 0x21-0x7e.
+    # bounded_request_id keeps such an id (and "") as it is and filters anything else.
+    def reference(value: str) -> str:
+        if not value or REQUEST_ID.fullmatch(value):
+            return value
+        return "".join(c for c in value[:4096] if "!" <= c <= "~")[:128]
+
+    singles = [chr(c) for c in [*range(0x3000), 0xFEFF, 0x10FFFF, 0xD7FF, 0x1F600]]
+    longer = ["req_" + "a" * n for n in (0, 123, 124, 125, 200)] + ["a b", "tab\there", "é" * 3, "x\x7f", "ok~!"]
+    for value in ["", *singles, *longer, *(s + "z" for s in singles[:300])]:
+        assert bounded_request_id(value) == reference(value), repr(value)

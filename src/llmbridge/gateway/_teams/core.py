@@ -22,7 +22,6 @@ import dataclasses
 import hmac
 import logging
 import math
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,7 +50,6 @@ __all__ = ["Answer", "Principal", "Refusal", "Teams", "Ticket", "create", "prese
 
 log = logging.getLogger("llmbridge.gateway.teams")
 UNKNOWN_MODEL = "(unknown)"  # what metrics and the ledger say for a model the config does not name
-_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 _ERROR_TYPES = frozenset({*hub.ERROR_TYPES, "client_disconnected", "cancelled"})  # error_type values stored
 _NEGATIVE_CACHE = 10_000  # unknown secrets remembered (briefly) so guessing does not hit the store each time
 _TOKENS_PER_BYTE = 0.25  # the up-front TPM estimate: ~4 bytes of request JSON per prompt token
@@ -115,7 +113,9 @@ class Ticket:
 def bounded_request_id(value: str) -> str:
     """A request id as the ledger may store it: at most 128 printable ASCII characters (as the
     ``x-request-id`` header is checked in app.py), whatever a body's ``metadata.request_id`` held."""
-    if _REQUEST_ID.fullmatch(value) or not value:
+    # (printable ASCII less the space is 0x21-0x7e: asked with three string methods, ~1.3 k
+    # instructions cheaper than a regular expression, on every admitted request)
+    if len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value:
         return value
     return "".join(c for c in value[:4096] if "!" <= c <= "~")[:128]
 
