@@ -6,17 +6,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import math
 import random
 import time
+import types
 from pathlib import Path
 
 from llmbridge import hub
 from llmbridge.gateway import config
-from llmbridge.gateway._pipeline import REQUEST_ID
+from llmbridge.gateway._pipeline import REQUEST_ID, Pipeline
 from llmbridge.gateway._teams import AS_MASTER, AS_OPEN, AS_STATIC, VIRTUAL, Principal, Refusal, Teams, Ticket, keys
 from llmbridge.gateway._teams.core import bounded_request_id
 from llmbridge.gateway._teams.limits import ADMITTED
-from llmbridge.gateway._teams.metrics import Metrics
+from llmbridge.gateway._teams.metrics import Histogram, Metrics
 from llmbridge.gateway._teams.pricing import Price, cost
 from llmbridge.gateway.config import Config
 
@@ -195,3 +197,24 @@ def test_bounded_request_id_keeps_exactly_what_the_header_rule_allows() -> None:
     longer = ["req_" + "a" * n for n in (0, 123, 124, 125, 200)] + ["a b", "tab\there", "é" * 3, "x\x7f", "ok~!"]
     for value in ["", *singles, *longer, *(s + "z" for s in singles[:300])]:
         assert bounded_request_id(value) == reference(value), repr(value)
+
+
+def test_timing_clamps_each_share_as_max_does(monkeypatch) -> None:
+    """Pipeline.timing clamps the shares with comparisons: the Server-Timing value and the
+    overhead histogram must be what max(0.0, ...) gives, for every sign, zero, -0.0 and NaN."""
+    pipeline = object.__new__(Pipeline)  # (timing reads only .teams)
+    metrics = Metrics()
+    pipeline.teams = types.SimpleNamespace(metrics=metrics)  # type: ignore[assignment]
+    reference = Histogram(metrics.overhead.bounds)
+    values = [None, 0.0, -0.0, 1e-9, 0.0004, 0.25, 3.0, -0.001, -5.0, math.nan, math.inf]
+    now = 100.0
+    monkeypatch.setattr(time, "perf_counter", lambda: now)
+    for arrived in (100.0, 99.9996, 99.0, 100.5, math.nan):
+        for started, at in itertools.product(values, values):
+            upstream = at - started if at is not None and started is not None else 0.0
+            gateway = max(0.0, now - arrived - max(0.0, upstream))
+            expected = f"gateway;dur={gateway * 1000:.3f}, upstream;dur={max(0.0, upstream) * 1000:.3f}"
+            assert pipeline.timing(arrived, started, at) == expected, (arrived, started, at)
+            reference.observe(gateway)
+    assert metrics.overhead.counts == reference.counts
+    assert metrics.overhead.sum == reference.sum

