@@ -17,7 +17,7 @@ from llmbridge.gateway import config
 from llmbridge.gateway._pipeline import REQUEST_ID, Pipeline
 from llmbridge.gateway._teams import AS_MASTER, AS_OPEN, AS_STATIC, VIRTUAL, Principal, Refusal, Teams, Ticket, keys
 from llmbridge.gateway._teams.core import bounded_request_id
-from llmbridge.gateway._teams.limits import ADMITTED
+from llmbridge.gateway._teams.limits import ADMITTED, LocalLimiter
 from llmbridge.gateway._teams.metrics import Histogram, Metrics
 from llmbridge.gateway._teams.pricing import Price, cost
 from llmbridge.gateway.config import Config
@@ -218,3 +218,42 @@ def test_timing_clamps_each_share_as_max_does(monkeypatch) -> None:
             reference.observe(gateway)
     assert metrics.overhead.counts == reference.counts
     assert metrics.overhead.sum == reference.sum
+
+
+def test_local_limiter_admit_now_decides_and_counts_as_admit_does() -> None:
+    """Teams._check asks LocalLimiter.admit_now first (no coroutine) and awaits admit only when
+    it says None: the same admissions and the same counts as admit alone, over budgets,
+    RPM, TPM, settlements and new periods."""
+
+    async def main() -> None:
+        t = [1_767_225_000.0]  # 2025-12-31 23:50 UTC: the month and the day change on the way
+        seeded: list[tuple[str, float]] = []
+
+        async def seed(key_id: str, since: float) -> float:
+            seeded.append((key_id, since))
+            return 0.4
+
+        fast, slow = LocalLimiter(seed, lambda: t[0]), LocalLimiter(seed, lambda: t[0])
+        specs = [
+            {"name": "a", "rpm_limit": 5, "tpm_limit": 300, "budget_usd": 1.0, "budget_period": "day"},
+            {"name": "b", "rpm_limit": 2},
+            {"name": "c", "tpm_limit": 50, "budget_usd": 0.5, "budget_period": "month"},
+            {"name": "d"},
+        ]
+        records = [keys.create(spec)[0] for spec in specs]
+        rng = random.Random(6)
+        for _ in range(400):
+            key = rng.choice(records)
+            estimate = rng.choice([0, 10, 40, 200])
+            ready = fast.admit_now(key, estimate)
+            got = ready if ready is not None else await fast.admit(key, estimate)
+            assert got == await slow.admit(key, estimate)
+            if got.ok and rng.random() < 0.7:
+                tokens, spent = rng.choice([0, 30, 120]), rng.choice([0.0, 0.01, 0.3])
+                fast.settle_now(key, got, tokens, spent)
+                slow.settle_now(key, got, tokens, spent)
+            assert (fast._rpm, fast._tpm, fast._spend) == (slow._rpm, slow._tpm, slow._spend)
+            t[0] += rng.choice([0.5, 3.0, 20.0, 61.0])
+        assert len({since for _, since in seeded}) >= 3  # new periods were met (and seeded) on the way
+
+    asyncio.run(main())

@@ -402,8 +402,11 @@ class Teams:
             admission = self._limiter_failed(None)
         else:
             try:
-                assert self.limiter is not None  # a virtual key: accounts are on, so is a limiter
-                admission = await self.limiter.admit(key, estimate)
+                limiter = self.limiter
+                assert limiter is not None  # a virtual key: accounts are on, so is a limiter
+                # (in process, and the period's spend known: nothing to wait for)
+                ready = limiter.admit_now(key, estimate) if type(limiter) is LocalLimiter else None
+                admission = ready if ready is not None else await limiter.admit(key, estimate)
                 self._limiter_down_until = 0.0
             except Exception as exc:  # Redis down or slow: the operator's choice
                 admission = self._limiter_failed(exc)
