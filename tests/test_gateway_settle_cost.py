@@ -257,3 +257,30 @@ def test_local_limiter_admit_now_decides_and_counts_as_admit_does() -> None:
         assert len({since for _, since in seeded}) >= 3  # new periods were met (and seeded) on the way
 
     asyncio.run(main())
+
+
+def test_settling_reports_the_ledgers_pending_rows(tmp_path: Path) -> None:
+    """Ledger.record returns the rows waiting, which settling sets the gauge to (in place of
+    reading Ledger.pending again): the gauge follows the buffer, shedding included."""
+
+    async def main() -> None:
+        cfg = _team_config(tmp_path, "ledger_max_buffer = 3\nledger_flush_seconds = 3600")
+        teams = Teams(cfg.gateway.teams, cfg, [])
+        await teams.start()
+        try:
+            assert teams.store is not None and teams.ledger is not None and teams.metrics is not None
+            record, secret = keys.create({"name": "k", "budget_usd": 5.0})
+            await teams.store.insert_key(record)
+            teams.remember(record)
+            who = await teams.authenticate(secret)
+            assert isinstance(who, Principal)
+            for i in range(6):
+                ticket = await teams.admit(who, hub.Request(model="m1"), 80, "openai-chat", "openai-chat", f"r{i}")
+                assert isinstance(ticket, Ticket)
+                teams.settle(ticket, 200)
+                assert teams.metrics.ledger_pending.value == teams.ledger.pending == min(i + 1, 3)
+            assert teams.ledger.dropped == 3
+        finally:
+            await teams.stop()
+
+    asyncio.run(main())

@@ -522,11 +522,12 @@ class Teams:
         key = ticket.principal.key
         inp = usage.input_tokens if usage else None
         out = usage.output_tokens if usage else None
+        pending = None  # the ledger's rows waiting, once this one is queued
         if self.ledger is not None:
             # (positional, in LedgerRow's field order: ts, request_id, key_id, model, upstream,
             # dialect_in, dialect_out, input/output/thinking/cached tokens, cost_usd, ttft_ms,
             # duration_ms, status, error_type, cache; 17 keywords cost more to bind per request)
-            self.ledger.record(
+            pending = self.ledger.record(
                 LedgerRow(ticket.wall, ticket.request_id, key.id if key is not None else None, ticket.model,
                           ticket.upstream, ticket.dialect_in, ticket.dialect_out, inp, out,
                           usage.reasoning_tokens if usage else None, usage.cache_read_tokens if usage else None,
@@ -545,8 +546,8 @@ class Teams:
         if m is not None:
             blamed = None if error_type in (None, "client_disconnected") else (ticket.upstream or "", error_type)
             m.settled(ticket.model, ticket.dialect_out, status, inp, out, spent, ttft, duration, ticket.cache, blamed)
-            if self.ledger is not None:
-                m.ledger_pending.set(self.ledger.pending)
+            if pending is not None:
+                m.ledger_pending.set(pending)
         if ticket.span is not None:
             tracing.end_span(
                 ticket.span, upstream=ticket.upstream, upstream_format=ticket.upstream_format,

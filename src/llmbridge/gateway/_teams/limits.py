@@ -121,9 +121,10 @@ class LocalLimiter:
             if used is not None and used[0] == admission.bucket:
                 used[1] += tokens - admission.estimate
         if key.budget_usd is not None and cost:
-            start = period_start(key.budget_period, self._clock())
-            if (key.id, start) in self._spend:
-                self._spend[(key.id, start)] += cost
+            period = (key.id, period_start(key.budget_period, self._clock()))
+            spent = self._spend.get(period)
+            if spent is not None:  # (else not seeded yet: the next admission reads the ledger)
+                self._spend[period] = spent + cost
 
     async def aclose(self) -> None:
         pass
