@@ -8,6 +8,7 @@ import dataclasses
 import itertools
 import math
 import random
+import struct
 import time
 import types
 from pathlib import Path
@@ -16,7 +17,7 @@ from llmbridge import hub
 from llmbridge.gateway import config
 from llmbridge.gateway._pipeline import REQUEST_ID, Pipeline
 from llmbridge.gateway._teams import AS_MASTER, AS_OPEN, AS_STATIC, VIRTUAL, Principal, Refusal, Teams, Ticket, keys
-from llmbridge.gateway._teams.core import bounded_request_id
+from llmbridge.gateway._teams.core import bounded_request_id, milliseconds
 from llmbridge.gateway._teams.limits import ADMITTED, LocalLimiter
 from llmbridge.gateway._teams.metrics import Histogram, Metrics
 from llmbridge.gateway._teams.pricing import Price, cost
@@ -284,3 +285,18 @@ def test_settling_reports_the_ledgers_pending_rows(tmp_path: Path) -> None:
             await teams.stop()
 
     asyncio.run(main())
+
+
+def test_milliseconds_is_round_to_three_digits_bit_for_bit() -> None:
+    """The ledger's ttft_ms and duration_ms: teams.core.milliseconds against round(x * 1000, 3),
+    compared as bits (the sign of zero included), over magnitudes, halves and their neighbours."""
+    rng = random.Random(1000)
+    values = [0.0, -0.0, 1e-12, 5e-7, 4.999e-7, 5.0005e-4, 0.0015, 2.5e-6, 1e9, 1.1e9, -0.001, math.inf, math.nan]
+    for _ in range(20_000):
+        values.append(rng.uniform(0, 10) * 10.0 ** rng.randint(-7, 7))
+    for _ in range(5_000):  # at a half of a microsecond, and one or two floats either side
+        half = (rng.randint(0, 10**9) + 0.5) / 1e6
+        values += [half, math.nextafter(half, 0), math.nextafter(half, 1), half * (1 + 2e-16), half * (1 - 2e-16)]
+    for x in values:
+        expected, got = round(x * 1000, 3), milliseconds(x)
+        assert struct.pack("<d", got) == struct.pack("<d", expected), (x, got, expected)
