@@ -289,10 +289,12 @@ class Attempt:
         return self.slot.state.name
 
     def on_end(self, exchange: Any) -> None:
-        """The exchange's ``on_end``: :meth:`finished` with its usage and error."""
-        usage = getattr(exchange, "usage", None)
+        """The exchange's ``on_end``: :meth:`finished` with its usage and error. ``exchange``
+        is what settling reads too (``teams.core.Answer``: an exchange or an outcome), so both
+        are plain attributes (two getattr() calls cost ~1 k instructions per request)."""
+        usage = exchange.usage
         tokens = None if usage is None else (usage.input_tokens or 0) + (usage.output_tokens or 0)
-        self.finished(self.plan.router.clock(), tokens, getattr(exchange, "error", None))
+        self.finished(self.plan.router.clock(), tokens, exchange.error)
 
     def begin(self, now: float, *, count_locally: bool = True) -> None:
         s = self.slot.state

@@ -44,13 +44,15 @@ class Ledger:
         self.dropped = 0
         self.failing = False
 
-    def record(self, row: LedgerRow) -> None:
-        """Queue a row (never blocks, never raises); sheds the oldest row past ``max_buffer``."""
+    def record(self, row: LedgerRow) -> int:
+        """Queue a row (never blocks, never raises); sheds the oldest row past ``max_buffer``.
+        Returns the rows now waiting (:attr:`pending`, which settling reports as a gauge)."""
         buffer = self._buffer
         buffer.append(row)
         if len(buffer) > self.max_buffer:
             buffer.popleft()
             self.dropped += 1
+        return len(buffer)
 
     @property
     def pending(self) -> int:

@@ -62,6 +62,7 @@ class LocalLimiter:
 
     async def admit(self, key: KeyRecord, estimate: int) -> Admission:
         now = self._clock()
+        spent = None
         if key.budget_usd is not None:
             start = period_start(key.budget_period, now)
             spent = self._spend.get((key.id, start))
@@ -69,9 +70,26 @@ class LocalLimiter:
                 for stale in [k for k in self._spend if k[0] == key.id]:
                     del self._spend[stale]
                 spent = self._spend.setdefault((key.id, start), await self._seed(key.id, start))
-            if spent >= key.budget_usd:
-                end = period_end(key.budget_period, now)
-                return Admission(False, "budget", None if end is None else end - now)
+        return self._decide(key, estimate, now, spent)
+
+    def admit_now(self, key: KeyRecord, estimate: int) -> Admission | None:
+        """:meth:`admit` without a coroutine (~1.5 k instructions less per request), or None
+        when the key's spend in this period must first be read from the ledger (then
+        :meth:`admit`): the same decision and the same counts as :meth:`admit`."""
+        now = self._clock()
+        spent = None
+        if key.budget_usd is not None:
+            spent = self._spend.get((key.id, period_start(key.budget_period, now)))
+            if spent is None:
+                return None
+        return self._decide(key, estimate, now, spent)
+
+    def _decide(self, key: KeyRecord, estimate: int, now: float, spent: float | None) -> Admission:
+        """Budget (``spent`` this period: None without a budget), RPM and TPM at ``now``;
+        counts an admitted request."""
+        if spent is not None and key.budget_usd is not None and spent >= key.budget_usd:
+            end = period_end(key.budget_period, now)
+            return Admission(False, "budget", None if end is None else end - now)
         window = None
         if key.rpm_limit is not None:
             window = self._rpm.get(key.id)
@@ -91,7 +109,7 @@ class LocalLimiter:
             used[1] += estimate
         if window is not None:
             window.append(now)
-        return Admission(True, bucket=minute, estimate=estimate)
+        return Admission(True, None, None, minute, estimate)  # (positional: ok, reason, retry_after, bucket, estimate)
 
     async def settle(self, key: KeyRecord, admission: Admission, tokens: int, cost: float) -> None:
         self.settle_now(key, admission, tokens, cost)
@@ -103,9 +121,10 @@ class LocalLimiter:
             if used is not None and used[0] == admission.bucket:
                 used[1] += tokens - admission.estimate
         if key.budget_usd is not None and cost:
-            start = period_start(key.budget_period, self._clock())
-            if (key.id, start) in self._spend:
-                self._spend[(key.id, start)] += cost
+            period = (key.id, period_start(key.budget_period, self._clock()))
+            spent = self._spend.get(period)
+            if spent is not None:  # (else not seeded yet: the next admission reads the ledger)
+                self._spend[period] = spent + cost
 
     async def aclose(self) -> None:
         pass

@@ -155,8 +155,26 @@ def _single(r: CollectorRegistry, name: str, doc: str, kind: str, make: Callable
     return Family(r, name, doc, kind, (), make).labels()
 
 
+class _ModelSeries:
+    """A model's series that settling moves, kept once found: one look-up by the model's name
+    per request instead of a label tuple made and hashed per series. Each is None until its
+    family's ``labels()`` makes it, the first time it moves (so the same series exist)."""
+
+    __slots__ = ("cost", "duration", "input", "output", "ttft")
+
+    def __init__(self) -> None:
+        self.cost: Counter | None = None
+        self.duration: Histogram | None = None
+        self.input: Counter | None = None
+        self.output: Counter | None = None
+        self.ttft: Histogram | None = None
+
+
 class Metrics:
     def __init__(self) -> None:
+        # what settled() moves, by model and by (model, dialect, status as a number): see there
+        self._models: dict[str, _ModelSeries] = {}
+        self._answered: dict[tuple[str, str, int], Counter] = {}
         r = self.registry = CollectorRegistry()
         latency = (*map(float, _LATENCY), math.inf)
         self.requests = Family(
@@ -222,29 +240,40 @@ class Metrics:
     ) -> None:
         """One request settled (``Teams.settle``): the series it moves, in one call.
 
-        Each series is found in its family's children in place (``labels()`` only makes it,
-        the first time) and moved there, rather than through ``labels()`` and
-        ``inc()``/``observe()`` (two Python calls each, about ten series a request). The
-        same series come to exist as with those calls: a token count only when it is
-        positive, the cost only when there is one, the time to the first byte only for a
-        stream, the cache's only for a cached model, an upstream error (``error``:
-        (upstream, type)) only when there was one."""
+        The series are kept per model (:class:`_ModelSeries`) and per (model, dialect,
+        status): a dictionary look-up or two per request, where a label tuple per series
+        (and ``str(status)``) cost ~3 k instructions more. A series is made by its family's
+        ``labels()``, as with ``labels().inc()``, and only when it first moves: a token
+        count only when it is positive, the cost only when there is one, the time to the
+        first byte only for a stream, the cache's only for a cached model, an upstream
+        error (``error``: (upstream, type)) only when there was one."""
         self.open_streams.value -= 1.0
-        per_model = (model,)
-        answered = (model, dialect, str(status))
-        (self.requests.children.get(answered) or self.requests.labels(*answered)).value += 1.0
-        tokens = self.tokens
+        answered = self._answered.get((model, dialect, status))
+        if answered is None:
+            answered = self._answered[(model, dialect, status)] = self.requests.labels(model, dialect, str(status))
+        answered.value += 1.0
+        series = self._models.get(model)
+        if series is None:
+            series = self._models[model] = _ModelSeries()
         if input_tokens and input_tokens > 0:
-            key = (model, "input")
-            (tokens.children.get(key) or tokens.labels(*key)).value += input_tokens
+            if series.input is None:
+                series.input = self.tokens.labels(model, "input")
+            series.input.value += input_tokens
         if output_tokens and output_tokens > 0:
-            key = (model, "output")
-            (tokens.children.get(key) or tokens.labels(*key)).value += output_tokens
+            if series.output is None:
+                series.output = self.tokens.labels(model, "output")
+            series.output.value += output_tokens
         if cost and cost > 0:
-            (self.cost.children.get(per_model) or self.cost.labels(model)).value += cost
+            if series.cost is None:
+                series.cost = self.cost.labels(model)
+            series.cost.value += cost
         if ttft is not None:
-            (self.ttft.children.get(per_model) or self.ttft.labels(model)).observe(ttft)
-        (self.duration.children.get(per_model) or self.duration.labels(model)).observe(duration)
+            if series.ttft is None:
+                series.ttft = self.ttft.labels(model)
+            series.ttft.observe(ttft)
+        if series.duration is None:
+            series.duration = self.duration.labels(model)
+        series.duration.observe(duration)
         if cache is not None:
             key = (model, cache)
             (self.cache.children.get(key) or self.cache.labels(*key)).value += 1.0

@@ -53,6 +53,11 @@ def cost(price: Price | None, usage: hub.Usage | None) -> float:
         return 0.0
     inp = usage.input_tokens or 0
     out = usage.output_tokens or 0
+    if not usage.cache_read_tokens and not usage.reasoning_tokens and inp >= 0 and out >= 0:
+        # Nothing at the cached or reasoning rates (most answers): the sum below less its two
+        # zero terms, which leave a non-negative float exactly as it was (every request settled
+        # asks this; the rest costs ~3 k instructions more).
+        return (inp * price.input + out * price.output) / 1_000_000
     cached = min(usage.cache_read_tokens or 0, inp)
     thinking = min(usage.reasoning_tokens or 0, out)
     cached_rate = price.input if price.cached is None else price.cached
