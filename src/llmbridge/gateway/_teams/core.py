@@ -53,7 +53,7 @@ UNKNOWN_MODEL = "(unknown)"  # what metrics and the ledger say for a model the c
 _ERROR_TYPES = frozenset({*hub.ERROR_TYPES, "client_disconnected", "cancelled"})  # error_type values stored
 _NEGATIVE_CACHE = 10_000  # unknown secrets remembered (briefly) so guessing does not hit the store each time
 _TOKENS_PER_BYTE = 0.25  # the up-front TPM estimate: ~4 bytes of request JSON per prompt token
-_MEMO = 4_096  # virtual keys whose digest and principal are kept (Teams._virtual)
+_MEMO = 4_096  # virtual keys whose principal is kept (Teams._virtual)
 _LIMITER_BACKOFF = 1.0  # seconds: after a failed limiter call, apply rate_limit_failure without calling
 
 
@@ -184,7 +184,6 @@ class Teams:
         self._by_hash: dict[str, _keys.KeyRecord] = {}
         self._changes = 0  # bumped by remember(): a reload that raced an admin change is dropped
         self._unknown: dict[str, float] = {}  # hash -> until (loop time)
-        self._digests: dict[bytes, str] = {}  # a usable key's secret -> its hash (see _virtual)
         self._principals: dict[str, Principal] = {}  # hash -> the principal of its key record
         self._tracer: Tracer | None = None
         self._provider: TracerProvider | None = None
@@ -288,7 +287,7 @@ class Teams:
             return AS_MASTER
         if one_of(raw, self._static):
             return AS_STATIC
-        digest = self._digests.get(raw) or _keys.hash_secret(raw)
+        digest = _keys.hash_secret(raw)  # (every time: no secret is kept to skip it, see _virtual)
         key = self._by_hash.get(digest)
         if key is None:
             key = await self._lookup(digest)
@@ -299,20 +298,19 @@ class Teams:
             return self._refuse_auth(why)
         principal = self._principals.get(digest)
         if principal is None or principal.key is not key:  # new to this process, or changed since
-            principal = self._virtual(raw, digest, key)
+            principal = self._virtual(digest, key)
         return principal
 
-    def _virtual(self, raw: bytes, digest: str, key: _keys.KeyRecord) -> Principal:
-        """The principal of a usable virtual key, kept with the secret's digest for its next
-        request: hashing a secret costs ~6 k instructions and a frozen Principal ~1.5 k, the
-        two look-ups a fraction of that. Both are bounded and only memos: each request still
-        finds its key record by digest and asks it whether it is usable now, so a revoked,
-        rotated or expired key stops as before. (The secrets kept are those of keys in use,
-        which the process holds anyway while it serves their requests.)"""
+    def _virtual(self, digest: str, key: _keys.KeyRecord) -> Principal:
+        """The principal of a usable virtual key, kept by the secret's digest for its next
+        request (a frozen Principal costs ~1.5 k instructions, the look-up a fraction of
+        that). Bounded, and only a memo: each request still finds its key record by digest
+        and asks it whether it is usable now, so a revoked, rotated or expired key stops as
+        before. The secret's hash (~6 k) is not skipped the same way: that would need the
+        secrets themselves kept in memory, which the gateway never does (the store holds
+        digests only)."""
         if len(self._principals) >= _MEMO:
-            self._digests.clear()
             self._principals.clear()
-        self._digests[raw] = digest
         principal = self._principals[digest] = Principal(VIRTUAL, key)
         return principal
 
