@@ -40,6 +40,9 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 # fragment for an open block, with every other field one that the general path skips (null,
 # per-token metadata, or stream-level values already reported).  Any other key or type fails
 # the decode and the chunk takes the general path, so these types are also the shape check.
+# The fields are in the order the wire has them (msgspec looks a key up from the field after
+# the last one found: in order, each key is found at the first try), and the values no one
+# reads are ``Any``: an int or a short string is cheaper to make than a ``Raw`` of it.
 class _HotFunction(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     arguments: str
 
@@ -50,36 +53,36 @@ class _HotCall(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 class _HotDelta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    role: Any = None  # the _DELTA_SKIP keys (never read)
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
     refusal: str | None = None
     tool_calls: list[_HotCall] | None = None
-    role: msgspec.Raw = msgspec.Raw()  # the _DELTA_SKIP keys (Raw: not decoded, never read)
-    token_id: msgspec.Raw = msgspec.Raw()
-    channel: msgspec.Raw = msgspec.Raw()
+    token_id: Any = None
+    channel: Any = None
 
 
-class _HotChoice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    delta: _HotDelta
+class _HotChoice(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True):
     index: int = 0
-    text: msgspec.Raw = msgspec.Raw()  # Together's legacy copy of the content: _choice skips it
+    delta: _HotDelta
     finish_reason: str | None = None  # (not null: the general path; typed so the end decodes without raising)
     logprobs: None = None
+    text: Any = None  # Together's legacy copy of the content: _choice skips it
     native_finish_reason: None = None
     seed: None = None
     token_ids: None = None
 
 
-class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True):
+    id: Any = None  # stream-level: read from the first chunk only
+    object: Any = None
+    created: Any = None
+    model: Any = None
     choices: list[_HotChoice]
-    id: msgspec.Raw = msgspec.Raw()  # stream-level: read from the first chunk only
-    object: msgspec.Raw = msgspec.Raw()
-    created: msgspec.Raw = msgspec.Raw()
-    model: msgspec.Raw = msgspec.Raw()
-    obfuscation: msgspec.Raw = msgspec.Raw()
-    sla_metrics: msgspec.Raw = msgspec.Raw()  # reported from the first chunk only (_NOT_EXTRA)
     usage: dict | None = None  # (not null: the general path)
+    obfuscation: Any = None
+    sla_metrics: Any = None  # reported from the first chunk only (_NOT_EXTRA)
     service_tier: str | None = None  # extras: reported when they change, so compared with _seen
     system_fingerprint: str | None = None
     provider: str | None = None
@@ -88,19 +91,19 @@ class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 _hot_decode = msgspec.json.Decoder(_HotChunk).decode
 
 
-class _StartChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class _StartChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True):
     """The first chunk of nearly every stream (``delta: {"role": "assistant", "content": ""}``):
     :class:`_HotChunk` with the stream-level fields that ``_start`` reads decoded, and typed as
     ``_start`` takes them (any other type fails the decode: the general path)."""
 
-    choices: list[_HotChoice]
     id: str | None = None
-    object: msgspec.Raw = msgspec.Raw()
+    object: Any = None
     created: int | None = None
     model: str | None = None
-    obfuscation: msgspec.Raw = msgspec.Raw()
-    sla_metrics: msgspec.Raw = msgspec.Raw()  # (present: the general path; _start reports it)
+    choices: list[_HotChoice]
     usage: dict | None = None
+    obfuscation: Any = None
+    sla_metrics: msgspec.Raw = msgspec.Raw()  # (present: the general path; _start reports it)
     service_tier: str | None = None
     system_fingerprint: str | None = None
     provider: str | None = None
