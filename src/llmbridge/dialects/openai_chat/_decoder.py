@@ -338,8 +338,13 @@ class StreamDecoder(SSEStreamDecoder):
             ):
                 # inside <think>: no "<" means no </think> and no partial tag for the parser to hold
                 self._out.append(_Delta(ch.seq, content))  # type: ignore[arg-type]
+            elif ch.think == "start" and not ch.buf and content[0] != "<" and not content[0].isspace():
+                # the first text of the choice, which cannot open a <think> tag (nor be the space
+                # before one): _content would end its parser and open the text block, as here
+                ch.think = "text"
+                self._seq(ch, "text", content)
             else:
-                self._content(ch, content)  # the first text of the choice, or the <think> parser's work
+                self._content(ch, content)  # the <think> parser's work
             return True
         if reasoning:
             if refusal or calls:
@@ -831,11 +836,11 @@ class StreamDecoder(SSEStreamDecoder):
             return  # OpenRouter repeats the finish chunk
         ch.finished = True
         self._close_choice(ch)
-        raw = str(reason)
+        raw = reason if type(reason) is str else str(reason)
         hub_reason = FINISH_FROM_WIRE.get(raw, "other")
         stop_sequence = None
-        stop_reason = choice.get("stop_reason")
-        if isinstance(bridge, dict) and _key(bridge.get("finish")) in hub.FINISH_REASONS:
+        stop_reason = choice.get("stop_reason") if choice else None  # (the hot path's choice is {})
+        if bridge is not None and isinstance(bridge, dict) and _key(bridge.get("finish")) in hub.FINISH_REASONS:
             hub_reason = bridge["finish"]
             raw = bridge["raw"] if isinstance(bridge.get("raw"), str) and bridge["raw"] else raw
         elif hub_reason == "end_turn":
@@ -845,7 +850,7 @@ class StreamDecoder(SSEStreamDecoder):
                 hub_reason = "refusal"
             elif isinstance(stop_reason, str) and stop_reason:
                 hub_reason = "stop_sequence"
-        if isinstance(stop_reason, str) and stop_reason:
+        if stop_reason and isinstance(stop_reason, str):
             stop_sequence = stop_reason
         self._out.append(hub.Finish(hub_reason, ch.n, raw, stop_sequence))
 
