@@ -1066,3 +1066,31 @@ def test_plain_message_delta_fast_path_is_the_general_path():
         fast._usage = general._usage = usage
         fast._delta_extras = general._delta_extras = extras
         assert fast._message_delta() == general._delta_general()
+
+
+def test_usage_json_is_the_usage_objects_json():
+    # the counts-only fast path (a struct in the dict's key order) against the dict it replaces
+    from llmbridge.dialects.anthropic_messages._common import usage_json, usage_object
+
+    counts = (None, 0, 1, 7, 300, -2, 2.5, True)
+    usages = [None] + [
+        hub.Usage(*values, extensions=ext)  # type: ignore[arg-type]
+        for values in itertools.product(counts, counts, counts, counts, (None, 3))
+        for ext in (None, {}, {NAME_AM: {"service_tier": "standard"}})
+    ]
+    for usage in usages:
+        assert usage_json(usage) == json_encode(usage_object(usage)), usage
+
+
+def test_wire_indexes_past_the_written_out_ones():
+    events: list[hub.Event] = [hub.ResponseStart("r", "m")]
+    for i in range(40):  # (indexes under 32 come from a table, the rest are formatted)
+        events += [hub.BlockStart(i, "text"), hub.Delta(i, "t"), hub.BlockStop(i)]
+    events += [hub.Finish("end_turn"), hub.ResponseEnd()]
+    data = [
+        json.loads(line[6:])
+        for line in encode_all(am.StreamEncoder(), events).decode().split("\n")
+        if line[:5] == "data:"
+    ]
+    for kind in ("content_block_start", "content_block_delta", "content_block_stop"):
+        assert [d["index"] for d in data if d["type"] == kind] == list(range(40))

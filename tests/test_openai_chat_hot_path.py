@@ -61,7 +61,9 @@ def test_the_hot_path_takes_the_usual_chunks():
     assert sum(taken) > 0.8 * len(taken)
 
 
-_TEXT = st.sampled_from(["Hi", "", " there", "<think>", "</think>", "a<", "/think>", "<th", "ink>", "x\n", "<"])
+_TEXT = st.sampled_from(
+    ["Hi", "", " there", "<think>", "</think>", "a<", "/think>", "<th", "ink>", "x\n", "<", " ", " <think>", "\n<th"]
+)
 
 
 def _chunk(choice: dict, **top: object) -> dict:
@@ -157,6 +159,12 @@ _ARGS = {"index": 0, "function": {"arguments": "{}"}}
         ],
         [_ROLE_ONLY, _content("a"), _chunk({"index": 0, "delta": {"content": "b"}}, system_fingerprint="fp_2")],
         [_ROLE_ONLY, _content("a"), _chunk({"index": 0, "delta": {"refusal": "no"}}), _content("b")],
+        # a choice's first text after the role chunk: only text that cannot begin a <think> tag
+        # (nor be the space before one) opens the text block at once
+        [_ROLE_ONLY, _content(" "), _content("<think>a</think>b")],
+        [_ROLE_ONLY, _content("\n<think>"), _content("a")],
+        [_ROLE_ONLY, _content("<"), _content("think>a")],
+        [_ROLE_ONLY, _content("Hi"), _content("<think>a")],
     ],
 )
 def test_edge_streams_hot_path_is_the_general_path(chunks):

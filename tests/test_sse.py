@@ -257,3 +257,48 @@ def test_first_chunk_shortcut_is_what_prepare_does(first, second):
     assert _state(fast) == _state(general)
     assert fast.feed(second) + fast.close() == general.feed(second) + general.close()
     assert _state(fast) == _state(general)
+
+
+# A read of "data: " lines only is split on "\n\ndata: " at once (Decoder.feed's fast path);
+# any other block among them sends the read to the general block loop (Decoder._events).
+_BLOCKS = st.sampled_from(
+    [
+        "data: x",
+        "data: ",
+        'data: {"a": 1}',
+        "data: data: y",
+        "data: é ✓",
+        "data: [DONE]",
+        "data:x",
+        "data:  two spaces",
+        "data: a\ndata: b",
+        "event: e\ndata: z",
+        "id: 7\ndata: w",
+        ": keep-alive",
+        "retry: 5",
+        "",
+        "\ndata: after an empty line",
+    ]
+)
+
+
+@given(st.lists(_BLOCKS, min_size=1, max_size=8), st.sampled_from(["", "data: open", "\n", "da"]))
+@settings(max_examples=400)
+def test_a_read_of_data_lines_is_what_the_block_loop_gives(blocks, tail):
+    text = "\n\n".join(blocks) + "\n\n"
+    fast = sse.Decoder()
+    fast._bom_done = True  # (the BOM and CR steps come before the split: not what this compares)
+    got = fast.feed((text + tail).encode())
+    general = sse.Decoder()
+    general._bom_done = True
+    expected = general._events(text.split("\n\n"))
+    assert got == expected
+    assert (fast.last_id, fast.retry, fast.comments) == (general.last_id, general.retry, general.comments)
+    assert fast.feed(b"\n\n") + fast.close() == general.feed((tail + "\n\n").encode()) + general.close()
+
+
+@given(st.lists(_BLOCKS, min_size=1, max_size=8), st.lists(st.integers(min_value=0), max_size=6))
+@settings(max_examples=200)
+def test_reads_of_data_lines_split_anywhere_give_the_same_events(blocks, cuts):
+    body = ("\n\n".join(blocks) + "\n\n").encode()
+    assert decode(split_at(body, cuts)) == decode([body[i : i + 1] for i in range(len(body))])

@@ -78,6 +78,10 @@ def stop_from_finish(finish: hub.Finish) -> tuple[str, bool]:
     return stop, stop == finish.reason and raw in (None, stop)
 
 
+# stop_from_finish's stop_reason as JSON, for each reason it can give (a plain message_delta's).
+STOP_JSON = {stop: json_encode(stop) for stop in (*STOP_TO_HUB, *HUB_TO_STOP.values(), "end_turn")}
+
+
 _USAGE_KNOWN = {"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}
 # Usage fields the API reference has as required but nullable: null when the source did not say
 # (and a null one read back says nothing).
@@ -145,6 +149,30 @@ def usage_object(usage: hub.Usage | None) -> dict[str, Any]:
     if usage is None:
         return {**_NO_USAGE, **_NULLS}
     return _usage_object(usage, {})
+
+
+class _PlainUsage(msgspec.Struct, gc=False):
+    """The usage object of a usage with no extensions and no reasoning count: the keys and
+    values of usage_object's dict, in its order (so json_encode writes the same bytes)."""
+
+    input_tokens: Any
+    cache_creation_input_tokens: Any
+    cache_read_input_tokens: Any
+    output_tokens: Any
+    cache_creation: None = None
+    server_tool_use: None = None
+    service_tier: None = None
+
+
+def usage_json(usage: hub.Usage | None) -> bytes:
+    """``json_encode(usage_object(usage))``; for a usage with only counts (nearly every
+    stream's) without the dicts built and merged on the way."""
+    if usage is None or usage.extensions or usage.reasoning_tokens is not None:
+        return json_encode(usage_object(usage))
+    read = usage.cache_read_tokens or 0
+    write = usage.cache_write_tokens or 0
+    fresh = (usage.input_tokens or 0) - read - write  # (max(0, fresh) written out: a call less)
+    return json_encode(_PlainUsage(fresh if fresh > 0 else 0, write, read, usage.output_tokens or 0))
 
 
 def _usage_object(usage: hub.Usage, extra: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,16 @@ from typing import Any
 
 from ... import hub
 from ..base import EXTENSION_KEY, EncoderDispatch, EncoderState, json_encode
-from ._common import NAME, error_body, event_to_json, stop_from_finish, usage_object, usage_to_raw
+from ._common import (
+    NAME,
+    STOP_JSON,
+    error_body,
+    event_to_json,
+    stop_from_finish,
+    usage_json,
+    usage_object,
+    usage_to_raw,
+)
 
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
 _END = b"}}\n\n"
@@ -36,6 +45,10 @@ _MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":'
 # The states as globals for the per-event checks (see EncoderState).
 _IDLE, _OPEN, _CLOSED = EncoderState.IDLE, EncoderState.OPEN, EncoderState.CLOSED
+
+
+# Wire indexes as JSON text, for the indexes nearly every stream has (str(n).encode() is two calls).
+_INDEXES = tuple(str(n).encode() for n in range(32))
 
 
 def sse(event: bytes, data: Any) -> bytes:
@@ -228,10 +241,10 @@ class StreamEncoder(EncoderDispatch):
             if finish is None:
                 stop = sequence = b"null"
             else:
-                stop = json_encode(stop_from_finish(finish)[0])
+                stop = STOP_JSON[stop_from_finish(finish)[0]]
                 seq = finish.stop_sequence
                 sequence = b"null" if seq is None else json_encode(seq)
-            usage = json_encode(usage_object(self._usage))
+            usage = usage_json(self._usage)
             return _DELTA_HEAD + stop + _DELTA_SEQUENCE + sequence + _DELTA_USAGE + usage + b"}\n\n"
         return self._delta_general()
 
@@ -292,7 +305,8 @@ class StreamEncoder(EncoderDispatch):
     def _start_bytes(self, block: _Out) -> bytes:
         start = block.start
         kind = start.kind
-        index = str(block.wire).encode()
+        wire = block.wire
+        index = _INDEXES[wire] if wire < 32 else str(wire).encode()
         if kind == "text" and not (start.id or start.extensions or start.fidelity) and start.index == block.wire:
             # The usual block: nothing under our key, so its start is the same bytes every time.
             block.wire_type = "text"
@@ -402,8 +416,10 @@ class StreamEncoder(EncoderDispatch):
         if block is not self._live:
             block.chunks.append(data)
             return b""
-        out = [data]
         self._live = None
+        if not self._queue:  # (nearly always: no block started while this one was live)
+            return data
+        out = [data]
         while self._queue:
             nxt = self._queue.popleft()
             out.extend(nxt.chunks)
@@ -416,7 +432,8 @@ class StreamEncoder(EncoderDispatch):
     def _stop_bytes(self, block: _Out, stop: hub.BlockStop) -> bytes:
         if block.wire_type == "text" and not (stop.fidelity or stop.extensions or block.annotations):
             # The usual text block: nothing under our key, so its stop is the same bytes every time.
-            return _STOP + str(block.wire).encode() + b"}\n\n"
+            wire = block.wire
+            return _STOP + (_INDEXES[wire] if wire < 32 else str(wire).encode()) + b"}\n\n"
         return self._stop_general(block, stop)
 
     def _stop_general(self, block: _Out, stop: hub.BlockStop) -> bytes:

@@ -131,10 +131,13 @@ def usage_from_wire(raw: dict[str, Any]) -> hub.Usage:
     if raw.keys() <= _USAGE_PLAIN:  # the three counts only (what the general path makes of them)
         get = raw.get  # (_int written out: three calls fewer)
         prompt, completion, total = get("prompt_tokens"), get("completion_tokens"), get("total_tokens")
-        return hub.Usage(
+        return hub.Usage(  # (positionally: a keyword costs more to bind)
             prompt if type(prompt) is int else None,
             completion if type(completion) is int else None,
-            total_tokens=total if type(total) is int else None,
+            None,
+            None,
+            None,
+            total if type(total) is int else None,
         )
     prompt = _int(raw.get("prompt_tokens"))
     completion = _int(raw.get("completion_tokens"))

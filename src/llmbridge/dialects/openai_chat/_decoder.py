@@ -40,6 +40,9 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 # fragment for an open block, with every other field one that the general path skips (null,
 # per-token metadata, or stream-level values already reported).  Any other key or type fails
 # the decode and the chunk takes the general path, so these types are also the shape check.
+# The fields are in the order the wire has them (msgspec looks a key up from the field after
+# the last one found: in order, each key is found at the first try), and the values no one
+# reads are ``Any``: an int or a short string is cheaper to make than a ``Raw`` of it.
 class _HotFunction(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     arguments: str
 
@@ -50,36 +53,36 @@ class _HotCall(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 class _HotDelta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    role: Any = None  # the _DELTA_SKIP keys (never read)
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
     refusal: str | None = None
     tool_calls: list[_HotCall] | None = None
-    role: msgspec.Raw = msgspec.Raw()  # the _DELTA_SKIP keys (Raw: not decoded, never read)
-    token_id: msgspec.Raw = msgspec.Raw()
-    channel: msgspec.Raw = msgspec.Raw()
+    token_id: Any = None
+    channel: Any = None
 
 
-class _HotChoice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    delta: _HotDelta
+class _HotChoice(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True):
     index: int = 0
-    text: msgspec.Raw = msgspec.Raw()  # Together's legacy copy of the content: _choice skips it
+    delta: _HotDelta
     finish_reason: str | None = None  # (not null: the general path; typed so the end decodes without raising)
     logprobs: None = None
+    text: Any = None  # Together's legacy copy of the content: _choice skips it
     native_finish_reason: None = None
     seed: None = None
     token_ids: None = None
 
 
-class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True):
+    id: Any = None  # stream-level: read from the first chunk only
+    object: Any = None
+    created: Any = None
+    model: Any = None
     choices: list[_HotChoice]
-    id: msgspec.Raw = msgspec.Raw()  # stream-level: read from the first chunk only
-    object: msgspec.Raw = msgspec.Raw()
-    created: msgspec.Raw = msgspec.Raw()
-    model: msgspec.Raw = msgspec.Raw()
-    obfuscation: msgspec.Raw = msgspec.Raw()
-    sla_metrics: msgspec.Raw = msgspec.Raw()  # reported from the first chunk only (_NOT_EXTRA)
     usage: dict | None = None  # (not null: the general path)
+    obfuscation: Any = None
+    sla_metrics: Any = None  # reported from the first chunk only (_NOT_EXTRA)
     service_tier: str | None = None  # extras: reported when they change, so compared with _seen
     system_fingerprint: str | None = None
     provider: str | None = None
@@ -88,19 +91,19 @@ class _HotChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 _hot_decode = msgspec.json.Decoder(_HotChunk).decode
 
 
-class _StartChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class _StartChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False, kw_only=True):
     """The first chunk of nearly every stream (``delta: {"role": "assistant", "content": ""}``):
     :class:`_HotChunk` with the stream-level fields that ``_start`` reads decoded, and typed as
     ``_start`` takes them (any other type fails the decode: the general path)."""
 
-    choices: list[_HotChoice]
     id: str | None = None
-    object: msgspec.Raw = msgspec.Raw()
+    object: Any = None
     created: int | None = None
     model: str | None = None
-    obfuscation: msgspec.Raw = msgspec.Raw()
-    sla_metrics: msgspec.Raw = msgspec.Raw()  # (present: the general path; _start reports it)
+    choices: list[_HotChoice]
     usage: dict | None = None
+    obfuscation: Any = None
+    sla_metrics: msgspec.Raw = msgspec.Raw()  # (present: the general path; _start reports it)
     service_tier: str | None = None
     system_fingerprint: str | None = None
     provider: str | None = None
@@ -335,8 +338,13 @@ class StreamDecoder(SSEStreamDecoder):
             ):
                 # inside <think>: no "<" means no </think> and no partial tag for the parser to hold
                 self._out.append(_Delta(ch.seq, content))  # type: ignore[arg-type]
+            elif ch.think == "start" and not ch.buf and content[0] != "<" and not content[0].isspace():
+                # the first text of the choice, which cannot open a <think> tag (nor be the space
+                # before one): _content would end its parser and open the text block, as here
+                ch.think = "text"
+                self._seq(ch, "text", content)
             else:
-                self._content(ch, content)  # the first text of the choice, or the <think> parser's work
+                self._content(ch, content)  # the <think> parser's work
             return True
         if reasoning:
             if refusal or calls:
@@ -828,11 +836,11 @@ class StreamDecoder(SSEStreamDecoder):
             return  # OpenRouter repeats the finish chunk
         ch.finished = True
         self._close_choice(ch)
-        raw = str(reason)
+        raw = reason if type(reason) is str else str(reason)
         hub_reason = FINISH_FROM_WIRE.get(raw, "other")
         stop_sequence = None
-        stop_reason = choice.get("stop_reason")
-        if isinstance(bridge, dict) and _key(bridge.get("finish")) in hub.FINISH_REASONS:
+        stop_reason = choice.get("stop_reason") if choice else None  # (the hot path's choice is {})
+        if bridge is not None and isinstance(bridge, dict) and _key(bridge.get("finish")) in hub.FINISH_REASONS:
             hub_reason = bridge["finish"]
             raw = bridge["raw"] if isinstance(bridge.get("raw"), str) and bridge["raw"] else raw
         elif hub_reason == "end_turn":
@@ -842,7 +850,7 @@ class StreamDecoder(SSEStreamDecoder):
                 hub_reason = "refusal"
             elif isinstance(stop_reason, str) and stop_reason:
                 hub_reason = "stop_sequence"
-        if isinstance(stop_reason, str) and stop_reason:
+        if stop_reason and isinstance(stop_reason, str):
             stop_sequence = stop_reason
         self._out.append(hub.Finish(hub_reason, ch.n, raw, stop_sequence))
 
