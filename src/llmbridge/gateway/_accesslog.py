@@ -78,17 +78,29 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             loop.call_soon(self.flush)
 
     def queue(self, line: str) -> None:
-        """Write ``line`` (formatted, with its terminator) with the rest of this loop turn's."""
-        with self.lock:  # type: ignore[union-attr]  # (created in Handler.__init__)
-            self._lines.append(line)
-            if not self._scheduled:
-                self._scheduled = True
-                asyncio.get_running_loop().call_soon(self.flush)
+        """Write ``line`` (formatted, with its terminator) with the rest of this loop turn's.
+
+        Called on the loop's thread only, and without the handler's lock (issue 23: taking it
+        was 2 k instructions a request): ``list.append`` is one atomic step under the GIL,
+        and :meth:`flush` never replaces the list, it removes from its front only what it
+        copied, so a line appended from here while another thread flushes is either in that
+        copy or left for the next flush, never dropped. The flag is cleared by a flush before
+        it copies: seen set here after the append, a flush is due on this loop and will take
+        the line; seen clear, this call schedules one (at worst a flush with nothing to do)."""
+        self._lines.append(line)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
+        """Write every queued line in one call, then flush the stream (under the handler's
+        lock: one flush at a time). Lines queued meanwhile stay queued (see :meth:`queue`);
+        a write that fails is reported through ``handleError``, never raised."""
         self.acquire()
         self._scheduled = False
-        lines, self._lines = self._lines, []
+        queued = self._lines
+        lines = queued[:]  # (copy, then remove that many from the front: see queue())
+        del queued[: len(lines)]
         try:
             if lines and self.stream is not None:
                 self.stream.write("".join(lines))
