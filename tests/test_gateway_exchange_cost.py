@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+from typing import Any
 
+from llmbridge import hub
 from llmbridge.gateway._accesslog import BatchedStreamHandler
 
 
@@ -72,3 +74,34 @@ async def test_lines_queued_on_the_loop_while_other_threads_flush_all_go_out_onc
             thread.join()
     handler.flush()
     assert "".join(stream.writes) == "".join(f"line {n}\n" for n in range(3000))
+
+
+def _relaying_exchange() -> Any:
+    from llmbridge.gateway._streaming import Exchange, Options, _RelayState
+
+    exchange: Any = object.__new__(Exchange)  # (only what _note reads: no source, no loop)
+    exchange.ended, exchange.relay, exchange.request_id = False, True, None
+    exchange._relay_state, exchange.options = _RelayState(), Options(dialect="openai-chat", relay=True)
+    exchange.usage = exchange.finish = exchange.error = None
+    exchange.events = 0
+    return exchange
+
+
+def test_a_block_stop_forgets_that_index_in_every_choice_and_keeps_the_rest_in_order():
+    exchange = _relaying_exchange()
+    starts = [hub.BlockStart(index=i, kind="text", choice=c) for c in range(3) for i in range(3)]
+    exchange._note([*starts, hub.BlockStop(index=1)])
+    assert exchange._relay_state.replay() == [s for s in starts if s.index != 1]
+    exchange._note([hub.BlockStop(index=0), hub.BlockStop(index=7)])
+    assert exchange._relay_state.replay() == [s for s in starts if s.index == 2]
+    assert exchange.events == len(starts) + 3
+
+
+def test_the_first_usage_is_kept_as_a_copy_and_later_ones_merged_as_merge_usage_does():
+    exchange = _relaying_exchange()
+    first = hub.Usage(input_tokens=8, output_tokens=2, extensions={"x": {"a": 1}})
+    exchange._note([first])
+    assert exchange.usage == hub.merge_usage(None, first) and exchange.usage is not first
+    later = hub.Usage(output_tokens=5, extensions={"x": {"b": 2}})
+    exchange._note([later])
+    assert exchange.usage == hub.merge_usage(hub.merge_usage(None, first), later)
