@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import threading
 from typing import Any
 
@@ -105,3 +106,13 @@ def test_the_first_usage_is_kept_as_a_copy_and_later_ones_merged_as_merge_usage_
     later = hub.Usage(output_tokens=5, extensions={"x": {"b": 2}})
     exchange._note([later])
     assert exchange.usage == hub.merge_usage(hub.merge_usage(None, first), later)
+
+
+def test_a_relayed_read_is_seen_to_hold_done_wherever_it_is_as_a_search_from_the_front_sees_it():
+    events = [b"data: {}\n\n", b"data: [DONE]\n\n", b": [DONE\n\n", b"data: DONE]\n\n", b"\r\n", b"[DONE]"]
+    reads = [b"".join(events[i] for i in picks) for picks in itertools.product(range(6), repeat=3)]
+    for out in reads:
+        exchange = _relaying_exchange()
+        exchange._relay_done, exchange._saw_done, exchange._relay_filter = b"data: [DONE]\n\n", False, None
+        assert exchange._relayed(out) is out
+        assert exchange._saw_done == (b"[DONE]" in out), out
