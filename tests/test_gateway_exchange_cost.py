@@ -116,3 +116,20 @@ def test_a_relayed_read_is_seen_to_hold_done_wherever_it_is_as_a_search_from_the
         exchange._relay_done, exchange._saw_done, exchange._relay_filter = b"data: [DONE]\n\n", False, None
         assert exchange._relayed(out) is out
         assert exchange._saw_done == (b"[DONE]" in out), out
+
+
+def test_a_flush_to_a_broken_stream_reports_once_drops_its_lines_and_does_not_raise():
+    class Broken(io.StringIO):
+        def write(self, s: str) -> int:
+            raise OSError("gone")
+
+    handler = BatchedStreamHandler(Broken())
+    reported: list[object] = []
+    handler.handleError = reported.append  # type: ignore[method-assign]
+    for lines in (["one\n"], ["one\n", "two\n"]):
+        reported.clear()
+        handler._lines.extend(lines)
+        handler.flush()
+        assert len(reported) == 1 and handler._lines == []
+    handler.flush()  # nothing queued: nothing to report
+    assert len(reported) == 1

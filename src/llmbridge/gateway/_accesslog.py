@@ -96,21 +96,23 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         """Write every queued line in one call, then flush the stream (under the handler's
         lock: one flush at a time). Lines queued meanwhile stay queued (see :meth:`queue`);
         a write that fails is reported through ``handleError``, never raised."""
-        self.acquire()
-        self._scheduled = False
-        queued = self._lines
-        lines = queued[:]  # (copy, then remove that many from the front: see queue())
-        del queued[: len(lines)]
-        try:
-            if lines and self.stream is not None:
-                self.stream.write("".join(lines))
-            if self.stream is not None and hasattr(self.stream, "flush"):
-                self.stream.flush()
-        except Exception:  # a closed or broken stream: logging's own policy (stderr note), never raise
-            if lines:
-                self.handleError(logging.makeLogRecord({"msg": "access log write failed"}))
-        finally:
-            self.release()
+        with self.lock:  # type: ignore[union-attr]  # (the lock itself: acquire()/release() are two calls more)
+            self._scheduled = False
+            queued = self._lines
+            n = len(queued)  # (write that many, then remove them from the front: see queue())
+            text = queued[0] if n == 1 else "".join(queued[:n])  # (one line, as a serial server has: no join)
+            del queued[:n]
+            stream = self.stream
+            if stream is None:
+                return
+            try:
+                if text:
+                    stream.write(text)
+                if hasattr(stream, "flush"):
+                    stream.flush()
+            except Exception:  # a closed or broken stream: logging's own policy (stderr note), never raise
+                if text:
+                    self.handleError(logging.makeLogRecord({"msg": "access log write failed"}))
 
 
 class AccessLine:
