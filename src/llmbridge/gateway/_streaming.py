@@ -36,6 +36,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple, Protocol
 
+from msgspec.structs import replace as _copy
+
 from .. import dialects, hub, sse
 from ..dialects.base import KEEPALIVE_COMMENT, StreamDecoder, StreamEncoder
 from ..sse import EventBoundaries, marked_events, next_event_end
@@ -568,7 +570,10 @@ class Exchange:
         return events
 
     def _relayed(self, out: bytes) -> bytes:
-        if self._relay_done is not None and b"[DONE]" in out:
+        # (searched from the end, where the read that ends a stream has its [DONE]: found in a
+        # few steps, not after a pass over the whole read; the same answer as ``in``, which is
+        # a little cheaper only on reads without one: ~0.3 k in 3.6 KB, against 2.5 k saved)
+        if self._relay_done is not None and out.rfind(b"[DONE]") >= 0:
             self._saw_done = True
         if self._relay_filter is not None:
             out = self._relay_filter(out)
@@ -626,8 +631,10 @@ class Exchange:
                     if relay:
                         index = event.index
                         open_blocks = self._relay_state.open_blocks
-                        for key in [k for k in open_blocks if k[1] == index]:
-                            del open_blocks[key]
+                        # (the keys copied by tuple(), in C: a comprehension is a frame of its own)
+                        for key in tuple(open_blocks):
+                            if key[1] == index:
+                                del open_blocks[key]
                 elif kind is _END:  # the client's stream ends here: nothing after it is noted
                     self.ended = True
                     if self.request_id and not relay:
@@ -635,8 +642,9 @@ class Exchange:
                     if encode is not None:
                         parts.append(encode(event))
                     break
-                elif kind is _USAGE:
-                    self.usage = hub.merge_usage(self.usage, event)
+                elif kind is _USAGE:  # (the first one copied as merge_usage would, without its call)
+                    usage = self.usage
+                    self.usage = _copy(event) if usage is None else hub.merge_usage(usage, event)
                 elif kind is _FINISH:
                     self.finish = event
                 elif kind is _ERROR:
