@@ -1,0 +1,62 @@
+"""Issue 23, round six: the cost of the upstream request (its decoding, checks, encoding and
+head) and of the upstream answer's head. Each shortcut on the usual path is checked here
+against the general path it passes by, over many inputs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from llmbridge import hub
+from llmbridge.errors import RequestError
+from llmbridge.gateway._checks import RANGES, _field, validate_request
+
+# -- validate_request: the unset fields passed over, a request that sets none skips the loop
+
+_TRIES = (None, 0, 1, -1, 0.5, 2.5, True, "1", float("inf"), float("nan"), 10**30, 2**31, -(2**63) - 1)
+
+
+def _expected(name: str, value: object, dialect: str) -> bool:
+    """Whether ``value`` of field ``name`` passes, as RANGES documents it (written out apart
+    from the function: the type, finiteness and the bounds)."""
+    low, high, integer = RANGES[name]
+    if name == "max_tokens" and dialect == "anthropic-messages":
+        low = 0
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        return False
+    return math.isfinite(value) and low <= value <= high
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "anthropic-messages", "gemini"])
+def test_range_check_passes_over_unset_fields_only(dialect: str) -> None:
+    """Every field alone and every pair of fields, each with values in and out of range or
+    of the wrong kind: refused exactly when one is out, naming the first such field."""
+    names = list(RANGES)
+    for a, b in itertools.combinations_with_replacement(range(len(names)), 2):
+        for va, vb in itertools.product(_TRIES, repeat=2):
+            values = {names[a]: va, names[b]: vb} if a != b else {names[a]: va}
+            bad = [n for n in names if n in values and not _expected(n, values[n], dialect)]
+            request = hub.Request("m", **values)
+            if not bad:
+                validate_request(request, dialect)
+                continue
+            with pytest.raises(RequestError) as caught:
+                validate_request(request, dialect)
+            assert caught.value.field == _field(request, dialect, bad[0]), values
+
+
+def test_stop_and_thinking_budget_still_checked() -> None:
+    """The stop list and the thinking budget are looked at only when set; set, as before."""
+    validate_request(hub.Request("m", stop=["x"] * 64, thinking={"budget_tokens": -1}), "openai-chat")
+    validate_request(hub.Request("m", thinking={}), "openai-chat")
+    with pytest.raises(RequestError, match="at most 64"):
+        validate_request(hub.Request("m", stop=["x"] * 65), "openai-chat")
+    with pytest.raises(RequestError, match="longer than"):
+        validate_request(hub.Request("m", stop=["x", "y" * 1025]), "openai-chat")
+    for budget in (-2, 2**31, True, 1.0):
+        with pytest.raises(RequestError, match="budget_tokens"):
+            validate_request(hub.Request("m", thinking={"budget_tokens": budget}), "openai-chat")
