@@ -4,6 +4,7 @@ against the general path it passes by, over many inputs."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import math
 
@@ -11,7 +12,7 @@ import pytest
 
 from llmbridge import hub
 from llmbridge.errors import RequestError
-from llmbridge.gateway._checks import RANGES, _field, validate_request
+from llmbridge.gateway._checks import RANGES, _field, _image_problem, check_images, validate_request
 
 # -- validate_request: the unset fields passed over, a request that sets none skips the loop
 
@@ -60,3 +61,38 @@ def test_stop_and_thinking_budget_still_checked() -> None:
     for budget in (-2, 2**31, True, 1.0):
         with pytest.raises(RequestError, match="budget_tokens"):
             validate_request(hub.Request("m", thinking={"budget_tokens": budget}), "openai-chat")
+
+
+# -- check_images: a request of text parts only is passed in one loop
+
+_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 40).decode()
+_PARTS: list[hub.Part] = [
+    hub.TextPart("hi"),
+    hub.TextPart("", {"x": {"y": 1}}),
+    hub.ImagePart("image/png", _PNG),
+    hub.ImagePart("image/jpeg", _PNG),  # declared JPEG, the bytes a PNG
+    hub.ImagePart("image/png", "not base64!"),
+    hub.ImagePart("image/png", ""),
+    hub.ImagePart(url="https://example.com/a.png"),
+    hub.ThinkingPart("t"),
+    hub.ToolCallPart("c", "f"),
+    hub.ToolResultPart("c", [hub.TextPart("r")]),
+    hub.ToolResultPart("c", [hub.TextPart("r"), hub.ImagePart("image/png", "!!")]),
+    hub.ToolResultPart("c", [hub.ImagePart("image/gif", _PNG)]),
+    hub.FilePart("application/pdf", "JVBERi0="),
+    hub.NativePart("x", {}),
+]
+
+
+def test_image_check_on_text_only_requests_agrees_with_the_walk() -> None:
+    """Every request of one to three messages of up to two parts drawn from text, images
+    (good, mislabelled, not base64, empty, by URL), tool results with and without images and
+    the other part kinds: the same answer (and position) as the walk over every part, and
+    the images' limit still applies."""
+    messages = [[hub.Message("user", list(parts))] for n in (1, 2) for parts in itertools.product(_PARTS, repeat=n)]
+    messages.append([])
+    for first, second in itertools.product(messages, messages[: len(_PARTS) + 1]):
+        request = hub.Request("m", [*first, hub.Message("assistant", [hub.TextPart("a")]), *second])
+        for limit in (10, 1000):
+            assert check_images(request, limit) == _image_problem(request, limit), request
+    assert check_images(hub.Request("m", [hub.Message("user", [hub.TextPart("a"), _PARTS[3]])]), 1000)

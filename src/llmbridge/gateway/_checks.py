@@ -181,6 +181,17 @@ def _check_range(request: hub.Request, dialect: str, field: tuple[str, tuple[flo
 def check_images(request: hub.Request, limit: int) -> str | None:
     """The first problem with an inline image of ``request`` (tool results included), as a
     message naming where it is, or ``None`` (the checks themselves: ``llmbridge.media``)."""
+    # A request of text parts only (the usual one) has no image: seen in one plain loop; any
+    # other part has the positions walked as below.
+    for message in request.messages:
+        for part in message.parts:
+            if type(part) is not hub.TextPart:
+                return _image_problem(request, limit)
+    return None
+
+
+def _image_problem(request: hub.Request, limit: int) -> str | None:
+    """:func:`check_images`, every part looked at."""
     for m, message in enumerate(request.messages):
         for p, part in enumerate(message.parts):
             parts = part.content if isinstance(part, hub.ToolResultPart) else [part]
