@@ -7,10 +7,12 @@ from __future__ import annotations
 import base64
 import itertools
 import math
+from collections.abc import Callable
 
 import pytest
 
-from llmbridge import hub
+from llmbridge import dialects, hub
+from llmbridge.dialects.base import EXTENSION_KEY
 from llmbridge.errors import RequestError
 from llmbridge.gateway._checks import RANGES, _field, _image_problem, check_images, validate_request
 
@@ -96,3 +98,66 @@ def test_image_check_on_text_only_requests_agrees_with_the_walk() -> None:
         for limit in (10, 1000):
             assert check_images(request, limit) == _image_problem(request, limit), request
     assert check_images(hub.Request("m", [hub.Message("user", [hub.TextPart("a"), _PARTS[3]])]), 1000)
+
+
+# -- decode_request: a body of the usual keys only skips the steps for the others
+
+_VALUES: dict[str, list[object]] = {
+    "model": ["m", 5, None, ""],
+    "stream": [True, False, "false", None, 1],
+    "stream_options": [{"include_usage": True}, "x", None],
+    "max_tokens": [10, "x", None, True, 0],
+    "max_completion_tokens": [10, None, 1.5],
+    "system": ["be brief", [{"type": "text", "text": "s"}], 3],
+    "temperature": [0.5, "hot"],
+    "tools": [[{"type": "function", "function": {"name": "f"}}], [{"name": "f", "input_schema": {}}]],
+    "user": ["u"],
+    "metadata": [{"user_id": "u"}],
+    EXTENSION_KEY: [{"extensions": {"x:y": 1}}],
+    "other": [1],
+}
+_MESSAGES: list[object] = [
+    [{"role": "user", "content": "hi"}],
+    [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}],
+    [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "t"}]}],
+    [{"role": "user", "content": "hi", "name": "n"}],
+    "not a list",
+    None,
+]
+
+
+def _bodies_of(keys: list[str]) -> list[dict[str, object]]:
+    """Bodies with ``messages`` and up to two more of ``keys``, each with each of its values."""
+    out = []
+    for messages in _MESSAGES:
+        for n in (0, 1, 2):
+            for chosen in itertools.combinations(keys, n):
+                for values in itertools.product(*(_VALUES[k] for k in chosen)):
+                    out.append({"messages": messages, **dict(zip(chosen, values, strict=True))})
+    return out
+
+
+def _decoded(decode: Callable[[object], hub.Request], body: object) -> object:
+    try:
+        request = decode(body)
+    except (RequestError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        return type(exc), str(exc)
+    return request, list(request.extensions.items())
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "anthropic-messages"])
+def test_plain_body_decodes_as_the_general_steps_do(dialect: str) -> None:
+    """Each body decodes as the same body with one unknown key more (which takes every step),
+    less that key's extension: the same request, errors and extensions in the same order."""
+    codec = dialects.get(dialect)
+    extra = f"{dialect}:zz"
+    for body in _bodies_of(list(_VALUES)):
+        general = _decoded(codec.decode_request, {**body, "zz": 0})
+        if isinstance(general[0], hub.Request):
+            request = general[0]
+            del request.extensions[extra]
+            order = request.extensions.get(f"{dialect}:$order")
+            if order is not None:
+                order.remove("zz")
+            general = request, list(request.extensions.items())
+        assert _decoded(codec.decode_request, body) == general, body
