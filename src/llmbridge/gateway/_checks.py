@@ -98,6 +98,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 
 _RANGE_ITEMS = tuple(RANGES.items())
 _RANGED = operator.attrgetter(*RANGES)  # the request's values of those fields, in one call
+_UNSET = (None,) * len(RANGES)  # what _RANGED gives for a request that sets none of them
+_NUMBER = (int, float)  # (a tuple: ``int | float`` would make a union object per call)
 
 # The name a client used for a hub field, per dialect, for the message (default: the hub name).
 _GEMINI = {
@@ -138,34 +140,58 @@ def validate_request(request: hub.Request, dialect: str) -> None:
     64-bit integer, at most 64 stop sequences of at most 1,024 characters, a thinking budget
     -1..2^31-1. ``dialect`` is the request's dialect (for the field names). Returns nothing.
     """
-    for (name, (low, high, integer)), value in zip(_RANGE_ITEMS, _RANGED(request), strict=True):
-        if value is None:
-            continue
-        if type(value) is bool or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
-            raise RequestError(f"must be {'an integer' if integer else 'a number'}", _field(request, dialect, name))
-        if name == "max_tokens" and dialect == "anthropic-messages":
-            low = 0  # Anthropic takes 0: fill the prompt cache, generate nothing
-        if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
-            shown = value if isinstance(value, float) or abs(value) < 10**20 else f"a {len(str(value))}-digit number"
-            raise RequestError(
-                f"must be {'an integer' if integer else 'a number'} from {_bound(low)} to {_bound(high)}, not {shown}",
-                _field(request, dialect, name),
-            )
-    if len(request.stop) > MAX_STOP:
-        where = _field(request, dialect, "stop")
-        raise RequestError(f"at most {MAX_STOP} stop sequences, not {len(request.stop)}", where)
-    for i, stop in enumerate(request.stop):
-        if len(stop) > MAX_STOP_CHARS:
-            raise RequestError(f"longer than {MAX_STOP_CHARS} characters", f"{_field(request, dialect, 'stop')}[{i}]")
-    budget = (request.thinking or {}).get("budget_tokens")
+    values = _RANGED(request)
+    # (most requests set none of the eight, or one: the unset ones are passed over before
+    # their range is unpacked, and a request that sets none skips the loop in one C compare)
+    if values != _UNSET:
+        for i, value in enumerate(values):
+            if value is not None:
+                _check_range(request, dialect, _RANGE_ITEMS[i], value)
+    stop = request.stop
+    if stop:
+        if len(stop) > MAX_STOP:
+            raise RequestError(f"at most {MAX_STOP} stop sequences, not {len(stop)}", _field(request, dialect, "stop"))
+        for i, sequence in enumerate(stop):
+            if len(sequence) > MAX_STOP_CHARS:
+                where = f"{_field(request, dialect, 'stop')}[{i}]"
+                raise RequestError(f"longer than {MAX_STOP_CHARS} characters", where)
+    thinking = request.thinking
+    budget = thinking.get("budget_tokens") if thinking else None
     # -1 is Gemini's "dynamic" budget
     if budget is not None and (type(budget) is not int or not -1 <= budget <= INT32):
         raise RequestError(f"must be an integer from -1 to {INT32}", "thinking.budget_tokens")
 
 
+def _check_range(request: hub.Request, dialect: str, field: tuple[str, tuple[float, float, bool]], value: Any) -> None:
+    """Raise :class:`RequestError` unless ``value`` (not None) is a number of the kind and in
+    the range ``field`` (an item of :data:`RANGES`) gives for it."""
+    name, (low, high, integer) = field
+    if type(value) is bool or not isinstance(value, int if integer else _NUMBER):
+        raise RequestError(f"must be {'an integer' if integer else 'a number'}", _field(request, dialect, name))
+    if name == "max_tokens" and dialect == "anthropic-messages":
+        low = 0  # Anthropic takes 0: fill the prompt cache, generate nothing
+    if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
+        shown = value if isinstance(value, float) or abs(value) < 10**20 else f"a {len(str(value))}-digit number"
+        raise RequestError(
+            f"must be {'an integer' if integer else 'a number'} from {_bound(low)} to {_bound(high)}, not {shown}",
+            _field(request, dialect, name),
+        )
+
+
 def check_images(request: hub.Request, limit: int) -> str | None:
     """The first problem with an inline image of ``request`` (tool results included), as a
     message naming where it is, or ``None`` (the checks themselves: ``llmbridge.media``)."""
+    # A request of text parts only (the usual one) has no image: seen in one plain loop; any
+    # other part has the positions walked as below.
+    for message in request.messages:
+        for part in message.parts:
+            if type(part) is not hub.TextPart:
+                return _image_problem(request, limit)
+    return None
+
+
+def _image_problem(request: hub.Request, limit: int) -> str | None:
+    """:func:`check_images`, every part looked at."""
     for m, message in enumerate(request.messages):
         for p, part in enumerate(message.parts):
             parts = part.content if isinstance(part, hub.ToolResultPart) else [part]

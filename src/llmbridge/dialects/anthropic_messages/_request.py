@@ -80,9 +80,10 @@ def _extras(block: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any] | N
 def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Request:
     if type(body) is not dict:
         raise RequestError("expected a JSON object", "body")
-    request = hub.Request(model=body.get("model") or model)
-    if request.model is not None and type(request.model) is not str:
+    name = body.get("model") or model
+    if name is not None and type(name) is not str:
         raise RequestError("expected a string", "model")
+    request = hub.Request(name)
     system = body.get("system")
     if system is not None:
         request.messages.append(hub.Message("system", _content(system, "system", "user"), None, _form(system)))
@@ -105,11 +106,14 @@ def decode_request(body: dict[str, Any], *, model: str | None = None) -> hub.Req
     stream = body.get("stream")
     request.stream = False if stream is None else _want(stream, bool, "stream", "a boolean")
     request.max_tokens = _number(body, "max_tokens", (int,))
-    if not body.keys().isdisjoint(_OPTIONAL):  # (a body without any of them: every step below is a no-op)
-        _decode_optional(body, request)
-    for key, value in body.items():
-        if key not in _BODY_KEYS:
-            request.extensions[_PREFIX + key] = value
+    # The usual body has no key but these: no optional field (each step would be a no-op)
+    # and none it does not know (kept as extensions), so neither is looked for.
+    if not body.keys() <= _PLAIN_BODY:
+        if not body.keys().isdisjoint(_OPTIONAL):
+            _decode_optional(body, request)
+        for key, value in body.items():
+            if key not in _BODY_KEYS:
+                request.extensions[_PREFIX + key] = value
     request.extensions[ORDER] = list(body)
     return request
 
@@ -144,6 +148,7 @@ def _decode_turn(message: Any, where: str, out: list[hub.Message]) -> None:
     out[first].extensions = _form(content) if len(out) == first + 1 else _form([])
 
 
+_PLAIN_BODY = frozenset(("model", "messages", "system", "max_tokens", "stream"))  # (in _BODY_KEYS, not in _OPTIONAL)
 # The optional fields _decode_optional reads: each leaves the hub default when it is absent.
 _OPTIONAL = frozenset(
     (

@@ -56,9 +56,10 @@ _AUDIO_FORMATS = {v: k for k, v in _AUDIO_TYPES.items()} | {"audio/mp3": "mp3"}
 def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
     if not isinstance(body, dict):
         raise RequestError("expected a JSON object", "body")
-    req = hub.Request(model=body.get("model") or model)
-    if req.model is not None and not isinstance(req.model, str):
+    name = body.get("model") or model
+    if name is not None and not isinstance(name, str):
         raise RequestError("expected a string", "model")
+    req = hub.Request(name)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise RequestError("required, a list of messages" if messages is None else "expected a list", "messages")
@@ -75,13 +76,17 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
             out.append(hub.Message(role, [hub.TextPart(content)]))
         else:
             out.extend(_decode_message(message, f"messages[{i}]"))
-    if "tools" in body or "functions" in body:  # (neither: no tools, nothing to report)
-        req.tools, legacy_tools = _decode_tools(body)
-        if legacy_tools:
-            req.extensions[_X_TOOLS] = legacy_tools
-    choice = body.get("tool_choice", body.get("function_call"))
-    if choice is not None:
-        req.tool_choice = _decode_tool_choice(choice, req, body)
+    # The usual body has no key but these (no tools, tool choice, optional field, unknown
+    # field or our extension key): the steps for the others, each a no-op then, are skipped.
+    plain = body.keys() <= _PLAIN_BODY
+    if not plain:
+        if "tools" in body or "functions" in body:  # (neither: no tools, nothing to report)
+            req.tools, legacy_tools = _decode_tools(body)
+            if legacy_tools:
+                req.extensions[_X_TOOLS] = legacy_tools
+        choice = body.get("tool_choice", body.get("function_call"))
+        if choice is not None:
+            req.tool_choice = _decode_tool_choice(choice, req, body)
     stream = body.get("stream")
     req.stream = stream if stream is True or stream is False else _typed(body, "stream", bool) or False
     if "max_completion_tokens" in body:
@@ -89,20 +94,24 @@ def decode_request(body: Any, *, model: str | None = None) -> hub.Request:
     elif body.get("max_tokens") is not None:
         req.max_tokens = _typed(body, "max_tokens", int)
         req.extensions[_X_MAX_TOKENS_FIELD] = "max_tokens"
-    if not body.keys().isdisjoint(_OPTIONAL):  # (a body without any of them: every step below is a no-op)
+    if not plain and not body.keys().isdisjoint(_OPTIONAL):  # (none of them: each step would be a no-op)
         _decode_optional(body, req)
-    if isinstance(body.get("stream_options"), dict):
-        req.extensions[_X_STREAM_OPTIONS] = body["stream_options"]
-    for key, value in body.items():
-        if key not in _KNOWN and key != EXTENSION_KEY:
-            req.extensions[key if ":" in key else f"{NAME}:{key}"] = value
-    bridge = body.get(EXTENSION_KEY)
-    if isinstance(bridge, dict) and isinstance(bridge.get("extensions"), dict):
-        req.extensions.update(bridge["extensions"])
+    if isinstance(options := body.get("stream_options"), dict):
+        req.extensions[_X_STREAM_OPTIONS] = options
+    if not plain:
+        for key, value in body.items():
+            if key not in _KNOWN and key != EXTENSION_KEY:
+                req.extensions[key if ":" in key else f"{NAME}:{key}"] = value
+        bridge = body.get(EXTENSION_KEY)
+        if isinstance(bridge, dict) and isinstance(bridge.get("extensions"), dict):
+            req.extensions.update(bridge["extensions"])
     return req
 
 
 _PLAIN_ROLES = frozenset(("user", "system", "assistant"))
+# The keys of a body that decode_request reads without its steps for tools, optional fields
+# and keys it does not know (all of them in _KNOWN).
+_PLAIN_BODY = frozenset(("model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens"))
 # Extension keys of this dialect that the request codec reads and writes (spelled once)
 _X_TOOLS = f"{NAME}:tools"
 _X_TOOL_CHOICE = f"{NAME}:tool_choice"
