@@ -169,3 +169,29 @@ def test_the_left_out_extension_is_logged_at_info_only(caplog: pytest.LogCapture
         caplog.set_level(level, "llmbridge.gateway")
         assert EXTENSION_KEY.encode() not in upstream.request_bytes(hreq)
         assert ("has no field for llmbridge: left out" in caplog.text) is logged
+
+
+def test_the_request_copy_is_dataclasses_replace() -> None:
+    """Chat.start copies the client's hub request (copy_request) by passing its fields to the
+    constructor by position: every field must be an ``__init__`` argument, none a
+    ``__post_init__`` input, and the copy must equal ``dataclasses.replace``'s, sharing the
+    same values (a shallow copy), with every field set to something other than its default."""
+    import dataclasses
+
+    from llmbridge import hub
+    from llmbridge.gateway._chat import copy_request
+
+    fields = dataclasses.fields(hub.Request)
+    assert all(f.init for f in fields) and not hasattr(hub.Request, "__post_init__")
+    values: dict[str, object] = {}
+    for f in fields:  # a distinct, non-default value per field
+        values[f.name] = object()
+        assert values[f.name] != f.default
+    original = hub.Request(**values)  # type: ignore[arg-type]
+    copy = copy_request(original)
+    assert copy is not original
+    assert vars(copy) == vars(dataclasses.replace(original)) == values
+    for name, value in values.items():
+        assert getattr(copy, name) is value  # (the same objects: shallow)
+    copy.model = "other"
+    assert original.model is values["model"]
