@@ -293,14 +293,14 @@ class Chat:
 
         One coroutine for sending and priming, the pipeline's ``attempt`` itself: every
         coroutine a request passes through costs more than the lines it holds (issue 23)."""
+        hreq = copy_request(turn.request)  # (the client's own stays as it came)
+        hreq.stream = True
         if deployment is not None:
             upstream = self.pipeline.upstreams[deployment.upstream]
-            hreq = copy_request(turn.request)
-            hreq.model, hreq.stream = deployment.model, True
+            hreq.model = deployment.model
         else:
             assert memo is not None and memo.hit is not None
             upstream = adopt(memo.hit)
-            hreq = dataclasses.replace(turn.request, stream=True)
         started = asyncio.get_running_loop().time()
         if turn.upstream_started is None:
             turn.upstream_started = time.perf_counter()
