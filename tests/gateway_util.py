@@ -195,6 +195,22 @@ class RecordingTransport:
     def write(self, data: bytes) -> None:
         self.events.append(bytes(data))
 
+    def on_the_wire(self) -> list[Any]:
+        """:attr:`events` as the client receives them: the bytes of writes in a row joined,
+        empty writes and writes after ``"close"`` (they go nowhere) dropped. The gateway's
+        cycle writes a response head with the body's first chunk, uvicorn's in two writes:
+        the same bytes on the wire."""
+        out: list[Any] = []
+        for event in self.events:
+            if isinstance(event, bytes):
+                if not event or "close" in out:
+                    continue
+                if out and isinstance(out[-1], bytes):
+                    out[-1] += event
+                    continue
+            out.append(event)
+        return out
+
     def close(self) -> None:
         if not self.closed:
             self.events.append("close")

@@ -206,7 +206,7 @@ def _served(protocol_class: type, pieces: list[bytes], kind: str, **options: Any
         seen.append("the connection is lost")
         (transport.protocol or protocol).connection_lost(None)
         await _turns()
-        return transport.events, seen, errors, state.total_requests, len(state.tasks)
+        return transport.on_the_wire(), seen, errors, state.total_requests, len(state.tasks)
 
     try:
         return asyncio.run(go())
@@ -250,9 +250,9 @@ def test_the_comparison_sees_what_matters():
 
     events, seen, errors, total, tasks = _served(GuardedHttpToolsProtocol, REQUESTS["post"], "stream")
     assert seen[0]["path"] == "/v1/chat/completions" and seen[2]["body"] == BODY and total == 1 and tasks == 0
-    assert events[0].startswith(b"HTTP/1.1 200 OK\r\n") and events[-2:] == [b"0\r\n\r\n", "close"]
+    assert events[0].startswith(b"HTTP/1.1 200 OK\r\n") and events[0].endswith(b"0\r\n\r\n") and events[1:] == ["close"]
     events, seen, *_ = _served(GuardedHttpToolsProtocol, REQUESTS["pipelined"], "stream")
-    assert "pause" in events and sum(isinstance(e, bytes) and e.startswith(b"HTTP/1.1 200") for e in events) == 3
+    assert "pause" in events and sum(e.count(b"HTTP/1.1 200") for e in events if isinstance(e, bytes)) == 3
     events, *_ = _served(GuardedHttpToolsProtocol, REQUESTS["large body at once"], "stream")
     assert "pause" in events and "resume" in events
     events, seen, *_ = _served(GuardedHttpToolsProtocol, REQUESTS["websocket"], "stream")
@@ -283,3 +283,71 @@ def test_no_keep_alive_deadline_is_armed_while_a_request_is_answered(request_nam
     monkeypatch.setattr(GuardedHttpToolsProtocol, "on_response_complete", on_response_complete)
     _served(GuardedHttpToolsProtocol, REQUESTS[request_name], "stream")
     assert ends and all(end == (False, None) for end in ends)
+
+
+def _answered(app: Any, transport: RecordingTransport | None = None) -> list[Any]:
+    """The transport's events for one POST answered by ``app``."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    recording = RecordingTransport() if transport is None else transport
+
+    async def go() -> list[Any]:
+        config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
+        protocol = GuardedHttpToolsProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        protocol.connection_made(recording)
+        protocol.data_received(_post())
+        await _turns()
+        protocol.connection_lost(None)
+        await _turns()
+        return recording.events
+
+    return asyncio.run(go())
+
+
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _streaming_app(between: Any = None) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        if between is not None:
+            await between()
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return app
+
+
+def test_a_streamed_answers_head_goes_out_with_its_first_chunk():
+    """One write and one wake-up of the client for the head and the first event, not two
+    (the first token's path, issue 23)."""
+    events = _answered(_streaming_app())
+    assert events[0] == _HEAD + b"9\r\ndata: 1\n\n\r\n"
+    assert events[1] == b"0\r\n\r\n"
+
+
+def test_a_head_whose_body_is_late_goes_out_on_the_loops_next_turn():
+    """An app that waits between its head and its body (a slow upstream's stream, whose
+    keep-alives come later) has its head written by the loop's next turn, not held."""
+    transport = RecordingTransport()
+    seen: list[list[Any]] = []
+
+    async def between() -> None:
+        seen.append(list(transport.events))  # (kept while the app has not yielded)
+        await asyncio.sleep(0)
+        seen.append(list(transport.events))
+
+    events = _answered(_streaming_app(between), transport)
+    assert seen == [[], [_HEAD]]
+    assert events[:2] == [_HEAD, b"9\r\ndata: 1\n\n\r\n"]
+
+
+def test_a_head_then_a_failure_still_writes_the_head_before_closing():
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        raise ValueError("bug")
+
+    assert _answered(app)[:2] == [_HEAD, "close"]

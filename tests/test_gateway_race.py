@@ -147,7 +147,7 @@ def _serve(protocol_class: type, scenario: dict[str, Any]) -> tuple[Any, ...]:
             t.cancel()
         await _turns()
         unanswered = sum("run_asgi" in t.get_coro().__qualname__ for t in left)  # (not the watch's task)
-        return log, transport.events, unanswered, shortcut
+        return log, transport.on_the_wire(), unanswered, shortcut
 
     gate: asyncio.Future[None]
     before: asyncio.Future[None]
@@ -301,7 +301,7 @@ def _stream(protocol_class: type, scenario: dict[str, Any]) -> tuple[Any, ...]:
         if not gate.done():
             gate.set_result(None)
         await _turns()
-        return log, transport.events
+        return log, transport.on_the_wire()
 
     gate: asyncio.Future[None]
     return asyncio.run(go())

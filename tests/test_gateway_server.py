@@ -76,8 +76,10 @@ def _run(kind: type[RequestResponseCycle], messages: list[dict[str, Any]], metho
                 await cycle.send(message)
         except Exception as exc:  # (compared: the same error, or none)
             error = (type(exc), str(exc))
+        await asyncio.sleep(0)  # (a head kept for its body's first chunk goes out by then)
         state = (cycle.response_started, cycle.response_complete, cycle.chunked_encoding, cycle.keep_alive)
-        return transport.written, transport.closed, log.lines, state, error
+        # the bytes on the wire: ours writes a head with the body's first chunk, uvicorn's apart
+        return b"".join(transport.written), transport.closed, log.lines, state, error
 
     return asyncio.run(go())
 
@@ -123,7 +125,7 @@ def test_guarded_cycle_writes_what_uvicorn_writes(headers, method, keep_alive, s
     assert ours == _run(RequestResponseCycle, messages, method, keep_alive)
     if headers is STREAM and method == "POST" and status != 204:  # (the usual answer: written, no error)
         written, _, log, _, error = ours
-        assert error is None and written[0].startswith(b"HTTP/1.1 ") and b"transfer-encoding: chunked" in written[0]
+        assert error is None and written.startswith(b"HTTP/1.1 ") and b"transfer-encoding: chunked\r\n\r\n4\r\ndata" in written
         assert log == [('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "POST", "/v1/chat/completions", "1.1", status)]
 
 
@@ -283,8 +285,8 @@ def test_uvicorns_proxy_middleware_reads_only_the_names_the_protocol_looks_for()
 
 def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
     """``GuardedCycle.send`` is a plain method returning an awaitable: a head it writes itself
-    is written by the call and the awaitable returns at once (no loop turn), and so is a chunk
-    of the body it frames; anything else is uvicorn's coroutine, whose errors come when it is
+    is kept for the body's first chunk and the awaitable returns at once (no loop turn), and a
+    chunk of the body it frames is written by the call; anything else is uvicorn's coroutine, whose errors come when it is
     awaited, as before."""
     from llmbridge.gateway._server import _SENT
 
@@ -297,13 +299,16 @@ def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
                              expect_100_continue=False, keep_alive=True,
                              on_response=lambda: None)  # fmt: skip
         sent = cycle.send({"type": "http.response.start", "status": 200, "headers": STREAM})
-        assert sent is _SENT and len(transport.written) == 1  # written by the call itself
+        assert sent is _SENT and not transport.written  # kept for the body's first chunk
         steps = sent.__await__()
         with pytest.raises(StopIteration):
             next(steps)  # done without suspending
         assert await sent is None
         assert cycle.send({"type": "http.response.body", "body": b"x", "more_body": True}) is _SENT
-        assert transport.written[1] == b"1\r\nx\r\n"  # written by the call
+        assert len(transport.written) == 1 and transport.written[0].endswith(b"\r\n\r\n1\r\nx\r\n")  # with the head
+        assert cycle.send({"type": "http.response.body", "body": b"y", "more_body": True}) is _SENT
+        assert transport.written[1] == b"1\r\ny\r\n"  # written by the call
+        await asyncio.sleep(0)  # (the loop's turn after the head: nothing left to write then)
         empty = cycle.send({"type": "http.response.body", "body": b"", "more_body": True})
         assert asyncio.iscoroutine(empty) and len(transport.written) == 2  # uvicorn's, run when awaited
         await empty

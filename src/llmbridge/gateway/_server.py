@@ -137,6 +137,7 @@ class GuardedCycle(RequestResponseCycle, Racing):
     _pending = False  # something new for receive: a chunk, the body's end, the client or the answer done
     _waiter: asyncio.Future[None] | None = None  # what a waiting receive awaits (made only then)
     _chunks = False  # the head went out chunked, by send, for a method with a body: body messages framed here
+    _head = b""  # that head, until the body's first chunk goes with it (or the loop's next turn)
 
     def __init__(
         self,
@@ -229,17 +230,24 @@ class GuardedCycle(RequestResponseCycle, Racing):
                 or self.disconnected
                 or self.flow.write_paused
             ):
+                if self._head:
+                    self.flush_head()
                 return _uvicorn_send(self, message)
             # a body message of a chunked answer whose head this wrote: the bytes and the one
             # write uvicorn's send makes for it (an empty chunk that is not the last:
             # uvicorn's, which writes nothing in its own way)
             body = message.get("body", b"")
+            head, self._head = self._head, b""  # (the head, if it has not gone out yet: with this)
             if message.get("more_body", False):
                 if not body:
+                    if head:
+                        self.transport.write(head)
                     return _uvicorn_send(self, message)
-                self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+                self.transport.write(b"%b%x\r\n%b\r\n" % (head, len(body), body))
                 return _SENT
-            self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body) if body else _LAST_CHUNK)
+            self.transport.write(
+                b"%b%x\r\n%b\r\n0\r\n\r\n" % (head, len(body), body) if body else head + _LAST_CHUNK
+            )
             self.response_complete = True
             self.set()
             if not self.keep_alive:
@@ -285,11 +293,24 @@ class GuardedCycle(RequestResponseCycle, Racing):
         # neither a length nor a framing given: uvicorn frames the body in chunks
         self.chunked_encoding = self._chunks = True
         tail = _CHUNKED if self.keep_alive else _CLOSE_CHUNKED
+        # The head waits for the body's first chunk, which usually follows before this task
+        # yields: one write and one wake-up of the client, not two (issue 23). A task that
+        # yields first has it written by the loop's next turn.
         if headers:
-            self.transport.write(b"".join((status_line, b"\r\n".join(map(_FIELD.join, headers)), b"\r\n", tail)))
+            self._head = b"".join((status_line, b"\r\n".join(map(_FIELD.join, headers)), b"\r\n", tail))
         else:
-            self.transport.write(status_line + tail)
+            self._head = status_line + tail
+        asyncio.get_running_loop().call_soon(self.flush_head)
         return _SENT
+
+    def flush_head(self) -> None:
+        """Write the response head :meth:`send` kept for the body's first chunk, if it is
+        still kept (nothing, once the connection is closing)."""
+        head = self._head
+        if head:
+            self._head = b""
+            if not self.transport.is_closing():
+                self.transport.write(head)
 
     async def run_asgi(self, app: Any, tasks: MutableSet[asyncio.Task[None]] | None = None) -> None:
         """Run ``app`` for this request, in the task serving it (uvicorn's contract: an error
@@ -302,6 +323,7 @@ class GuardedCycle(RequestResponseCycle, Racing):
         except BaseException as exc:
             self.logger.error("Exception in ASGI application\n", exc_info=exc)
             if self.response_started:
+                self.flush_head()
                 self.transport.close()
             else:
                 await self.send_500_response()
@@ -316,6 +338,7 @@ class GuardedCycle(RequestResponseCycle, Racing):
                 await self.send_500_response()
             elif not self.response_complete:
                 self.logger.error("ASGI callable returned without completing response.")
+                self.flush_head()
                 self.transport.close()
         finally:
             self.on_response = _nothing  # (and the protocol is no longer held)
