@@ -15,8 +15,18 @@ Two parts, both with 2-token streams (``fast-2-0``: a role chunk, two tokens, fi
    the clock), grouped by step of a request.  Profiling inflates every figure several times;
    the shares are the point.
 
+3. **The first token's path** (``path``): which of that work the first token waits for. Only
+   two stretches are on its path: from the client's request to the upstream request's write,
+   and from the first token's arrival to its write to the client; what lies between overlaps
+   the upstream's own time to its first token. The gateway is served in this process with a
+   timestamp (wall and thread CPU) at those four points, and one client runs
+   ``REQUEST_PROFILE_PATH_N`` streams one after another, twice: paced (``fast-2-10``: the
+   first token 10 ms after the head, so the gateway sleeps in between and runs cold, as it
+   does in front of a real model) and unpaced (``fast-2-0``: back to back, the caches warm).
+
 ``python -m bench request``; env REQUEST_PROFILE_N (2000), REQUEST_PROFILE_ROUNDS (3),
-REQUEST_PROFILE_PARTS (cpu,profile; callgrind adds instruction counts, which do not move
+REQUEST_PROFILE_PATH_N (300), REQUEST_PROFILE_PARTS (cpu,profile; path adds the first
+token's path; callgrind adds instruction counts, which do not move
 with the machine's load: the server runs under ``valgrind --tool=callgrind``, counting only
 while the load runs; REQUEST_PROFILE_CG_N streams, 300; REQUEST_PROFILE_CG_CONC concurrent, 10;
 REQUEST_PROFILE_CG_TEAMS=0 skips the run with team features on).
@@ -36,6 +46,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from .common import table
 from .gateway_bench import BIN, HERE, Server, _port, _start
@@ -340,9 +351,121 @@ def profile_steps(tmp: Path) -> str:
     return "\n".join(out)
 
 
+PATH_N = int(os.environ.get("REQUEST_PROFILE_PATH_N", "300"))
+PACED_MODEL = "fast-2-10"  # the first token 10 ms after the head (fast_upstream.py)
+
+
+def _path_run(config: Path, model: str) -> dict[str, list[tuple[float, float]]]:
+    """One client's ``PATH_N`` streams through a gateway served here, with timestamps at the
+    first token's four points; per stretch, a (wall µs, CPU µs) pair per stream."""
+    import uvicorn
+
+    from llmbridge.gateway import _http, _server, load
+    from llmbridge.gateway._server import GuardedConfig, GuardedHttpToolsProtocol, build_app, log_config
+
+    marks: list[tuple[str, int, int]] = []  # (point, perf_counter_ns, thread_time_ns)
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    # The probes wrap the four methods at the points (a call each: ~0.2 µs, against stretches
+    # of a hundred; the client's side at its body messages, which put the token on the wire);
+    # the classes are restored after the run.
+    patched = [
+        (GuardedHttpToolsProtocol, "data_received", "request in"),
+        (_http._Connection, "send", "upstream out"),
+        (_http._Connection, "data_received", "upstream in"),
+        (_server.GuardedCycle, "send", "client out"),
+    ]
+    originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
+
+    def probe(original: Any, point: str) -> Any:
+        def probed(*args: Any) -> Any:
+            marks.append((point, wall(), cpu()))
+            return original(*args)
+
+        def body_probed(cycle: Any, message: Any) -> Any:  # (the token is on the wire with a body message)
+            if message["type"] == "http.response.body":
+                marks.append((point, wall(), cpu()))
+            return original(cycle, message)
+
+        return body_probed if point == "client out" else probed
+
+    for (cls, name, point), (_, _, original) in zip(patched, originals, strict=True):
+        setattr(cls, name, probe(original, point))
+    port = _port()
+    logging = log_config()
+    logging["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    options = {"host": "127.0.0.1", "port": port, "loop": "uvloop", "log_level": "warning", "log_config": logging}
+    server = uvicorn.Server(GuardedConfig(build_app(load(config)), http=GuardedHttpToolsProtocol, **options))
+
+    def drive() -> None:
+        while not server.started:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        argv = [sys.executable, str(HERE / "fast_upstream.py"), "load", url, "openai-chat", model, "1", "20", "60"]
+        subprocess.run(argv, capture_output=True, check=False)  # warm: imports, pools, caches
+        marks.clear()
+        argv[-2] = str(PATH_N)
+        subprocess.run(argv, capture_output=True, check=False)
+        server.should_exit = True
+
+    threading.Thread(target=drive, daemon=True).start()
+    try:
+        server.run()
+    finally:
+        for cls, name, original in originals:
+            setattr(cls, name, original)
+    stretches: dict[str, list[tuple[float, float]]] = {"request in → upstream out": [], "first token in → out": []}
+    streams, current = [], None
+    for mark in marks:  # one stream: its request, the upstream's reads, the client's messages
+        if mark[0] == "request in":
+            current = [mark]
+            streams.append(current)
+        elif current is not None:
+            current.append(mark)
+    for stream in streams:
+        points = [m[0] for m in stream]
+        if "upstream out" not in points:
+            continue
+        sent = stream[points.index("upstream out")]
+        stretches["request in → upstream out"].append(((sent[1] - stream[0][1]) / 1e3, (sent[2] - stream[0][2]) / 1e3))
+        if model != PACED_MODEL or points.count("upstream in") < 2:  # (unpaced: the token came with the head)
+            continue
+        # The first token: the upstream's second read (its first is the head and the role
+        # chunk), to the client's first body message after it (the head goes with it).
+        reads = [i for i, p in enumerate(points) if p == "upstream in"]
+        token = stream[reads[1]]
+        out = next((stream[i] for i in range(reads[1], len(stream)) if points[i] == "client out"), None)
+        if out is not None:
+            stretches["first token in → out"].append(((out[1] - token[1]) / 1e3, (out[2] - token[2]) / 1e3))
+    return stretches
+
+
+def first_token_path(tmp: Path) -> str:
+    up_port = _port()
+    upstream = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)])
+    config = _config(tmp, "path", f"http://127.0.0.1:{up_port}", [])
+    config.write_text(config.read_text() + f'[[models]]\nname = "{PACED_MODEL}"\nupstream = "fast"\n')
+    rows = []
+    try:
+        time.sleep(1.0)
+        for model, label in ((PACED_MODEL, "paced (cold)"), (MODEL, "unpaced (warm)")):
+            for stretch, pairs in _path_run(config, model).items():
+                if pairs:
+                    rows.append([f"{stretch}, {label}", len(pairs), statistics.median(w for w, _ in pairs),
+                                 statistics.median(c for _, c in pairs), min(c for _, c in pairs)])  # fmt: skip
+    finally:
+        upstream.terminate()
+        upstream.wait()
+    head = ["the first token's path, µs", "streams", "wall p50", "CPU p50", "CPU min"]
+    return "one client, streams one after another; probes at the four points (bench/request_profile.py)\n" + table(
+        head, rows
+    )
+
+
 def run() -> str:
     tmp = Path(tempfile.mkdtemp(prefix="reqprofile-"))
     parts = []
+    if "path" in PARTS:
+        parts.append(first_token_path(tmp))
     if "cpu" in PARTS:
         parts.append(cpu_per_request(tmp))
     if "callgrind" in PARTS:

@@ -125,7 +125,8 @@ def test_guarded_cycle_writes_what_uvicorn_writes(headers, method, keep_alive, s
     assert ours == _run(RequestResponseCycle, messages, method, keep_alive)
     if headers is STREAM and method == "POST" and status != 204:  # (the usual answer: written, no error)
         written, _, log, _, error = ours
-        assert error is None and written.startswith(b"HTTP/1.1 ") and b"transfer-encoding: chunked\r\n\r\n4\r\ndata" in written
+        assert error is None and written.startswith(b"HTTP/1.1 ")
+        assert b"transfer-encoding: chunked\r\n\r\n4\r\ndata" in written
         assert log == [('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "POST", "/v1/chat/completions", "1.1", status)]
 
 
@@ -286,8 +287,8 @@ def test_uvicorns_proxy_middleware_reads_only_the_names_the_protocol_looks_for()
 def test_guarded_cycle_send_is_awaited_as_uvicorns_is():
     """``GuardedCycle.send`` is a plain method returning an awaitable: a head it writes itself
     is kept for the body's first chunk and the awaitable returns at once (no loop turn), and a
-    chunk of the body it frames is written by the call; anything else is uvicorn's coroutine, whose errors come when it is
-    awaited, as before."""
+    chunk of the body it frames is written by the call; anything else is uvicorn's coroutine,
+    whose errors come when it is awaited, as before."""
     from llmbridge.gateway._server import _SENT
 
     async def go() -> None:

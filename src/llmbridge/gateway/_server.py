@@ -245,9 +245,7 @@ class GuardedCycle(RequestResponseCycle, Racing):
                     return _uvicorn_send(self, message)
                 self.transport.write(b"%b%x\r\n%b\r\n" % (head, len(body), body))
                 return _SENT
-            self.transport.write(
-                b"%b%x\r\n%b\r\n0\r\n\r\n" % (head, len(body), body) if body else head + _LAST_CHUNK
-            )
+            self.transport.write(b"%b%x\r\n%b\r\n0\r\n\r\n" % (head, len(body), body) if body else head + _LAST_CHUNK)
             self.response_complete = True
             self.set()
             if not self.keep_alive:
