@@ -105,6 +105,14 @@ def _app(kind: str, seen: list[Any]) -> Any:
                         "headers": [(b"content-type", b"text/plain"), (b"content-length", b"5")]})  # fmt: skip
             await send({"type": "http.response.body", "body": b"he", "more_body": True})
             await send({"type": "http.response.body", "body": b"llo"})
+        elif kind == "sized at once":  # (a JSON answer: Starlette's Response)
+            await _read_all(receive, seen)
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": b"{}"})
+        elif kind == "sized, too short":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"3")]})
+            await send({"type": "http.response.body", "body": b"{}"})
         elif kind == "unread":
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"ok"})
@@ -164,7 +172,8 @@ def _app(kind: str, seen: list[Any]) -> Any:
     return app
 
 
-APPS = ["stream", "last chunk with data", "sized", "unread", "read after the answer", "no content", "not modified",
+APPS = ["stream", "last chunk with data", "sized", "sized at once", "sized, too short",
+        "unread", "read after the answer", "no content", "not modified",
         "raises", "raises after the head", "returns silent", "returns half-way", "waits for the client", "two readers",
         "a reader waits while answering", "returns a value", "cancelled"]  # fmt: skip
 
@@ -351,3 +360,12 @@ def test_a_head_then_a_failure_still_writes_the_head_before_closing():
         raise ValueError("bug")
 
     assert _answered(app)[:2] == [_HEAD, "close"]
+
+
+def test_a_sized_answers_head_goes_out_with_its_body():
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    events = _answered(app)
+    assert events[0] == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"

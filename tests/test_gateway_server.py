@@ -94,7 +94,9 @@ STREAM = [
 HEADS = [
     STREAM,
     (*STREAM, (b"retry-after", b"3\tseconds")),  # a tab is a value's character
-    [*STREAM, (b"content-length", b"5")],  # uvicorn's own path: names it acts on
+    [*STREAM, (b"content-length", b"5")],  # a sized answer
+    [*STREAM, (b"content-length", b"5"), (b"content-length", b"5")],  # uvicorn's own path: twice
+    [*STREAM, (b"content-length", b" 5")],  # uvicorn's own path: not just digits
     [*STREAM, (b"Content-Type", b"text/plain")],  # not lower-case
     [*STREAM, (b"connection", b"close")],
     [*STREAM, (b"transfer-encoding", b"chunked")],
@@ -108,11 +110,12 @@ HEADS = [
 ]
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["in parts", "whole"])
 @pytest.mark.parametrize("headers", HEADS)
 @pytest.mark.parametrize("method", ["POST", "HEAD"])
 @pytest.mark.parametrize("keep_alive", [True, False])
 @pytest.mark.parametrize("status", [200, 204, 429, 599])
-def test_guarded_cycle_writes_what_uvicorn_writes(headers, method, keep_alive, status):
+def test_guarded_cycle_writes_what_uvicorn_writes(headers, method, keep_alive, status, whole):
     body = b"" if method == "HEAD" or status == 204 or any(n == b"content-length" for n, _ in headers) else b"data"
     if any(n == b"content-length" for n, _ in headers):
         body = b"12345"
@@ -121,6 +124,8 @@ def test_guarded_cycle_writes_what_uvicorn_writes(headers, method, keep_alive, s
         {"type": "http.response.body", "body": body, "more_body": True},
         {"type": "http.response.body", "body": b"", "more_body": False},
     ]
+    if whole:  # the body in one message (a sized answer's: head and body in one write)
+        messages = [messages[0], {"type": "http.response.body", "body": body}]
     ours = _run(GuardedCycle, messages, method, keep_alive)
     assert ours == _run(RequestResponseCycle, messages, method, keep_alive)
     if headers is STREAM and method == "POST" and status != 204:  # (the usual answer: written, no error)

@@ -103,11 +103,16 @@ class GuardedCycle(RequestResponseCycle, Racing):
     translation that differs holds one, so the head is checked just as strictly -- values
     from an upstream included, a line break anywhere refused as before. The shortcut only takes heads it can write as
     uvicorn would without looking at a name: every name lower-case already, none of the
-    three uvicorn acts on (``content-length``, ``transfer-encoding``, ``connection``), a
-    method and status with a body. Anything else -- an invalid header too, whose error
-    uvicorn raises -- is uvicorn's own :meth:`RequestResponseCycle.send`, and so is every
-    body message of an answer whose head that wrote; ``tests/test_gateway_server.py``
-    compares the bytes both write.
+    three uvicorn acts on (``content-length``, ``transfer-encoding``, ``connection``) but
+    one ``content-length`` of digits (a sized answer), a method and status with a body.
+    Anything else -- an invalid header too, whose error uvicorn raises -- is uvicorn's own
+    :meth:`RequestResponseCycle.send`, and so is every body message of an answer whose head
+    that wrote; ``tests/test_gateway_server.py`` compares the bytes both write.
+
+    **A head goes out with the body's first bytes** (issue 23): kept until the next message,
+    which usually follows before the task yields (the first chunk of a stream, the whole
+    body of a sized answer), so the client is written to and woken once, not twice; a task
+    that yields first has it written on the loop's next turn (:meth:`flush_head`).
 
     A :class:`~._response.Racing` ``receive`` owner: the disconnect race leaves its task here
     rather than watching ``receive`` (the protocol's ``connection_lost`` cancels it).
@@ -231,6 +236,8 @@ class GuardedCycle(RequestResponseCycle, Racing):
                 or self.flow.write_paused
             ):
                 if self._head:
+                    if self._sized_whole(message):  # a sized answer's whole body, with its head
+                        return _SENT
                     self.flush_head()
                 return _uvicorn_send(self, message)
             # a body message of a chunked answer whose head this wrote: the bytes and the one
@@ -271,9 +278,18 @@ class GuardedCycle(RequestResponseCycle, Racing):
         if (
             (joined := b"".join(names)).translate(_FAST_NAMES) != joined  # a byte uvicorn refuses, or upper case
             or (joined := b"".join(map(_VALUE, headers))).translate(_VALUES) != joined  # a byte uvicorn refuses
-            or not _ACTED_ON.isdisjoint(names)
         ):
             return _uvicorn_send(self, message)  # (which raises uvicorn's error for a bad name or value)
+        length = None
+        if not _ACTED_ON.isdisjoint(names):
+            # one content-length of digits and nothing else uvicorn acts on: a sized answer,
+            # whose length uvicorn's send keeps as this does (its body messages are uvicorn's,
+            # but for a whole body in one: _sized_whole)
+            if _ACTED_ON.intersection(names) != _LENGTH or names.count(b"content-length") != 1:
+                return _uvicorn_send(self, message)
+            length = headers[names.index(b"content-length")][1]
+            if not (length.isdigit() and length.isascii()):
+                return _uvicorn_send(self, message)
         self.response_started = True
         self.waiting_for_100_continue = False
         logger: Any = self.access_logger  # (an AccessLine in the shipped set-up: accesslog.access_logger)
@@ -288,9 +304,13 @@ class GuardedCycle(RequestResponseCycle, Racing):
                 self.scope["http_version"],
                 status_code,
             )
-        # neither a length nor a framing given: uvicorn frames the body in chunks
-        self.chunked_encoding = self._chunks = True
-        tail = _CHUNKED if self.keep_alive else _CLOSE_CHUNKED
+        if length is not None:
+            self.expected_content_length = int(length)
+            self.chunked_encoding = False
+            tail = b"\r\n" if self.keep_alive else _CLOSE
+        else:  # neither a length nor a framing given: uvicorn frames the body in chunks
+            self.chunked_encoding = self._chunks = True
+            tail = _CHUNKED if self.keep_alive else _CLOSE_CHUNKED
         # The head waits for the body's first chunk, which usually follows before this task
         # yields: one write and one wake-up of the client, not two (issue 23). A task that
         # yields first has it written by the loop's next turn.
@@ -300,6 +320,32 @@ class GuardedCycle(RequestResponseCycle, Racing):
             self._head = status_line + tail
         asyncio.get_running_loop().call_soon(self.flush_head)
         return _SENT
+
+    def _sized_whole(self, message: Any) -> bool:
+        """Write a sized answer's kept head with ``message``, its whole body, as uvicorn's send
+        would end it (complete, the connection closed unless kept alive); false, and nothing
+        done, for any other message (a part, a body of another length: uvicorn's)."""
+        if (
+            message["type"] != "http.response.body"
+            or message.get("more_body", False)
+            or self._chunks
+            or self.response_complete
+            or self.disconnected
+            or self.flow.write_paused
+        ):
+            return False
+        body = message.get("body", b"")
+        if len(body) != self.expected_content_length:
+            return False
+        head, self._head = self._head, b""
+        self.transport.write(head + body)
+        self.expected_content_length = 0
+        self.response_complete = True
+        self.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+        return True
 
     def flush_head(self) -> None:
         """Write the response head :meth:`send` kept for the body's first chunk, if it is
@@ -387,6 +433,8 @@ _NAME, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
 _FIELD = b": "
 _CHUNKED = b"transfer-encoding: chunked\r\n\r\n"
 _CLOSE_CHUNKED = b"connection: close\r\n" + _CHUNKED  # (uvicorn's order)
+_CLOSE = b"connection: close\r\n\r\n"
+_LENGTH = frozenset((b"content-length",))
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
