@@ -3,12 +3,17 @@ upstream request's write, each shortcut checked against the general path it skip
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from llmbridge.gateway import _hotpath
+from llmbridge import hub
+from llmbridge.gateway import _hotpath, config
+from llmbridge.gateway._failures import UpstreamFailed
 
 
 def test_request_ids_keep_their_format_and_differ() -> None:
@@ -40,3 +45,130 @@ def test_a_forked_worker_draws_other_ids() -> None:
     theirs = os.read(read, 100).decode()
     os.close(read)
     assert re.fullmatch(r"req_[0-9a-f]{32}", theirs) and theirs != mine
+
+
+# -- the Traffic row, begun once the upstream has the request (Chat.start)
+
+
+class _Gated:
+    """An upstream whose opening writes (notes the ring as it is then) and waits for ``head``."""
+
+    format = "openai-chat"
+
+    def __init__(self, gateway: Any, fail_at_once: bool = False) -> None:
+        self.name = "u"
+        self.gateway = gateway
+        self.fail_at_once = fail_at_once
+        self.head: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.rows_at_write: int | None = None
+        self.saw: BaseException | None = None
+
+    async def open_stream(self, request: hub.Request, started: float, tap: Any = None) -> Any:
+        self.rows_at_write = len(self.gateway.traffic.recent())
+        if self.fail_at_once:
+            raise UpstreamFailed(hub.Error("refused at once", "invalid_request", status=400))
+        try:
+            return await self.head
+        except BaseException as exc:
+            self.saw = exc
+            raise
+
+
+def _gateway() -> Any:
+    from llmbridge.gateway._app import Gateway
+
+    raw = {
+        "upstreams": {"u": {"format": "openai-chat", "base_url": "http://127.0.0.1:9/v1"}},
+        "models": [{"name": "m", "upstream": "u"}],
+    }
+    return Gateway(config.parse(raw))
+
+
+def _start(gw: Any, upstream: _Gated) -> Any:
+    from llmbridge.gateway._chat import Turn
+    from llmbridge.gateway._metering import Meter
+
+    gw.upstreams["u"] = upstream  # (the pipeline's own mapping)
+    turn = Turn(hub.Request(model="m", messages=[hub.Message("user", "hi")], stream=True), "openai-chat", "openai-chat", 10)
+    return gw.chat.start(turn, Meter(), None, SimpleNamespace(upstream="u", model="m"))
+
+
+async def test_the_row_is_begun_after_the_write_from_the_time_before_it() -> None:
+    """Not in the ring while the request is being written; in it, open, as soon as the
+    opening waits for the head (before any other task runs), started at the clock's reading
+    from before the write; failed with the upstream's error when the head fails."""
+    gw = _gateway()
+    ticks = iter(range(100, 200))
+    gw.traffic.clock = lambda: float(next(ticks))
+    upstream = _Gated(gw)
+    task = asyncio.ensure_future(_start(gw, upstream))
+    await asyncio.sleep(0)  # the task's first step: up to the wait for the head
+    assert upstream.rows_at_write == 0
+    (row,) = gw.traffic.recent()
+    assert row.status == "open" and row.started == 100.0 and (row.upstream, row.model) == ("u", "m")
+    upstream.head.set_exception(UpstreamFailed(hub.Error("boom", "api_error", status=502)))
+    with pytest.raises(UpstreamFailed):
+        await task
+    assert row.status == "error" and row.error is not None and row.error["message"] == "boom"
+    assert gw.traffic.recent() == [row]
+
+
+async def test_a_cancelled_opening_still_gets_its_row_and_sees_the_cancellation() -> None:
+    gw = _gateway()
+    upstream = _Gated(gw)
+    task = asyncio.ensure_future(_start(gw, upstream))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert isinstance(upstream.saw, asyncio.CancelledError)  # thrown on into the opening
+    (row,) = gw.traffic.recent()
+    assert row.status == "cancelled" and row.ended_at is not None
+
+
+async def test_an_opening_refused_before_it_waits_gets_its_row() -> None:
+    gw = _gateway()
+    with pytest.raises(UpstreamFailed):
+        await _start(gw, _Gated(gw, fail_at_once=True))
+    (row,) = gw.traffic.recent()
+    assert row.status == "error" and row.error is not None and row.error["message"] == "refused at once"
+
+
+async def test_resumed_runs_a_coroutine_as_await_does() -> None:
+    """``_resumed`` after a first step: every value sent in, every exception thrown in (and
+    handled inside), every further suspension and the result, as a plain ``await``."""
+    from llmbridge.gateway._chat import _resumed
+
+    async def body(log: list[object]) -> str:
+        loop = asyncio.get_running_loop()
+        for i in range(3):
+            future = loop.create_future()
+            loop.call_soon(future.set_result, i)
+            log.append(await future)
+        await asyncio.sleep(0)  # (a bare yield: None to the task)
+        log.append("waiting")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            log.append("cancelled, handled")
+        return "done"
+
+    async def stepped(log: list[object]) -> str:
+        coroutine = body(log)
+        return await _resumed(coroutine, coroutine.send(None))
+
+    for run in (body, stepped):
+        log: list[object] = []
+        task = asyncio.ensure_future(run(log))
+        while not log or log[-1] != "waiting":
+            await asyncio.sleep(0)
+        task.cancel()
+        assert await task == "done" and log == [0, 1, 2, "waiting", "cancelled, handled"], run
+
+    async def raising() -> None:
+        await asyncio.sleep(0)
+        raise KeyError("x")
+
+    coroutine = raising()
+    with pytest.raises(KeyError):
+        await _resumed(coroutine, coroutine.send(None))
