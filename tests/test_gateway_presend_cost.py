@@ -89,7 +89,8 @@ def _start(gw: Any, upstream: _Gated) -> Any:
     from llmbridge.gateway._metering import Meter
 
     gw.upstreams["u"] = upstream  # (the pipeline's own mapping)
-    turn = Turn(hub.Request(model="m", messages=[hub.Message("user", "hi")], stream=True), "openai-chat", "openai-chat", 10)
+    hreq = hub.Request(model="m", messages=[hub.Message("user", "hi")], stream=True)
+    turn = Turn(hreq, "openai-chat", "openai-chat", 10)
     return gw.chat.start(turn, Meter(), None, SimpleNamespace(upstream="u", model="m"))
 
 

@@ -56,7 +56,7 @@ def new_request_id() -> str:
     a response header, and is no secret, so a system call per request (on the way to the
     upstream request, issue 23) buys nothing. ``random``'s own instance is reseeded in a
     forked child (``os.register_at_fork``), so worker processes do not repeat each other's."""
-    return "req_%032x" % _bits(128)
+    return f"req_{_bits(128):032x}"
 
 
 def request_id_header(scope: Scope, first: Mapping[bytes, bytes] | None = None) -> bytes:
