@@ -173,3 +173,118 @@ async def test_resumed_runs_a_coroutine_as_await_does() -> None:
     coroutine = raising()
     with pytest.raises(KeyError):
         await _resumed(coroutine, coroutine.send(None))
+
+
+# -- the router's next attempt without a coroutine (Router.next_now, as Pipeline.route asks)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Shared:
+    """A stand-in for the Redis state: claims answered from a script (code, wait), in turn."""
+
+    def __init__(self, answers: list[tuple[int, float]]) -> None:
+        self.answers = answers
+        self.n = 0
+
+    async def claim(self, attempt: Any, ttl: float) -> tuple[int, float]:
+        answer = self.answers[self.n % len(self.answers)]
+        self.n += 1
+        return answer
+
+    def failed(self, *args: Any) -> Any:
+        return None
+
+    def recovered(self, *args: Any) -> Any:
+        return None
+
+    def tokens(self, *args: Any) -> Any:
+        return None
+
+    def spawn(self, future: Any) -> None:
+        if hasattr(future, "close"):  # (a coroutine: nothing to share)
+            future.close()
+
+
+def _router(deployments: list[dict[str, Any]], how: str, seed: int, shared: _Shared | None) -> Any:
+    import random
+
+    from llmbridge.gateway._routing import Router
+
+    ups = {d["upstream"]: {"format": "openai-chat", "base_url": "http://127.0.0.1:9/v1"} for d in deployments}
+    entry = {"name": "m", "routing": how, "deployments": deployments, "retries": {"attempts": 3}}
+    entry["cooldown"] = {"failures": 2, "seconds": 5}
+    cfg = config.parse({"upstreams": ups, "models": [entry]})
+    clock = _Clock()
+    return Router(cfg, clock=clock, rng=random.Random(seed), shared=shared), clock  # type: ignore[arg-type]
+
+
+async def _requests(router: Any, clock: _Clock, now: bool, fails: set[int]) -> list[object]:
+    """Twelve requests, the ``fails``-th tries failing (500, then retried), through
+    ``next_now`` then ``next`` as Pipeline.route asks (``now``), or ``next`` alone."""
+    seen: list[object] = []
+    tries = 0
+    for _ in range(12):
+        plan = router.plan("m", None, clock.now + 30.0, 400)
+        while True:
+            if now:
+                attempt = router.next_now(plan)
+                if attempt is not None and attempt.started is None:
+                    attempt = await router.next(plan, attempt)
+            else:
+                attempt = await router.next(plan)
+            if attempt is None:
+                seen.append(("stop", plan.error.message if plan.error else None, dict(plan.headers)))
+                break
+            tries += 1
+            seen.append((attempt.upstream, attempt.delay, attempt.probe, attempt.panic, attempt.started))
+            clock.now += 0.01
+            if tries in fails:
+                attempt.failed(clock.now, hub.Error("boom", "api_error", status=500), {})
+                continue
+            attempt.answered(clock.now)
+            attempt.finished(clock.now, 40)
+            break
+        clock.now += 0.2
+    seen.append(router.snapshot())
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("deployments", "how", "shared"),
+    [
+        ([{"upstream": "a", "model": "x"}], "ordered", None),
+        ([{"upstream": "a", "model": "x", "rpm": 3}], "ordered", None),
+        ([{"upstream": "a", "model": "x", "tpm": 500}, {"upstream": "b", "model": "x"}], "least-busy", None),
+        ([{"upstream": "a", "model": "x"}, {"upstream": "b", "model": "x", "weight": 3}], "weighted", None),
+        ([{"upstream": "a", "model": "x"}, {"upstream": "b", "model": "x", "fallback": True}], "latency", None),
+        ([{"upstream": "a", "model": "x"}, {"upstream": "b", "model": "x"}], "ordered", [(1, 0.0), (3, 0.5), (4, 2.0)]),
+    ],
+)
+async def test_next_now_then_next_is_next(
+    monkeypatch: pytest.MonkeyPatch, deployments: list[dict[str, Any]], how: str, shared: Any
+) -> None:
+    """The same requests on two routers alike, one asked as Pipeline.route asks (next_now,
+    then next with what it left), one through next alone: the same attempts (deployment,
+    backoff, probe, panic, start), the same stops and errors, the same state after."""
+    from llmbridge.gateway import _routing
+
+    runs = []
+    for now in (True, False):
+        for fails in ({2, 3, 4, 7}, {1, 2, 3, 4, 5, 6, 9, 10}, set()):
+            router, clock = _router(deployments, how, 7, _Shared(shared) if shared else None)
+
+            async def sleep(seconds: float, clock: _Clock = clock) -> None:
+                clock.now += seconds
+
+            monkeypatch.setattr(_routing.asyncio, "sleep", sleep)
+            runs.append(await _requests(router, clock, now, fails))
+    assert runs[:3] == runs[3:]
+    slept = any(isinstance(x, tuple) and isinstance(x[1], float) and x[1] > 0 for x in runs[1])
+    assert slept or shared  # (backoffs were slept; with shared state, claims were refused instead)
