@@ -14,6 +14,7 @@ import pytest
 from llmbridge import hub
 from llmbridge.gateway import _hotpath, config
 from llmbridge.gateway._failures import UpstreamFailed
+from llmbridge.gateway._upstream import BY_STREAM
 
 
 def test_request_ids_keep_their_format_and_differ() -> None:
@@ -288,3 +289,55 @@ async def test_next_now_then_next_is_next(
     assert runs[:3] == runs[3:]
     slept = any(isinstance(x, tuple) and isinstance(x[1], float) and x[1] > 0 for x in runs[1])
     assert slept or shared  # (backoffs were slept; with shared state, claims were refused instead)
+
+
+# -- the request head by ``stream`` alone (HTTPUpstream, BY_STREAM)
+
+
+def _varied_requests() -> list[hub.Request]:
+    """Requests that differ in every way a dialect's endpoint could read."""
+    out = []
+    for stream in (True, False):
+        out += [
+            hub.Request(model="m", messages=[hub.Message("user", "hi")], stream=stream),
+            hub.Request(
+                model="models/gemini-x", stream=stream, max_tokens=5, metadata={"user_id": "u", "request_id": "r"}
+            ),
+            hub.Request(model="us.anthropic.claude/v1:0", stream=stream, extensions={"anthropic-beta": "a,b"}),
+            hub.Request(model=None, stream=stream, tools=[hub.Tool("f", "d", {})], temperature=0.5),  # type: ignore[arg-type]
+            hub.Request(model="x y", stream=stream, extensions={"anthropic-messages:$beta": "c", "k": 1}),
+        ]
+    return out
+
+
+@pytest.mark.parametrize("dialect", sorted(BY_STREAM))
+def test_the_by_stream_dialects_endpoints_read_only_stream(dialect: str) -> None:
+    """Each dialect BY_STREAM names answers every request as it answers a bare one with the
+    same ``stream``: its URL and headers read nothing else of the request."""
+    from llmbridge import dialects
+
+    endpoint = dialects.get(dialect).endpoint
+    for base, key in (("https://api.example.com/v1", "sk-1"), ("http://127.0.0.1:9/", None)):
+        for request in _varied_requests():
+            bare = hub.Request(stream=request.stream)
+            assert endpoint(request, base_url=base, api_key=key) == endpoint(bare, base_url=base, api_key=key)
+
+
+@pytest.mark.parametrize(
+    "dialect", ["openai-chat", "openai-responses", "llm-stream", "mmsp", "anthropic-messages", "gemini"]
+)
+def test_prepared_heads_are_the_general_paths(dialect: str) -> None:
+    """HTTPUpstream._prepared with its heads kept by ``stream`` (a BY_STREAM dialect) gives
+    the head and body the general path (the dialect's URL and headers, looked up) gives."""
+    from llmbridge.gateway._upstream import HTTPUpstream
+
+    raw = {"upstreams": {"u": {"format": dialect, "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-x"}}}
+    raw["upstreams"]["u"]["headers"] = {"X-Extra": "1"}
+    cfg = config.parse({**raw, "models": [{"name": "m", "upstream": "u"}]})
+    kept, general = HTTPUpstream(cfg.upstreams["u"]), HTTPUpstream(cfg.upstreams["u"])
+    general._by_stream = None
+    for _ in range(2):  # (made, then kept)
+        for request in _varied_requests():
+            if dialect == "gemini" and not request.model:
+                continue
+            assert kept._prepared(request) == general._prepared(request)
