@@ -341,3 +341,32 @@ def test_prepared_heads_are_the_general_paths(dialect: str) -> None:
             if dialect == "gemini" and not request.model:
                 continue
             assert kept._prepared(request) == general._prepared(request)
+
+
+# -- the chat endpoints' Request and Headers, set up without Starlette's __init__ chain
+
+
+def test_hot_request_and_headers_hold_what_starlettes_own_hold() -> None:
+    """HotRequest and LookupHeaders set what ``Request(scope, receive)`` and
+    ``Headers(scope=scope)`` set, to the same values (the headers a list, in the scope too),
+    plus their own header table: a Starlette release that sets more must be followed here."""
+    from starlette.datastructures import Headers
+    from starlette.requests import Request
+
+    async def receive() -> dict[str, Any]:
+        return {}
+
+    def scope() -> dict[str, Any]:
+        raw = ((b"content-type", b"application/json"), (b"x-a", b"1"), (b"x-a", b"2"))  # (a tuple, as ASGI allows)
+        return {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": raw}
+
+    theirs, ours = scope(), scope()
+    request, hot = Request(theirs, receive), _hotpath.HotRequest(ours, receive)
+    assert {k: v for k, v in vars(hot).items() if k != "_lookup"} == {**vars(request), "scope": ours}
+    request.headers  # noqa: B018  (Starlette's, made when first asked for: the scope's headers become a list)
+    assert ours == theirs and type(ours["headers"]) is list
+    headers, lookup = Headers(scope=scope()), _hotpath.LookupHeaders(ours)
+    assert {k: v for k, v in vars(lookup).items() if k != "_first"} == vars(headers)
+    assert lookup._list is ours["headers"]
+    assert hot.headers.get("x-a") == headers.get("x-a") == "1" and hot.headers.getlist("x-a") == ["1", "2"]
+    assert hot.receive is receive and hot.method == "POST"

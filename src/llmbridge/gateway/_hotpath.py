@@ -27,7 +27,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import Request, empty_send
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -95,7 +95,9 @@ class LookupHeaders(Headers):
     ``getlist`` and the raw list are ``Headers``' own."""
 
     def __init__(self, scope: Scope, first: dict[bytes, bytes] | None = None) -> None:
-        Headers.__init__(self, scope=scope)  # (Starlette's; by name: a super() per request costs more)
+        # What ``Headers(scope=scope)`` does, without its keyword and its tests of the other
+        # two ways to make one (tests/test_gateway_presend_cost.py holds the two alike)
+        self._list = scope["headers"] = list(scope["headers"])
         self._first = header_table(scope) if first is None else first
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -128,7 +130,15 @@ class HotRequest(Request):
     """A chat endpoint's request: Starlette's, with :class:`LookupHeaders` over ``first``."""
 
     def __init__(self, scope: Scope, receive: Receive, first: dict[bytes, bytes] | None = None) -> None:
-        Request.__init__(self, scope, receive)  # (Starlette's; by name: a super() per request costs more)
+        # What ``Request(scope, receive)`` sets, set here: not through its ``super()`` chain and
+        # its asserts (a chat request's scope is HTTP's), per request; tests/test_gateway_presend_cost.py
+        # holds the attributes to Starlette's own.
+        self.scope = scope
+        self._receive = receive
+        self._send = empty_send
+        self._stream_consumed = False
+        self._is_disconnected = False
+        self._form = None
         self._lookup = LookupHeaders(scope, first)
 
     @property
