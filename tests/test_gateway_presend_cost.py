@@ -370,3 +370,45 @@ def test_hot_request_and_headers_hold_what_starlettes_own_hold() -> None:
     assert lookup._list is ours["headers"]
     assert hot.headers.get("x-a") == headers.get("x-a") == "1" and hot.headers.getlist("x-a") == ["1", "2"]
     assert hot.receive is receive and hot.method == "POST"
+
+
+# -- the range check of a request that sets max_tokens alone (validate_request)
+
+
+def _general_ranges(request: hub.Request, dialect: str) -> str | None:
+    """The range check's loop over every set field, as validate_request runs it when its
+    shortcut does not apply: the first refusal's field, or None."""
+    from llmbridge.errors import RequestError
+    from llmbridge.gateway._checks import _RANGE_ITEMS, _RANGED, _check_range
+
+    try:
+        for item, value in zip(_RANGE_ITEMS, _RANGED(request), strict=True):
+            if value is not None:
+                _check_range(request, dialect, item, value)
+    except RequestError as exc:
+        return exc.field
+    return None
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "anthropic-messages", "gemini", "openai-responses"])
+def test_max_tokens_alone_is_checked_as_the_loop_checks_it(dialect: str) -> None:
+    """max_tokens at and past each bound, of every kind, alone or beside another field:
+    validate_request refuses (naming the same field) exactly when the general loop does."""
+    import enum
+
+    from llmbridge.errors import RequestError
+    from llmbridge.gateway._checks import INT32, validate_request
+
+    class Big(enum.IntEnum):
+        ONE = 1
+
+    tries: list[object] = [0, 1, 2, -1, INT32 - 1, INT32, INT32 + 1, 2**63, True, False, 1.0, "1", Big.ONE, None]
+    for max_tokens in tries:
+        for other in ({}, {"temperature": 0.5}, {"temperature": 9.0}, {"n": 0}, {"frequency_penalty": -2.0}):
+            request = hub.Request("m", max_tokens=max_tokens, **other)  # type: ignore[arg-type]
+            try:
+                validate_request(request, dialect)
+                got = None
+            except RequestError as exc:
+                got = exc.field
+            assert got == _general_ranges(request, dialect), (max_tokens, other)
