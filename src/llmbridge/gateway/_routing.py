@@ -782,12 +782,10 @@ class Router:
         """The next attempt of ``plan``, begun (its backoff slept, its rpm/tpm counted), or None;
         ``given``: the one :meth:`next_now` left to it (from ``plan.next``, not begun)."""
         while True:
-            if given is not None:
-                attempt, given = given, None
-            else:
-                attempt = plan.next(self.clock())
-                if attempt is None:
-                    return None
+            attempt = given if given is not None else plan.next(self.clock())
+            given = None
+            if attempt is None:
+                return None
             if attempt.delay > 0:
                 await asyncio.sleep(attempt.delay)
                 s, now = attempt.slot.state, self.clock()
