@@ -4,6 +4,7 @@ upstream request's write, each shortcut checked against the general path it skip
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from types import SimpleNamespace
@@ -412,3 +413,70 @@ def test_max_tokens_alone_is_checked_as_the_loop_checks_it(dialect: str) -> None
             except RequestError as exc:
                 got = exc.field
             assert got == _general_ranges(request, dialect), (max_tokens, other)
+
+
+# -- content negotiation, remembered per (endpoint, Content-Type, Accept)
+
+
+class _Words:
+    name = "w"
+
+    async def stream(self, request: hub.Request) -> Any:
+        yield hub.ResponseStart(id="r1", model=request.model)
+        yield hub.BlockStart(0, "text")
+        yield hub.Delta(0, "hi")
+        yield hub.BlockStop(0)
+        yield hub.Finish("end_turn")
+        yield hub.ResponseEnd()
+
+
+async def test_a_remembered_negotiation_answers_as_the_first() -> None:
+    """Every endpoint, Content-Type and Accept (a 415 among them, the standard stream asked
+    both ways, a wrong key) answered twice: the first time negotiated by the three calls,
+    then from KNOWN: the same status, media type and error shape each time."""
+    import httpx
+
+    from llmbridge.gateway import _negotiation as negotiation
+    from llmbridge.gateway import create_app
+
+    raw = {
+        "gateway": {"api_keys": ["k1"], "auth_failures_per_minute": 0},  # (no 429: the wrong key over and over)
+        "upstreams": {"w": {"format": "local"}},
+        "models": [{"name": "m", "upstream": "w"}],
+    }
+    app = create_app(config.parse(raw), upstreams={"w": _Words()})
+    bodies = {
+        "/v1/chat/completions": {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+        "/v1/messages": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        "/v1/responses": {"model": "m", "input": "hi"},
+    }
+    types = [None, "application/json", "application/json; charset=utf-8", "text/plain", "application/llm-request+json"]
+    accepts = [None, "*/*", "application/json", 'text/event-stream; profile="llm-stream-1.0"']
+
+    async def answer(client: httpx.AsyncClient, path: str, ctype: str | None, accept: str | None, key: str) -> object:
+        headers = {"authorization": f"Bearer {key}"}
+        if ctype is not None:
+            headers["content-type"] = ctype
+        if accept is not None:
+            headers["accept"] = accept
+        r = await client.post(path, content=json.dumps(bodies[path]).encode(), headers=headers)
+        shape = (
+            sorted(r.json()) if r.status_code >= 400 and r.headers.get("content-type", "").endswith("json") else None
+        )
+        return r.status_code, r.headers.get("content-type"), shape
+
+    negotiation.KNOWN.clear()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        for path in bodies:
+            for ctype in types:
+                for accept in accepts:
+                    for key in ("k1", "wrong"):
+                        first = await answer(client, path, ctype, accept, key)
+                        assert first == await answer(client, path, ctype, accept, key), (path, ctype, accept, key)
+    # every pair that negotiated but a 415's (httpx sends */* for no Accept), as the three calls have it
+    assert len(negotiation.KNOWN) == 3 * 4 * 3
+    for (endpoint, ctype, accept), known in negotiation.KNOWN.items():
+        request_dialect = negotiation.request_dialect(ctype, endpoint)
+        response_dialect = negotiation.response_dialect(endpoint, request_dialect, accept)
+        assert known == (negotiation.error_dialect(endpoint, ctype, accept), request_dialect, response_dialect)

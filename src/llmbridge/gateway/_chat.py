@@ -129,15 +129,22 @@ class Chat:
         arrived = request.scope.get(STARTED) or time.perf_counter()
         headers = request.headers
         content_type, accept = headers.get("content-type"), headers.get("accept")
-        dialect = negotiation.error_dialect(endpoint, content_type, accept)
+        negotiated = (endpoint, content_type, accept)
+        known = negotiation.KNOWN.get(negotiated)  # (these three negotiated before: their dialects)
+        dialect = negotiation.error_dialect(endpoint, content_type, accept) if known is None else known[0]
         p = self.pipeline
         try:
             who = await p.authenticate(request)
-            try:
-                request_dialect = negotiation.request_dialect(content_type, endpoint)
-            except negotiation.UnsupportedMediaType as exc:
-                raise Refused.of(str(exc), "unsupported_media_type") from None
-            out_dialect = dialect = negotiation.response_dialect(endpoint, request_dialect, accept)
+            if known is not None:
+                request_dialect, out_dialect = known[1], known[2]
+            else:
+                try:
+                    request_dialect = negotiation.request_dialect(content_type, endpoint)
+                except negotiation.UnsupportedMediaType as exc:
+                    raise Refused.of(str(exc), "unsupported_media_type") from None
+                out_dialect = negotiation.response_dialect(endpoint, request_dialect, accept)
+                negotiation.remember(negotiated, dialect, request_dialect, out_dialect)
+            dialect = out_dialect
             if out_dialect != endpoint:
                 json_array = False  # the standard stream is SSE
             if endpoint == negotiation.STANDARD and not binding.acceptable(accept):  # llm-stream-bindings §2.1
