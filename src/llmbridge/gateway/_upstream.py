@@ -109,7 +109,8 @@ class Upstream(Protocol):
         """Send a generation request; its answer as a :class:`Source` once it is under way,
         its hub events seen by ``tap`` if one is given. Raises :class:`UpstreamFailed` before
         any byte of an OK answer. ``started``: the loop time the request began (the
-        deadlines count from it)."""
+        deadlines count from it). A coroutine function: the chat path steps the coroutine to
+        its first wait (the request written) before awaiting the rest (``chat.Chat.start``)."""
         ...
 
     def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
