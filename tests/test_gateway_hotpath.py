@@ -8,9 +8,9 @@ from starlette.requests import Request
 from llmbridge.gateway._hotpath import HotRequest, LookupHeaders, header_table
 
 
-def test_the_hot_request_and_its_headers_call_starlettes_init_by_name():
-    """HotRequest and LookupHeaders call Request's / Headers' ``__init__`` by name (a super()
-    per request costs more): those must be what super() would call."""
+def test_the_hot_request_and_its_headers_are_starlettes_own_kinds():
+    """HotRequest and LookupHeaders are Request's / Headers' subclasses, whose ``__init__``
+    they do the work of themselves (tests/test_gateway_presend_cost.py holds them to it)."""
     assert HotRequest.__mro__[1] is Request and LookupHeaders.__mro__[1] is Headers
 
 

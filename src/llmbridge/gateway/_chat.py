@@ -16,10 +16,11 @@ import dataclasses
 import logging
 import operator
 import time
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -51,6 +52,7 @@ from .config import ModelConfig
 __all__ = ["Chat", "Turn"]
 
 log = logging.getLogger("llmbridge.gateway")
+T = TypeVar("T")
 
 _REQUEST_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(hub.Request)))
 
@@ -127,15 +129,22 @@ class Chat:
         arrived = request.scope.get(STARTED) or time.perf_counter()
         headers = request.headers
         content_type, accept = headers.get("content-type"), headers.get("accept")
-        dialect = negotiation.error_dialect(endpoint, content_type, accept)
+        negotiated = (endpoint, content_type, accept)
+        known = negotiation.KNOWN.get(negotiated)  # (these three negotiated before: their dialects)
+        dialect = negotiation.error_dialect(endpoint, content_type, accept) if known is None else known[0]
         p = self.pipeline
         try:
             who = await p.authenticate(request)
-            try:
-                request_dialect = negotiation.request_dialect(content_type, endpoint)
-            except negotiation.UnsupportedMediaType as exc:
-                raise Refused.of(str(exc), "unsupported_media_type") from None
-            out_dialect = dialect = negotiation.response_dialect(endpoint, request_dialect, accept)
+            if known is not None:
+                request_dialect, out_dialect = known[1], known[2]
+            else:
+                try:
+                    request_dialect = negotiation.request_dialect(content_type, endpoint)
+                except negotiation.UnsupportedMediaType as exc:
+                    raise Refused.of(str(exc), "unsupported_media_type") from None
+                out_dialect = negotiation.response_dialect(endpoint, request_dialect, accept)
+                negotiation.remember(negotiated, dialect, request_dialect, out_dialect)
+            dialect = out_dialect
             if out_dialect != endpoint:
                 json_array = False  # the standard stream is SSE
             if endpoint == negotiation.STANDARD and not binding.acceptable(accept):  # llm-stream-bindings §2.1
@@ -307,11 +316,29 @@ class Chat:
         out_dialect, stream = turn.out_dialect, turn.request.stream
         recorder = None
         relay = False
-        entry = self.pipeline.traffic.begin(upstream.name, hreq, out_dialect, upstream.format, stream)
+        traffic = self.pipeline.traffic
+        opened = traffic.clock()
         tap = memo.tap(upstream) if memo is not None else None
+        # The Traffic row is begun once the upstream has the request, not before: the opening's
+        # first step runs to the request's write (or a new connection's start) and stops at
+        # the wait for the answer's head, and the row is made there, in the upstream's time
+        # rather than the first token's. No other task runs between the two, so nobody sees
+        # the difference: the row, its number and its start are what they were.
+        opening = upstream.open_stream(hreq, started, tap)
+        entry = None
         try:
-            source = await upstream.open_stream(hreq, started, tap)
+            try:
+                waiting = opening.send(None)
+            except StopIteration as done:  # opened without waiting (an in-process upstream)
+                entry = traffic.begin(upstream.name, hreq, out_dialect, upstream.format, stream, opened)
+                source = done.value
+            else:
+                entry = traffic.begin(upstream.name, hreq, out_dialect, upstream.format, stream, opened)
+                source = await _resumed(opening, waiting)
         except BaseException as exc:  # refused (or cancelled) before any answer: still a Traffic row
+            opening.close()  # (over already, unless the row's begin failed: then the request is dropped)
+            if entry is None:
+                entry = traffic.begin(upstream.name, hreq, out_dialect, upstream.format, stream, opened)
             entry.fail(exc)
             raise
         if source.decoder is not None and self.record_dir is not None:  # raw bytes to record
@@ -388,6 +415,29 @@ class Chat:
                 turn.arrived, turn.upstream_started, exchange.upstream_at
             )
         return answer
+
+
+@types.coroutine
+def _resumed(coroutine: Coroutine[Any, Any, T], waiting: Any) -> Generator[Any, Any, T]:
+    """The rest of ``coroutine`` once its first step (``coroutine.send(None)``) has yielded
+    ``waiting``, as ``await coroutine`` would have run it: what the task sends or throws in
+    goes on to the coroutine, what the coroutine yields goes out to the task."""
+    while True:
+        try:
+            value = yield waiting
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as exc:  # (cancelled: on to the coroutine, which may handle it)
+            try:
+                waiting = coroutine.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+        else:
+            try:
+                waiting = coroutine.send(value)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
 
 def _finished(

@@ -99,6 +99,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 _RANGE_ITEMS = tuple(RANGES.items())
 _RANGED = operator.attrgetter(*RANGES)  # the request's values of those fields, in one call
 _UNSET = (None,) * len(RANGES)  # what _RANGED gives for a request that sets none of them
+_UNSET_BUT_FIRST = _UNSET[1:]  # (max_tokens first: what validate_request passes over alone)
 _NUMBER = (int, float)  # (a tuple: ``int | float`` would make a union object per call)
 
 # The name a client used for a hub field, per dialect, for the message (default: the hub name).
@@ -144,9 +145,13 @@ def validate_request(request: hub.Request, dialect: str) -> None:
     # (most requests set none of the eight, or one: the unset ones are passed over before
     # their range is unpacked, and a request that sets none skips the loop in one C compare)
     if values != _UNSET:
-        for i, value in enumerate(values):
-            if value is not None:
-                _check_range(request, dialect, _RANGE_ITEMS[i], value)
+        # The usual one that sets any sets max_tokens alone (Anthropic's requests all do), an
+        # integer in range, in every dialect (Anthropic's range starts lower): nothing to raise.
+        first = values[0]
+        if not (type(first) is int and 1 <= first <= INT32 and values[1:] == _UNSET_BUT_FIRST):
+            for i, value in enumerate(values):
+                if value is not None:
+                    _check_range(request, dialect, _RANGE_ITEMS[i], value)
     stop = request.stop
     if stop:
         if len(stop) > MAX_STOP:

@@ -20,14 +20,14 @@ also gets ``scope["llmbridge.started"]``, the moment it reached the app, which t
 from __future__ import annotations
 
 import logging
-import os
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import Request, empty_send
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -46,10 +46,17 @@ __all__ = [
 
 log = logging.getLogger("llmbridge.gateway")
 
+_bits = random.getrandbits  # (the random module's shared instance)
+
 
 def new_request_id() -> str:
-    """A fresh request id: ``req_`` and 32 hex digits (as ``uuid4().hex``, without the UUID object)."""
-    return "req_" + os.urandom(16).hex()
+    """A fresh request id: ``req_`` and 32 hex digits (as ``uuid4().hex``, without the UUID object).
+
+    From the process's PRNG, not ``os.urandom``: an id names a request in logs, the ledger and
+    a response header, and is no secret, so a system call per request (on the way to the
+    upstream request, issue 23) buys nothing. ``random``'s own instance is reseeded in a
+    forked child (``os.register_at_fork``), so worker processes do not repeat each other's."""
+    return f"req_{_bits(128):032x}"
 
 
 def request_id_header(scope: Scope, first: Mapping[bytes, bytes] | None = None) -> bytes:
@@ -88,7 +95,9 @@ class LookupHeaders(Headers):
     ``getlist`` and the raw list are ``Headers``' own."""
 
     def __init__(self, scope: Scope, first: dict[bytes, bytes] | None = None) -> None:
-        Headers.__init__(self, scope=scope)  # (Starlette's; by name: a super() per request costs more)
+        # What ``Headers(scope=scope)`` does, without its keyword and its tests of the other
+        # two ways to make one (tests/test_gateway_presend_cost.py holds the two alike)
+        self._list = scope["headers"] = list(scope["headers"])
         self._first = header_table(scope) if first is None else first
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -121,7 +130,15 @@ class HotRequest(Request):
     """A chat endpoint's request: Starlette's, with :class:`LookupHeaders` over ``first``."""
 
     def __init__(self, scope: Scope, receive: Receive, first: dict[bytes, bytes] | None = None) -> None:
-        Request.__init__(self, scope, receive)  # (Starlette's; by name: a super() per request costs more)
+        # What ``Request(scope, receive)`` sets, set here: not through its ``super()`` chain and
+        # its asserts (a chat request's scope is HTTP's), per request; tests/test_gateway_presend_cost.py
+        # holds the attributes to Starlette's own.
+        self.scope = scope
+        self._receive = receive
+        self._send = empty_send
+        self._stream_consumed = False
+        self._is_disconnected = False
+        self._form = None
         self._lookup = LookupHeaders(scope, first)
 
     @property

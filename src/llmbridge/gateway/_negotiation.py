@@ -14,12 +14,14 @@ from __future__ import annotations
 import functools
 
 __all__ = [
+    "KNOWN",
     "LLM_REQUEST",
     "PROFILE",
     "STANDARD",
     "UnsupportedMediaType",
     "error_dialect",
     "parse_media_type",
+    "remember",
     "request_dialect",
     "response_dialect",
     "wants_standard_stream",
@@ -96,3 +98,17 @@ def error_dialect(endpoint_dialect: str, content_type: str | None, accept: str |
     if content_type and _media_kind(content_type) == LLM_REQUEST:
         return STANDARD
     return endpoint_dialect
+
+
+# (endpoint dialect, Content-Type, Accept) -> (error_dialect, request_dialect, response_dialect)
+# of a request negotiated before: clients send the same few pairs request after request, and
+# one lookup answers what the three calls would (they read nothing else). Only pairs that
+# negotiated (a 415 is asked again), and bounded: the values are the client's.
+KNOWN: dict[tuple[str, str | None, str | None], tuple[str, str, str]] = {}
+_MAX_KNOWN = 256
+
+
+def remember(key: tuple[str, str | None, str | None], errors: str, request: str, response: str) -> None:
+    """Keep ``key``'s negotiated dialects in :data:`KNOWN` (while it has room)."""
+    if len(KNOWN) < _MAX_KNOWN:
+        KNOWN[key] = (errors, request, response)

@@ -285,7 +285,12 @@ class Pipeline:
         clock = router.clock
         deadline = routing.deadline(router, self.upstreams, model.routes)
         plan = router.plan(model.name, model.routes, deadline, body_bytes)  # (positional: see plan)
-        while (next_try := await router.next(plan)) is not None:
+        while True:
+            next_try = router.next_now(plan)
+            if next_try is not None and next_try.started is None:  # something to wait for first
+                next_try = await router.next(plan, next_try)
+            if next_try is None:
+                break
             try:
                 result = await attempt(next_try)
             except UpstreamFailed as exc:

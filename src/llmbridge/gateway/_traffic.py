@@ -264,6 +264,9 @@ class TrafficLog:
         self.keep_prompts = keep_prompts
         self._ring: deque[Entry] = deque(maxlen=max(size, 1))
         self._numbers = itertools.count(1)
+        # The entries' clock, for a caller that notes when its exchange opened and begins the
+        # entry later (the chat path: once the upstream request is written, issue 23).
+        self.clock = _clock
 
     def begin(
         self,

@@ -66,6 +66,11 @@ OPENAI_FORMATS = ("openai-chat", "openai-responses")
 _EXTENSION_BYTES = f'"{EXTENSION_KEY}"'.encode()  # our key, as it appears in an encoded body
 _ABSENT = object()  # (a body's own value may be None)
 _MAX_HEADS = 64  # distinct request heads kept per upstream (its few endpoints and header sets)
+# The dialects whose endpoint (URL and headers) reads nothing of a request but ``stream``: an
+# upstream speaking one keeps its head by that alone, without asking the dialect for its URL
+# and headers and looking the pair up, per request (tests/test_gateway_presend_cost.py holds
+# each of them to it).
+BY_STREAM = frozenset(("openai-chat", "openai-responses", "llm-stream", "mmsp"))
 
 
 class Tap(Protocol):
@@ -104,7 +109,8 @@ class Upstream(Protocol):
         """Send a generation request; its answer as a :class:`Source` once it is under way,
         its hub events seen by ``tap`` if one is given. Raises :class:`UpstreamFailed` before
         any byte of an OK answer. ``started``: the loop time the request began (the
-        deadlines count from it)."""
+        deadlines count from it). A coroutine function: the chat path steps the coroutine to
+        its first wait (the request written) before awaiting the rest (``chat.Chat.start``)."""
         ...
 
     def stream(self, request: hub.Request) -> AsyncIterator[hub.Event]:
@@ -156,6 +162,7 @@ class HTTPUpstream:
         # The dialect's (URL, headers) for a request -> the request head they make: the few
         # distinct ones an upstream sees, merged with the config's headers once, not per request.
         self._heads: dict[tuple[object, ...], _http.Head] = {}
+        self._by_stream: dict[bool, _http.Head] | None = {} if config.format in BY_STREAM else None
 
     # -- generation
 
@@ -169,6 +176,9 @@ class HTTPUpstream:
 
     def _prepared(self, request: hub.Request) -> tuple[_http.Head, bytes]:
         """The request head and body of ``request`` (the head made once per URL and headers)."""
+        by_stream = self._by_stream
+        if by_stream is not None and (head := by_stream.get(request.stream)) is not None:  # (see BY_STREAM)
+            return head, self.request_bytes(request)
         url, headers = self.dialect.endpoint(request, base_url=self.base_url, api_key=self.config.api_key)
         body = self.request_bytes(request)
         key: tuple[object, ...] = (url, *headers.items())
@@ -178,6 +188,8 @@ class HTTPUpstream:
             if len(self._heads) >= _MAX_HEADS:
                 self._heads.clear()
             self._heads[key] = head
+        if by_stream is not None:
+            by_stream[request.stream] = head
         return head, body
 
     def endpoint(self, request: hub.Request) -> tuple[str, dict[str, str]]:
