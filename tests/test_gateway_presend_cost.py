@@ -480,3 +480,19 @@ async def test_a_remembered_negotiation_answers_as_the_first() -> None:
         request_dialect = negotiation.request_dialect(ctype, endpoint)
         response_dialect = negotiation.response_dialect(endpoint, request_dialect, accept)
         assert known == (negotiation.error_dialect(endpoint, ctype, accept), request_dialect, response_dialect)
+
+
+def test_the_negotiation_memo_keeps_only_short_header_values() -> None:
+    """What a client sends in Content-Type and Accept is bounded only by the head's size: a
+    long pair is negotiated each time, not kept."""
+    from llmbridge.gateway import _negotiation as negotiation
+
+    negotiation.KNOWN.clear()
+    try:
+        chat = ("openai-chat",) * 3
+        negotiation.remember(("openai-chat", "application/json", "x" * 300), *chat)
+        assert not negotiation.KNOWN
+        negotiation.remember(("openai-chat", "application/json", None), *chat)
+        assert list(negotiation.KNOWN) == [("openai-chat", "application/json", None)]
+    finally:
+        negotiation.KNOWN.clear()

@@ -106,9 +106,12 @@ def error_dialect(endpoint_dialect: str, content_type: str | None, accept: str |
 # negotiated (a 415 is asked again), and bounded: the values are the client's.
 KNOWN: dict[tuple[str, str | None, str | None], tuple[str, str, str]] = {}
 _MAX_KNOWN = 256
+_MAX_KNOWN_CHARS = 256  # of a key's two header values together: the memo holds at most ~64 KB of them
 
 
 def remember(key: tuple[str, str | None, str | None], errors: str, request: str, response: str) -> None:
-    """Keep ``key``'s negotiated dialects in :data:`KNOWN` (while it has room)."""
-    if len(KNOWN) < _MAX_KNOWN:
+    """Keep ``key``'s negotiated dialects in :data:`KNOWN` (while it has room, and if its
+    header values are short: what a client sends there is bounded only by the head's size)."""
+    _, content_type, accept = key
+    if len(KNOWN) < _MAX_KNOWN and len(content_type or "") + len(accept or "") <= _MAX_KNOWN_CHARS:
         KNOWN[key] = (errors, request, response)
