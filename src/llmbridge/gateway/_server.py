@@ -387,7 +387,10 @@ class GuardedCycle(RequestResponseCycle, Racing):
         finally:
             self.on_response = _nothing  # (and the protocol is no longer held)
             if tasks is not None:
-                tasks.discard(asyncio.current_task())  # type: ignore[arg-type]  # (this task: not None)
+                try:
+                    tasks.discard(asyncio.current_task())  # type: ignore[arg-type]  # (this task: not None)
+                except RuntimeError:  # closed by the garbage collector after its loop ended: no task
+                    pass
 
 
 _uvicorn_send = RequestResponseCycle.send  # (called directly: a super() per body message costs more)
