@@ -330,12 +330,13 @@ async def test_a_head_over_64_kib_fails_and_what_is_kept_for_a_head_stays_bounde
 
 async def test_framing_at_the_connection_s_end():
     """A body framed by the connection's end is complete when it closes; one framed by length
-    or chunks is cut short, a ProtocolError."""
+    or chunks (whatever the case of ``chunked``) is cut short, a ProtocolError."""
     response, body = feed(connection(), [b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it"])
     assert body == b"all of it" and response.complete
     for head in (
         b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 100\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: Chunked\r\n\r\n",
     ):
         with pytest.raises(ProtocolError, match="before the response was complete"):
             feed(connection(), [head + b"a\r\n0123"])

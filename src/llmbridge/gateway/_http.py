@@ -407,7 +407,7 @@ class _Connection(asyncio.Protocol):
 
     def _close_delimited(self) -> bool:
         headers = self.response.headers if self.response else {}
-        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "")
+        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
 
     def _fail(self, error: Exception) -> None:
         self._deliver()  # what arrived whole before the failure still counts
