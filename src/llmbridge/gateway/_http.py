@@ -370,13 +370,18 @@ class _Connection(asyncio.Protocol):
         reads = self._reads
         data = reads[0] if len(reads) == 1 else b"".join(reads)
         reads.clear()
-        start, end = _head_span(data, self._interim)
-        self._interim = 0
-        if end > _MAX_HEAD:
-            raise _head_too_long()  # (feed_data raises it on, as the cause of a callback error)
         # The head alone (a copy, or the read itself when it is all head): the response may
         # live as long as its stream, the read's body bytes must not live with it.
-        head = response._head = data[start:end]
+        end = data.find(b"\r\n\r\n") + 4
+        if self._interim or data[0] in b"\r\n" or end < 4:  # not the usual: one head, first byte on
+            start, end = _head_span(data, self._interim)
+            self._interim = 0
+            head = data[start:end]
+        else:
+            head = data[:end]
+        if end > _MAX_HEAD:
+            raise _head_too_long()  # (feed_data raises it on, as the cause of a callback error)
+        response._head = head
         response.status = status
         self._keep_alive = self._parser.should_keep_alive()
         # Is the body compressed?  The head is searched in C (lower-cased); only when it holds
