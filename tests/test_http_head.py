@@ -340,6 +340,15 @@ async def test_framing_at_the_connection_s_end():
     ):
         with pytest.raises(ProtocolError, match="before the response was complete"):
             feed(connection(), [head + b"a\r\n0123"])
+    # A head that never completed (timed out here) is not a close-delimited body's.
+    conn = connection()
+    response = conn.send(b"POST / HTTP/1.1\r\n\r\n")
+    conn.expect_head(0.001)
+    conn.data_received(b"HTTP/1.1 200 OK\r\nConnection: close\r\n")
+    await asyncio.sleep(0.01)
+    assert isinstance(response.head.exception(), TimeoutError)
+    conn.connection_lost(None)
+    assert not response.complete and isinstance(response.inbox.error, ProtocolError)
 
 
 async def test_the_headers_of_an_error_are_read_after_its_connection_moved_on():

@@ -16,7 +16,7 @@ cancelling a read, so the consumer never needs a second task.
 A response head's fields are not handed to Python one by one (a vendor API sends a score of
 them; the gateway reads a few, and only for an error): llhttp checks them in C, the connection
 keeps the head's bytes, and :attr:`Response.headers` parses them only if it is asked.  So a
-head costs the same whatever its number of fields.
+head's cost no longer grows with its fields, only (in C) with its bytes.
 
 Scope, on purpose: HTTP/1.1 over TCP or TLS (the vendor APIs all speak it), bodies with
 ``content-length``, chunked or close-delimited framing, ``gzip``/``deflate`` bodies (we ask for
@@ -232,9 +232,9 @@ class _Callbacks:
     """What the connection's httptools parser calls (it looks them up once, when it is made):
     the connection's own methods, and for body pieces the ``append`` of its parts list.
 
-    No ``on_header``: without it httptools asks llhttp for no field callbacks at all, so a
-    head costs the same whatever its number of fields (llhttp still checks every one in C);
-    the connection keeps the head's bytes instead (see :meth:`_Connection.data_received`).
+    No ``on_header``: without it httptools asks llhttp for no field callbacks at all, so no
+    Python runs per field (llhttp still checks every one in C); the connection keeps the head's
+    bytes instead (see :meth:`_Connection.data_received`).
     Trailers (fields after a chunked body) are then not reported either: nothing reads them."""
 
     __slots__ = ("on_body", "on_headers_complete", "on_message_complete")
@@ -347,7 +347,7 @@ class _Connection(asyncio.Protocol):
         response = self.response
         if response is None or response.complete:
             return
-        if response.head.done() and not self._parser.should_keep_alive() and self._close_delimited():
+        if not self._in_head and not self._parser.should_keep_alive() and self._close_delimited():
             # A body framed by the connection's end: its end is the body's end.
             self.on_message_complete()
             return
@@ -365,8 +365,6 @@ class _Connection(asyncio.Protocol):
         if 100 <= status < 200:  # an interim response (100 Continue): the real head follows
             self._interim += 1
             return
-        self._in_head = False
-        self._head_due = math.inf
         reads = self._reads
         data = reads[0] if len(reads) == 1 else b"".join(reads)
         reads.clear()
@@ -381,6 +379,8 @@ class _Connection(asyncio.Protocol):
             head = data[:end]
         if end > _MAX_HEAD:
             raise _head_too_long()  # (feed_data raises it on, as the cause of a callback error)
+        self._in_head = False
+        self._head_due = math.inf
         response._head = head
         response.status = status
         self._keep_alive = self._parser.should_keep_alive()
