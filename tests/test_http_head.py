@@ -392,3 +392,24 @@ async def test_a_loopback_upstream_with_a_vendor_head_split_across_writes():
     assert await response.read(1 << 20) == SSE
     await client.aclose()
     server.close()
+
+
+async def test_a_response_knows_whether_any_of_it_came():
+    """got_bytes (a request answered by no byte is sent again on a fresh connection): false
+    until a byte comes, true once one did, whatever then failed the head."""
+    for reads in (
+        [],
+        [b"H"],
+        [b"HTTP/1.1 200 OK\r\nA"],
+        [b"NOT HTTP\r\n\r\n"],
+        [b"HTTP/1.1 200 OK\r\n" + b"x: y\r\n" * 12000],
+    ):
+        conn = connection()
+        response = conn.send(b"POST / HTTP/1.1\r\n\r\n")
+        for data in reads:
+            conn.data_received(data)
+        conn.connection_lost(None)
+        assert isinstance(response.head.exception(), ProtocolError)
+        assert response.got_bytes == bool(reads), reads
+    response, _ = feed(connection(), [b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"])
+    assert response.got_bytes

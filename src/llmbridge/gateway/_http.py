@@ -189,7 +189,6 @@ class Response:
         self.inbox = Inbox(connection.pause_reading, connection.resume_reading)
         self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.complete = False
-        self.got_bytes = False
 
     @property
     def headers(self) -> dict[str, str]:
@@ -202,6 +201,15 @@ class Response:
         if headers is None:
             headers = self._headers = _parse_head(self._head)
         return headers
+
+    @property
+    def got_bytes(self) -> bool:
+        """Whether any byte of the answer came (a request answered by none may be sent again).
+
+        Asked when the head failed, before the connection serves anything else: the reads it
+        kept for the incomplete head say it (a flag set per read would cost every body read)."""
+        connection = self._connection
+        return bool(connection._reads) or not connection._in_head
 
     async def read(self, limit: int) -> bytes:
         """The whole body, at most ``limit`` bytes (the rest is dropped); closes the response."""
@@ -283,13 +291,16 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        response = self.response
-        if response is None:  # bytes nobody asked for: the connection is not reusable
+        if self.response is None:  # bytes nobody asked for: the connection is not reusable
             self.abort()
             return
-        response.got_bytes = True
-        reads = self._reads
-        if self._in_head:  # (before feeding it: the head may complete in it)
+        if self._in_head:  # kept before it is fed: the head may complete in it (see got_bytes too)
+            reads = self._reads
+            # llhttp sets no bound on a head: the reads kept for one are, here (all the bytes
+            # of the reads before this one belong to the head, which is still incomplete).
+            if reads and sum(map(len, reads)) > _MAX_HEAD:
+                self._fail(_head_too_long())
+                return
             reads.append(data)
         try:
             self._parser.feed_data(data)
@@ -300,11 +311,6 @@ class _Connection(asyncio.Protocol):
             self._fail(
                 cause if isinstance(cause, ProtocolError) else ProtocolError(f"upstream sent malformed HTTP ({exc})")
             )
-        else:
-            # llhttp sets no bound on a head: the reads kept for one are bounded here (every
-            # byte of them belongs to the head while it is incomplete).
-            if self._in_head and sum(map(len, reads)) > _MAX_HEAD:
-                self._fail(_head_too_long())
         self._deliver()
 
     def _deliver(self) -> None:
@@ -367,7 +373,6 @@ class _Connection(asyncio.Protocol):
             return
         reads = self._reads
         data = reads[0] if len(reads) == 1 else b"".join(reads)
-        reads.clear()
         # The head alone (a copy, or the read itself when it is all head): the response may
         # live as long as its stream, the read's body bytes must not live with it.
         end = data.find(b"\r\n\r\n") + 4
@@ -379,6 +384,7 @@ class _Connection(asyncio.Protocol):
             head = data[:end]
         if end > _MAX_HEAD:
             raise _head_too_long()  # (feed_data raises it on, as the cause of a callback error)
+        reads.clear()
         self._in_head = False
         self._head_due = math.inf
         response._head = head
