@@ -206,8 +206,9 @@ class Response:
     def got_bytes(self) -> bool:
         """Whether any byte of the answer came (a request answered by none may be sent again).
 
-        Asked when the head failed, before the connection serves anything else: the reads it
-        kept for the incomplete head say it (a flag set per read would cost every body read)."""
+        Asked when the head failed, before the connection serves anything else: the reads the
+        connection kept for the incomplete head say it (a flag set per read would cost every
+        body read)."""
         connection = self._connection
         return bool(connection._reads) or not connection._in_head
 
