@@ -13,6 +13,10 @@ N and the pacing come from the model name, ``fast-<N>-<ms per token>`` (``fast-2
 200 tokens as fast as possible; ``fast-200-10``: one token every 10 ms), so every server in
 front of it selects them by model name alone.
 
+Its response head is three fields unless ``FAST_UPSTREAM_HEAD=vendor`` is set for the
+``serve`` process: then it is the 24 fields a real vendor API sends (OpenAI's, values made up:
+rate limits, request id, Cloudflare's), to measure what a realistic head costs the gateway.
+
 The load generator keeps CONCURRENCY keep-alive connections, each running streams back to
 back until REQUESTS streams were started or DEADLINE_S passed (streams still open at twice
 DEADLINE_S are cut: their first token and tokens so far still count), and prints one JSON line:
@@ -69,8 +73,45 @@ def _events(model: str, tokens: int) -> tuple[bytes, list[bytes], bytes]:
 
 _CACHE: dict[str, tuple[bytes, list[bytes], bytes]] = {}
 
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
+# FAST_UPSTREAM_HEAD=vendor: the head of an OpenAI streaming answer (24 fields, 958 bytes), the
+# names and shapes as api.openai.com sends them, the values made up.
+_VENDOR_HEAD = (
+    b"HTTP/1.1 200 OK\r\n"
+    b"Date: Thu, 03 Dec 2026 16:00:00 GMT\r\n"
+    b"Content-Type: text/event-stream; charset=utf-8\r\n"
+    b"Transfer-Encoding: chunked\r\n"
+    b"Connection: keep-alive\r\n"
+    b"access-control-expose-headers: X-Request-ID\r\n"
+    b"openai-organization: user-abc123\r\n"
+    b"openai-processing-ms: 182\r\n"
+    b"openai-project: proj_abc123\r\n"
+    b"openai-version: 2020-10-01\r\n"
+    b"x-envoy-upstream-service-time: 187\r\n"
+    b"x-ratelimit-limit-requests: 10000\r\n"
+    b"x-ratelimit-limit-tokens: 30000000\r\n"
+    b"x-ratelimit-remaining-requests: 9999\r\n"
+    b"x-ratelimit-remaining-tokens: 29999990\r\n"
+    b"x-ratelimit-reset-requests: 6ms\r\n"
+    b"x-ratelimit-reset-tokens: 0s\r\n"
+    b"x-request-id: req_0123456789abcdef0123456789abcdef\r\n"
+    b"strict-transport-security: max-age=31536000; includeSubDomains; preload\r\n"
+    b"cf-cache-status: DYNAMIC\r\n"
+    b"set-cookie: __cf_bm=abc; path=/; expires=Thu, 03-Dec-26 16:30:00 GMT; domain=.api.openai.com; HttpOnly;"
+    b" Secure; SameSite=None\r\n"
+    b"x-content-type-options: nosniff\r\n"
+    b"Server: cloudflare\r\n"
+    b"CF-RAY: 8f0a1b2c3d4e5f60-FRA\r\n"
+    b'alt-svc: h3=":443"; ma=86400\r\n'
+    b"\r\n"
+)
+
 
 async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    answer_head = _VENDOR_HEAD if os.environ.get("FAST_UPSTREAM_HEAD") == "vendor" else _HEAD
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -88,10 +129,7 @@ async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
                 _CACHE[model] = _events(model, int(n))
             first, tokens, tail = _CACHE[model]
             delay = int(pace) / 1000
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-                b"transfer-encoding: chunked\r\n\r\n" + first
-            )
+            writer.write(answer_head + first)
             for token in tokens:
                 if delay:
                     await asyncio.sleep(delay)

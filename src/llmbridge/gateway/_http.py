@@ -13,11 +13,17 @@ that arrive together are processed and written to the client together.  Deadline
 keep-alives are timers that *raise a flag in the inbox* (:meth:`Inbox.alarm`) instead of
 cancelling a read, so the consumer never needs a second task.
 
+A response head's fields are not handed to Python one by one (a vendor API sends a score of
+them; the gateway reads a few, and only for an error): llhttp checks them in C, the connection
+keeps the head's bytes, and :attr:`Response.headers` parses them only if it is asked.  So a
+head's cost no longer grows with its fields, only (in C) with its bytes.
+
 Scope, on purpose: HTTP/1.1 over TCP or TLS (the vendor APIs all speak it), bodies with
 ``content-length``, chunked or close-delimited framing, ``gzip``/``deflate`` bodies (we ask for
 ``identity``; a server may ignore that), keep-alive reuse with one retry when a pooled
-connection turns out to be closed before any response byte.  No proxies and no HTTP/2 to
-upstreams; an operator who needs a proxy puts the gateway's upstream ``base_url`` on it.
+connection turns out to be closed before any response byte.  Heads up to 64 KiB; trailers
+are not read.  No proxies and no HTTP/2 to upstreams; an operator who needs a proxy puts the
+gateway's upstream ``base_url`` on it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import operator
 import os
 import ssl
 import zlib
@@ -179,25 +184,33 @@ class Response:
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
         self.status = 0
-        self._fields: list[tuple[bytes, bytes]] = _NO_FIELDS  # the head's, as they came: see headers
+        self._head = b""  # the final head's bytes, status line to blank line: see headers
         self._headers: dict[str, str] | None = None
         self.inbox = Inbox(connection.pause_reading, connection.resume_reading)
         self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.complete = False
-        self.got_bytes = False
 
     @property
     def headers(self) -> dict[str, str]:
-        """Lower-cased names; repeated headers joined with ", ".
+        """Lower-cased names; repeated headers joined with ", "; values as llhttp gives them
+        (leading blanks dropped, trailing ones kept).  Only the head's: trailers are not read.
 
-        Read from the head's fields the first time they are asked for: the usual answer's
+        Parsed from the head's bytes the first time they are asked for: the usual answer's
         (a vendor API sends a score) are never read, only an error's ``retry-after``."""
         headers = self._headers
         if headers is None:
-            headers = self._headers = {}
-            _add_headers(headers, self._fields)
-            self._fields = _NO_FIELDS
+            headers = self._headers = _parse_head(self._head)
         return headers
+
+    @property
+    def got_bytes(self) -> bool:
+        """Whether any byte of the answer came (a request answered by none may be sent again).
+
+        Asked when the head failed, before the connection serves anything else: the reads the
+        connection kept for the incomplete head say it (a flag set per read would cost every
+        body read)."""
+        connection = self._connection
+        return bool(connection._reads) or not connection._in_head
 
     async def read(self, limit: int) -> bytes:
         """The whole body, at most ``limit`` bytes (the rest is dropped); closes the response."""
@@ -226,12 +239,16 @@ class Response:
 
 class _Callbacks:
     """What the connection's httptools parser calls (it looks them up once, when it is made):
-    the connection's own methods, and for body pieces the ``append`` of its parts list."""
+    the connection's own methods, and for body pieces the ``append`` of its parts list.
 
-    __slots__ = ("on_body", "on_header", "on_headers_complete", "on_message_complete")
+    No ``on_header``: without it httptools asks llhttp for no field callbacks at all, so no
+    Python runs per field (llhttp still checks every one in C); the connection keeps the head's
+    bytes instead (see :meth:`_Connection.data_received`).
+    Trailers (fields after a chunked body) are then not reported either: nothing reads them."""
+
+    __slots__ = ("on_body", "on_headers_complete", "on_message_complete")
 
     def __init__(self, connection: _Connection) -> None:
-        self.on_header = connection.on_header
         self.on_headers_complete = connection.on_headers_complete
         self.on_body = connection._parts.append
         self.on_message_complete = connection.on_message_complete
@@ -245,9 +262,14 @@ class _Connection(asyncio.Protocol):
         self.origin = origin
         self.transport: asyncio.Transport | None = None
         self.response: Response | None = None
-        self._header_key = ""  # the last field's name (a continuation's, if httptools splits one)
-        self._raw_headers: list[tuple[bytes, bytes]] = []  # the head's, until it is complete
-        self._in_head = True  # header callbacks now are the head's (after it: trailers)
+        # The reads of the current response while its head is incomplete (references: the loop
+        # hands over bytes, which never change), at most _MAX_HEAD bytes of them but the last.
+        # Usually one read, the head and the body's first bytes.  One list for the connection's
+        # life, emptied when the head is in; a connection is only reused after a complete
+        # response, so a response's reads never hold its predecessor's bytes.
+        self._reads: list[bytes] = []
+        self._interim = 0  # interim (1xx) heads of the current response so far, before its own
+        self._in_head = True  # the current response's (final) head is not complete yet
         self._decompress: Any = None
         # Body pieces of the current socket read (raw: a compressed body is inflated when they
         # are delivered).  One list for the connection's life: its own ``append`` is the
@@ -270,17 +292,26 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        response = self.response
-        if response is None:  # bytes nobody asked for: the connection is not reusable
+        if self.response is None:  # bytes nobody asked for: the connection is not reusable
             self.abort()
             return
-        response.got_bytes = True
+        if self._in_head:  # kept before it is fed: the head may complete in it (see got_bytes too)
+            reads = self._reads
+            # llhttp sets no bound on a head: the reads kept for one are, here (all the bytes
+            # of the reads before this one belong to the head, which is still incomplete).
+            if reads and sum(map(len, reads)) > _MAX_HEAD:
+                self._fail(_head_too_long())
+                return
+            reads.append(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(ProtocolError("upstream tried to switch protocols"))
         except httptools.HttpParserError as exc:
-            self._fail(ProtocolError(f"upstream sent malformed HTTP ({exc})"))
+            cause = exc.__context__  # what a callback raised (on_headers_complete: a too-long head)
+            self._fail(
+                cause if isinstance(cause, ProtocolError) else ProtocolError(f"upstream sent malformed HTTP ({exc})")
+            )
         self._deliver()
 
     def _deliver(self) -> None:
@@ -323,7 +354,7 @@ class _Connection(asyncio.Protocol):
         response = self.response
         if response is None or response.complete:
             return
-        if response.head.done() and not self._parser.should_keep_alive() and self._close_delimited():
+        if not self._in_head and not self._parser.should_keep_alive() and self._close_delimited():
             # A body framed by the connection's end: its end is the body's end.
             self.on_message_complete()
             return
@@ -332,30 +363,37 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        # A head's fields are only collected here (a vendor API sends a score of them); the
-        # response reads them into its headers if they are ever asked for.
-        if self._in_head:
-            self._raw_headers.append((name, value))
-        else:  # a trailer
-            assert self.response is not None
-            self._header_key = _add_headers(self.response.headers, [(name, value)], self._header_key)
-
     def on_headers_complete(self) -> None:
         response = self.response
-        assert response is not None
-        raw, self._raw_headers = self._raw_headers, []
+        if response is None or not self._in_head:  # bytes after a complete response: not ours
+            self._keep_alive = False
+            return
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim response (100 Continue): the real head follows
+            self._interim += 1
             return
+        reads = self._reads
+        data = reads[0] if len(reads) == 1 else b"".join(reads)
+        # The head alone (a copy, or the read itself when it is all head): the response may
+        # live as long as its stream, the read's body bytes must not live with it.
+        end = data.find(b"\r\n\r\n") + 4
+        if self._interim or data[0] in b"\r\n" or end < 4:  # not the usual: one head, first byte on
+            start, end = _head_span(data, self._interim)
+            self._interim = 0
+            head = data[start:end]
+        else:
+            head = data[:end]
+        if end > _MAX_HEAD:
+            raise _head_too_long()  # (feed_data raises it on, as the cause of a callback error)
+        reads.clear()
         self._in_head = False
         self._head_due = math.inf
-        response._fields = raw
+        response._head = head
         response.status = status
         self._keep_alive = self._parser.should_keep_alive()
-        # Is the body compressed?  The names are looked at in C (joined, lower-cased); only
-        # when one of them holds "content-encoding" are the headers read to be sure.
-        if raw and b"content-encoding" in b"\0".join(map(_NAME, raw)).lower():
+        # Is the body compressed?  The head is searched in C (lower-cased); only when it holds
+        # "content-encoding" are the headers read to be sure.
+        if b"content-encoding" in head.lower():
             encoding = response.headers.get("content-encoding", "").strip().lower()
             if encoding in ("gzip", "x-gzip"):
                 self._decompress = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -366,7 +404,8 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         response = self.response
-        if response is None or response.complete:
+        # (in the head still: an interim response ended, the real one follows)
+        if response is None or response.complete or self._in_head:
             return
         response.complete = True
         self._deliver()
@@ -380,7 +419,7 @@ class _Connection(asyncio.Protocol):
 
     def _close_delimited(self) -> bool:
         headers = self.response.headers if self.response else {}
-        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "")
+        return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
 
     def _fail(self, error: Exception) -> None:
         self._deliver()  # what arrived whole before the failure still counts
@@ -629,24 +668,63 @@ class HTTPClient:
 
 _MAX_HEADS = 256  # distinct (method, URL, headers) heads kept per client
 _ONE_WRITE = 65536  # bytes of body sent in one write with the head (a larger body: its own write)
-_NO_FIELDS: list[tuple[bytes, bytes]] = []  # a response's fields before its head (never added to)
-_NAME = operator.itemgetter(0)  # a field's name
+# The most bytes a response's heads may take, interim ones included (llhttp has no bound; a
+# vendor's head is about 1 KB).  Past it the response fails, so the reads kept stay bounded.
+_MAX_HEAD = 64 * 1024
 
 
-def _add_headers(headers: dict[str, str], fields: list[tuple[bytes, bytes]], key: str = "") -> str:
-    """Fields into ``headers``: a repeated name's values joined by ", "; an empty name
-    continues the previous value (``key``, then the last one here: returned)."""
-    for name, value in fields:
+def _head_too_long() -> ProtocolError:
+    return ProtocolError(f"upstream sent a response head over {_MAX_HEAD // 1024} KiB")
+
+
+def _head_span(data: bytes, interim: int) -> tuple[int, int]:
+    """Where the final head is in ``data``, a response's bytes from its first through at least
+    the end of its head, after ``interim`` interim heads: (start, end).
+
+    As llhttp parses them (tests/test_http_head.py holds it to that): it skips CR and LF before
+    a status line, a 1xx head has no body, and every line ends in CRLF (a bare LF is refused,
+    and so is an obs-fold continuation line), so a head ends at the first blank line, CRLFCRLF,
+    after its start."""
+    end = 0
+    for _ in range(interim + 1):
+        start = end
+        while data.startswith(_CR_OR_LF, start):
+            start += 1
+        end = data.find(b"\r\n\r\n", start) + 4
+        if end < 4:  # llhttp ended a head we cannot find: refuse it rather than misread it
+            raise ProtocolError("upstream sent a response head that cannot be read")
+    return start, end
+
+
+_CR_OR_LF = (b"\r", b"\n")
+
+
+class _Fields:
+    """The httptools callback that reads a head's fields into a dict (see Response.headers)."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self) -> None:
+        self.headers: dict[str, str] = {}
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.lower().decode("latin-1")
         text = value.decode("latin-1")
-        if name:
-            key = name.lower().decode("latin-1")
-            if key in headers:
-                headers[key] += ", " + text
-            else:
-                headers[key] = text
-        else:
-            headers[key] = headers.get(key, "") + text
-    return key
+        headers = self.headers
+        headers[key] = headers[key] + ", " + text if key in headers else text
+
+
+def _parse_head(head: bytes) -> dict[str, str]:
+    """The fields of ``head`` (one response head, already accepted by the connection's parser)."""
+    fields = _Fields()
+    if head:
+        # A fresh parser over the same bytes gives the fields exactly as the connection's would
+        # have (a head with no body after it: the parser waits for more).  It cannot fail where
+        # that one did not; if it ever did, the fields so far are the answer, not an exception
+        # in a caller that reads an error's retry-after or a closing connection's framing.
+        with contextlib.suppress(httptools.HttpParserError):
+            httptools.HttpResponseParser(fields).feed_data(head)
+    return fields.headers
 
 
 def _head_for(method: str, url: str, headers: dict[str, str]) -> tuple[_Origin, bytes]:
