@@ -387,7 +387,9 @@ class GuardedCycle(RequestResponseCycle, Racing):
         finally:
             self.on_response = _nothing  # (and the protocol is no longer held)
             if tasks is not None:
-                try:
+                # (a try costs nothing until it catches; contextlib.suppress is a context manager
+                # per request)
+                try:  # noqa: SIM105
                     tasks.discard(asyncio.current_task())  # type: ignore[arg-type]  # (this task: not None)
                 except RuntimeError:  # closed by the garbage collector after its loop ended: no task
                     pass
