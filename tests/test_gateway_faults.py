@@ -483,8 +483,20 @@ def test_gemini_json_array_stream(gw):
 def test_record_dir(servers):
     gw, _, record_dir = servers
     assert post(gw, "openai-chat", "hf-novita-text").status_code == 200
-    recorded = sorted(p for p in record_dir.iterdir() if "hf-novita-text" in p.name and p.suffix == ".sse")
-    assert recorded
+
+    def recordings() -> list:
+        return sorted(p for p in record_dir.iterdir() if "hf-novita-text" in p.name and p.suffix == ".sse")
+
+    def written() -> bool:
+        try:
+            return bool(json.loads(recordings()[-1].with_suffix(".json").read_text()))
+        except (IndexError, OSError, ValueError):
+            return False
+
+    # The recording is written as the exchange closes, after the answer's last bytes went out:
+    # the client can be back before it is on disk.
+    assert wait_for(written)
+    recorded = recordings()
     assert recorded[-1].read_bytes() == (CORPUS / "openai-chat" / "hf-novita-text.sse").read_bytes()
     meta = json.loads(recorded[-1].with_suffix(".json").read_text())
     assert meta["dialect"] == "openai-chat" and meta["model"] == "hf-novita-text" and meta["complete"]
