@@ -253,11 +253,7 @@ class GuardedCycle(RequestResponseCycle, Racing):
                 self.transport.write(b"%b%x\r\n%b\r\n" % (head, len(body), body))
                 return _SENT
             self.transport.write(b"%b%x\r\n%b\r\n0\r\n\r\n" % (head, len(body), body) if body else head + _LAST_CHUNK)
-            self.response_complete = True
-            self.set()
-            if not self.keep_alive:
-                self.transport.close()
-            self.on_response()
+            self._complete()
             return _SENT
         if message["type"] != "http.response.start" or self.flow.write_paused:
             return _uvicorn_send(self, message)
@@ -340,12 +336,17 @@ class GuardedCycle(RequestResponseCycle, Racing):
         head, self._head = self._head, b""
         self.transport.write(head + body)
         self.expected_content_length = 0
+        self._complete()
+        return True
+
+    def _complete(self) -> None:
+        """The answer's last bytes are written: as uvicorn's send ends a response (a waiting
+        ``receive`` woken, the connection closed unless kept alive, the protocol told)."""
         self.response_complete = True
         self.set()
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
-        return True
 
     def flush_head(self) -> None:
         """Write the response head :meth:`send` kept for the body's first chunk, if it is
