@@ -244,7 +244,11 @@ class GuardedCycle(RequestResponseCycle, Racing):
             # write uvicorn's send makes for it (an empty chunk that is not the last:
             # uvicorn's, which writes nothing in its own way)
             body = message.get("body", b"")
-            head, self._head = self._head, b""  # (the head, if it has not gone out yet: with this)
+            # the head, if it has not gone out yet, goes with this (on every later chunk of the
+            # stream: one attribute read, no store)
+            head = self._head
+            if head:
+                self._head = b""
             if message.get("more_body", False):
                 if not body:
                     if head:
