@@ -351,3 +351,63 @@ async def test_a_compressed_body_is_found_by_its_header_whatever_its_case_and_on
     assert second.headers == {"x-content-encoding": "gzip", "content-length": "5"}
     await client.aclose()
     server.close()
+
+
+# Bytes after a complete response, in its read or a later one before the next request: the
+# client never pipelines, so they answer nothing it asked.  They must reach no inbox, and the
+# connection must not be reused: a partial head kept by the parser would otherwise become the
+# start of the next request's answer (another caller's request, on a shared pool).
+STRAYS = {
+    "a partial head": b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-stray: 1",
+    "a whole answer": ok(b"stray"),
+    "a status line's start": b"HTTP/1.",
+    "a body's worth of garbage": b"not http at all",
+}
+
+
+@pytest.mark.parametrize("stray", list(STRAYS), ids=list(STRAYS))
+@pytest.mark.parametrize("same_read", [True, False], ids=["same read", "later read"])
+async def test_bytes_after_a_complete_response_reach_no_one_and_retire_the_connection(stray, same_read):
+    connections: list[int] = []
+    answered = asyncio.Event()
+
+    async def handler(reader, writer):
+        connections.append(1)
+        try:
+            while True:
+                await read_request(reader)
+                n = len(connections)
+                if same_read:
+                    writer.write(ok(b"one-%d" % n) + STRAYS[stray])
+                else:
+                    writer.write(ok(b"one-%d" % n))
+                    await writer.drain()
+                    await answered.wait()
+                    writer.write(STRAYS[stray])
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server, port = await serve(handler)
+    client = HTTPClient()
+    first = await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")
+    parts = []
+    while True:
+        await first.inbox.wait()
+        parts += first.inbox.take()
+        if first.inbox.eof:
+            break
+    answered.set()
+    await asyncio.sleep(0.05)  # the strays arrive (a later read: before the response is closed)
+    assert first.inbox.error is None and b"".join(parts) == b"one-1"
+    assert not first.inbox.items  # nothing after the end reached the finished inbox
+    first.close()
+    second = await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")
+    assert second.status == 200 and "x-stray" not in second.headers
+    assert await body_of(second) == b"one-2"  # a fresh connection's own answer
+    assert len(connections) == 2
+    await client.aclose()
+    await asyncio.sleep(0.05)
+    server.close()

@@ -246,9 +246,10 @@ class _Callbacks:
     bytes instead (see :meth:`_Connection.data_received`).
     Trailers (fields after a chunked body) are then not reported either: nothing reads them."""
 
-    __slots__ = ("on_body", "on_headers_complete", "on_message_complete")
+    __slots__ = ("on_body", "on_headers_complete", "on_message_begin", "on_message_complete")
 
     def __init__(self, connection: _Connection) -> None:
+        self.on_message_begin = connection.on_message_begin
         self.on_headers_complete = connection.on_headers_complete
         self.on_body = connection._parts.append
         self.on_message_complete = connection.on_message_complete
@@ -321,6 +322,9 @@ class _Connection(asyncio.Protocol):
         parts = self._parts
         response = self.response
         if parts and response is not None:
+            if response.complete:  # a stray message's body (see on_message_begin): no one's
+                parts.clear()
+                return
             items = parts.copy()
             parts.clear()
             if self._decompress is not None:
@@ -362,6 +366,16 @@ class _Connection(asyncio.Protocol):
         self._fail(ProtocolError(f"upstream {what} before the response was complete"))
 
     # -- httptools callbacks
+
+    def on_message_begin(self) -> None:
+        # The client never pipelines: a message that begins once the current response is
+        # complete answers nothing it asked (a confused or hostile upstream).  Its bytes reach
+        # no inbox (_deliver) and the connection is not reused: the parser would keep a partial
+        # head as the start of the next request's answer, on a pool that serves every caller.
+        # (llhttp skips blank lines between messages before it calls this: they are harmless.)
+        response = self.response
+        if response is None or response.complete:
+            self._keep_alive = False
 
     def on_headers_complete(self) -> None:
         response = self.response
@@ -407,8 +421,8 @@ class _Connection(asyncio.Protocol):
         # (in the head still: an interim response ended, the real one follows)
         if response is None or response.complete or self._in_head:
             return
+        self._deliver()  # (before it is complete: body pieces after that are strays, dropped)
         response.complete = True
-        self._deliver()
         if self._decompress is not None and not response.inbox.eof:  # (eof: the body was corrupt)
             tail = self._decompress.flush()
             if tail:
