@@ -23,6 +23,9 @@ Two parts, both with 2-token streams (``fast-2-0``: a role chunk, two tokens, fi
    ``REQUEST_PROFILE_PATH_N`` streams one after another, twice: paced (``fast-2-10``: the
    first token 10 ms after the head, so the gateway sleeps in between and runs cold, as it
    does in front of a real model) and unpaced (``fast-2-0``: back to back, the caches warm).
+   Paced, the rest of a request's CPU is shown too, stretch by stretch (the step that wrote
+   the upstream request, the answer's head until the wait for the first token, and from the
+   first token's write to the next request): the five add up to what one paced request costs.
 
 ``python -m bench request``; env REQUEST_PROFILE_N (2000), REQUEST_PROFILE_ROUNDS (3),
 REQUEST_PROFILE_PATH_N (300), REQUEST_PROFILE_PARTS (cpu,profile; path adds the first
@@ -413,7 +416,7 @@ def _path_run(config: Path, model: str) -> dict[str, list[tuple[float, float]]]:
     finally:
         for cls, name, original in originals:
             setattr(cls, name, original)
-    stretches: dict[str, list[tuple[float, float]]] = {"request in → upstream out": [], "first token in → out": []}
+    stretches: dict[str, list[tuple[float, float]]] = {name: [] for name in STRETCHES}
     streams, current = [], None
     for mark in marks:  # one stream: its request, the upstream's reads, the client's messages
         if mark[0] == "request in":
@@ -421,22 +424,46 @@ def _path_run(config: Path, model: str) -> dict[str, list[tuple[float, float]]]:
             streams.append(current)
         elif current is not None:
             current.append(mark)
-    for stream in streams:
+    for n, stream in enumerate(streams):
         points = [m[0] for m in stream]
         if "upstream out" not in points:
             continue
         sent = stream[points.index("upstream out")]
-        stretches["request in → upstream out"].append(((sent[1] - stream[0][1]) / 1e3, (sent[2] - stream[0][2]) / 1e3))
+        stretches["request in → upstream out"].append(_between(stream[0], sent))
         if model != PACED_MODEL or points.count("upstream in") < 2:  # (unpaced: the token came with the head)
             continue
         # The first token: the upstream's second read (its first is the head and the role
         # chunk), to the client's first body message after it (the head goes with it).
         reads = [i for i, p in enumerate(points) if p == "upstream in"]
-        token = stream[reads[1]]
+        head, token = stream[reads[0]], stream[reads[1]]
         out = next((stream[i] for i in range(reads[1], len(stream)) if points[i] == "client out"), None)
-        if out is not None:
-            stretches["first token in → out"].append(((out[1] - token[1]) / 1e3, (out[2] - token[2]) / 1e3))
+        if out is None or n + 1 >= len(streams):
+            continue
+        # The rest of the request's CPU, off the first token's path: the step that wrote the
+        # upstream request, after the write; the answer's head (and role chunk) until the wait
+        # for the first token; and from the first token's write to the next request (the
+        # later token, the end, the access log, the next read of the connection).
+        stretches["upstream out → its head in (CPU)"].append(_between(sent, head))
+        stretches["head in → first token in (CPU)"].append(_between(head, token))
+        stretches["first token in → out"].append(_between(token, out))
+        stretches["first token out → next request in (CPU)"].append(_between(out, streams[n + 1][0]))
     return stretches
+
+
+# The stretches of one paced request (_path_run), in their order; the ones marked CPU hold a
+# wait for the upstream or the client (their wall time is not the gateway's).
+STRETCHES = (
+    "request in → upstream out",
+    "upstream out → its head in (CPU)",
+    "head in → first token in (CPU)",
+    "first token in → out",
+    "first token out → next request in (CPU)",
+)
+
+
+def _between(a: tuple[str, int, int], b: tuple[str, int, int]) -> tuple[float, float]:
+    """(wall µs, thread CPU µs) from mark ``a`` to mark ``b``."""
+    return (b[1] - a[1]) / 1e3, (b[2] - a[2]) / 1e3
 
 
 def first_token_path(tmp: Path) -> str:
@@ -448,10 +475,14 @@ def first_token_path(tmp: Path) -> str:
     try:
         time.sleep(1.0)
         for model, label in ((PACED_MODEL, "paced (cold)"), (MODEL, "unpaced (warm)")):
+            cpu = 0.0
             for stretch, pairs in _path_run(config, model).items():
                 if pairs:
+                    cpu += statistics.median(c for _, c in pairs)
                     rows.append([f"{stretch}, {label}", len(pairs), statistics.median(w for w, _ in pairs),
                                  statistics.median(c for _, c in pairs), min(c for _, c in pairs)])  # fmt: skip
+            if model == PACED_MODEL:  # the five stretches are the whole request, one after another
+                rows.append([f"the request's CPU (the medians' sum), {label}", "", "", cpu, ""])
     finally:
         upstream.terminate()
         upstream.wait()
