@@ -11,7 +11,16 @@ event, 204 a stream) and the figure is the *client process's* CPU time per chunk
 - ``aiohttp``: ``ClientSession.post`` + ``content.iter_any()`` (when installed: the bench extra).
 
 Sequential streams (concurrency 1) and 10 at once; uvloop as the gateway runs it.
-``python -m bench http``; env HTTP_BENCH_STREAMS (default 200 per run).
+
+Second part, **the first request of a fresh pool** (spare connections, issue 23): the time from
+``request()`` to the response head on a new ``HTTPClient``, to a TLS upstream (a throwaway CA,
+trustme), with no spare (the request connects: TCP and TLS handshakes on its path) and with one
+opened by ``prepare()`` 200 ms before (what the gateway does at start-up). On loopback, and
+through a proxy that delays every read by HTTP_BENCH_DELAY_MS each way (a network's round trip
+is twice it); medians of HTTP_BENCH_FIRST samples.
+
+``python -m bench http``; env HTTP_BENCH_STREAMS (default 200 per run), HTTP_BENCH_FIRST (30),
+HTTP_BENCH_DELAY_MS (10).
 """
 
 from __future__ import annotations
@@ -20,8 +29,11 @@ import asyncio
 import json
 import os
 import socket
+import ssl
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +41,8 @@ from .common import table
 
 HERE = Path(__file__).resolve().parent
 STREAMS = int(os.environ.get("HTTP_BENCH_STREAMS", "200"))
+FIRST = int(os.environ.get("HTTP_BENCH_FIRST", "30"))
+DELAY_MS = float(os.environ.get("HTTP_BENCH_DELAY_MS", "10"))
 BODY = json.dumps({"model": "fast-200-0", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
 
 
@@ -117,6 +131,108 @@ def _measure(name: str, fn, url: str, concurrency: int) -> list[object]:
     return [name, concurrency, STREAMS, reads / STREAMS, cpu * 1e6 / events, events / wall]
 
 
+# -- the first request of a fresh pool, with and without a spare connection
+
+
+def _tls_upstream(loop: asyncio.AbstractEventLoop, delay: float) -> tuple[int, int, ssl.SSLContext]:
+    """A TLS server answering every request with a short body, and a proxy in front of it that
+    delays each read ``delay`` seconds each way, both on ``loop`` (another thread's); their
+    ports and a client context that trusts the server."""
+    import trustme
+
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                fields = [x.split(b":") for x in head.lower().split(b"\r\n")]
+                await reader.readexactly(next((int(f[1]) for f in fields if f[0] == b"content-length"), 0))
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            writer.close()
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):  # each read forwarded ``delay`` later, in order
+                loop.call_later(delay, writer.write, data)
+            loop.call_later(delay, writer.close)
+        except ConnectionError:
+            writer.close()
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", direct)
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    async def start() -> tuple[int, int]:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_ctx)
+        nonlocal direct
+        direct = server.sockets[0].getsockname()[1]
+        delayed = await asyncio.start_server(proxy, "127.0.0.1", 0)
+        servers.extend((server, delayed))
+        return direct, delayed.sockets[0].getsockname()[1]
+
+    direct = 0
+    ports = asyncio.run_coroutine_threadsafe(start(), loop).result()
+    return ports[0], ports[1], trusted
+
+
+servers: list[asyncio.Server] = []  # the first-request part's, closed with their loop
+
+
+async def _stop_servers() -> None:
+    for server in servers:
+        server.close()
+    servers.clear()
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _first_request(url: str, trusted: ssl.SSLContext, spare: bool) -> float:
+    """Seconds from ``request()`` to the head, on a fresh pool (its spare opened 200 ms before)."""
+    from llmbridge.gateway._http import HTTPClient
+
+    client = HTTPClient(ssl_context=trusted, spares=1 if spare else 0)
+    if spare:
+        client.prepare(url)
+    await asyncio.sleep(0.2)
+    t0 = time.perf_counter()
+    response = await client.request("POST", url, {"content-type": "application/json"}, b"{}")
+    took = time.perf_counter() - t0
+    await response.read(100)
+    await client.aclose()
+    return took
+
+
+def first_request() -> str:
+    import uvloop
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    rows = []
+    try:
+        direct, delayed, trusted = _tls_upstream(loop, DELAY_MS / 1000)
+        for port, where in ((direct, "loopback"), (delayed, f"+{DELAY_MS:g} ms each way")):
+            url = f"https://127.0.0.1:{port}/v1/chat/completions"
+            for spare in (False, True, False, True):  # (alternating: the machine's drift hits both)
+                took = [uvloop.run(_first_request(url, trusted, spare)) for _ in range(FIRST)]
+                label = "a spare opened ahead" if spare else "no spare: connects itself"
+                rows.append([where, label, FIRST, statistics.median(took) * 1e3, min(took) * 1e3])
+    finally:
+        asyncio.run_coroutine_threadsafe(_stop_servers(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+    head = ["upstream (TLS)", "the first request of a fresh pool", "samples", "to the head p50 ms", "min ms"]
+    return "the first request: time from request() to the response head\n" + table(head, rows)
+
+
 def run() -> str:
     port = _port()
     upstream = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "serve", str(port)])
@@ -135,7 +251,7 @@ def run() -> str:
         upstream.terminate()
         upstream.wait()
     head = ["client", "conc", "streams", "reads/stream", "client CPU µs/event", "events/s (wall)"]
-    return table(head, rows)
+    return table(head, rows) + "\n\n" + first_request()
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ that returns one): ``ok`` (a short chat stream), ``slow`` (the same after ``slow
 or ``refuse`` (the listener closes for ``refuse_ms`` so that connecting fails with
 ECONNREFUSED, and this request's connection is reset).  :meth:`FaultUpstream.down` /
 :meth:`FaultUpstream.up` close and reopen the listener for good (connection refused until
-then).  Every answer carries ``connection: close``, so each request is a new connection and a
-closed listener is seen at once.  ``arrivals`` keeps (monotonic time, mode) per request.
+then); down also resets the connections that have not sent a request yet (a gateway's spare
+connections), as a server that went away would.  Every answer carries ``connection: close``,
+so each request is a new connection and a closed listener is seen at once.  ``arrivals`` keeps
+(monotonic time, mode) per request.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class FaultUpstream:
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._writers: set[asyncio.StreamWriter] = set()
+        self._waiting: set[asyncio.StreamWriter] = set()  # connected, no request yet
 
     @property
     def url(self) -> str:
@@ -70,8 +73,9 @@ class FaultUpstream:
         self._thread.join(5)
 
     def down(self) -> None:
-        """Close the listener: connecting is refused until :meth:`up`."""
-        self._call(self._close(abort=False))
+        """Close the listener (connecting is refused until :meth:`up`) and reset the
+        connections that have not sent a request yet."""
+        self._call(self._close(abort=False, idle=True))
 
     def up(self) -> None:
         self._call(self._listen())
@@ -87,18 +91,19 @@ class FaultUpstream:
             self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, reuse_address=True,
                                                       backlog=1024)  # fmt: skip
 
-    async def _close(self, abort: bool) -> None:
+    async def _close(self, abort: bool, idle: bool = False) -> None:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        if abort:
-            for w in list(self._writers):
-                w.transport.abort()
+        for w in list(self._writers if abort else self._waiting if idle else ()):
+            w.transport.abort()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        self._waiting.add(writer)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
+            self._waiting.discard(writer)
             m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
             body = await reader.readexactly(int(m.group(1))) if m else b""
             n = self.count
@@ -136,4 +141,5 @@ class FaultUpstream:
             pass
         finally:
             self._writers.discard(writer)
+            self._waiting.discard(writer)
             writer.close()

@@ -148,6 +148,13 @@ class RawUpstream:
         return self
 
     def stop(self) -> None:
+        async def end_connections() -> None:  # (one still waiting for a request: a spare)
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(end_connections(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
 

@@ -426,3 +426,45 @@ def test_the_upstream_body_is_encoded_once_and_is_what_stripping_gives(body):
     kept = HTTPUpstream(UpstreamConfig("u", "openai-chat", base_url="http://127.0.0.1:9/v1", extensions=True))
     kept.dialect = upstream.dialect  # type: ignore[assignment]
     assert kept.request_bytes(hub.Request(model="m")) == json_encode(body)  # an upstream that takes it gets it
+
+
+def test_a_served_gateway_opens_its_upstreams_spare_connections_before_the_first_request():
+    """At start-up each HTTP upstream opens its spare connection (``spare_connections``, 1 by
+    default), and the first request is sent on it: no handshake on the first token's path."""
+    ports: list[int] = []
+    upstream_app = replay.create_app(CORPUS, seed=1)
+
+    async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            ports.append(scope["client"][1])  # the gateway's end of the connection
+        await upstream_app(scope, receive, send)
+
+    with serving(recording) as up:
+        raw = replay_config(up.url, {"m": ("openai-chat", "hf-novita-text")})
+        raw["upstreams"]["rep-gemini"]["spare_connections"] = 0
+        app = create_app(config.parse(raw))
+        with serving(app) as gw:
+            upstreams = app.state.gateway.upstreams
+            idle = lambda name: sum(map(len, upstreams[name].client._idle.values()))  # noqa: E731
+            assert _eventually(lambda: idle("rep-chat") == 1 and idle("rep-anthropic") == 1)
+            assert idle("rep-gemini") == 0  # turned off
+            spare = next(iter(upstreams["rep-chat"].client._idle.values()))[0]
+            spare_port = spare.transport.get_extra_info("sockname")[1]
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            answer = httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=10)
+            assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
+            assert ports == [spare_port]
+    with pytest.raises(config.ConfigError, match="spare_connections"):
+        bad = {"u": {"format": "openai-chat", "base_url": up.url, "spare_connections": -1}}
+        config.parse({**raw, "upstreams": bad})
+
+
+def _eventually(predicate, timeout: float = 5.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

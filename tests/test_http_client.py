@@ -411,3 +411,136 @@ async def test_bytes_after_a_complete_response_reach_no_one_and_retire_the_conne
     await client.aclose()
     await asyncio.sleep(0.05)
     server.close()
+
+
+# -- spare connections: opened ahead of the requests that use them (HTTPClient(spares=N))
+
+
+def keep_answering(connections: list[asyncio.StreamWriter], hold: asyncio.Event | None = None):
+    """A handler that answers every request of its connection with ``ok(b"x")`` (after ``hold``
+    is set, when given), appending each connection's writer to ``connections``."""
+
+    async def handler(reader, writer):
+        connections.append(writer)
+        try:
+            while True:
+                await read_request(reader)
+                if hold is not None:
+                    await hold.wait()
+                writer.write(ok(b"x"))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    return handler
+
+
+async def test_a_request_that_takes_the_last_idle_connection_has_a_spare_opened_for_the_next():
+    connections: list[asyncio.StreamWriter] = []
+    hold = asyncio.Event()
+    server, port = await serve(keep_answering(connections, hold))
+    url = f"http://127.0.0.1:{port}/"
+    client = HTTPClient(spares=1)
+    hold.set()
+    first = await client.request("POST", url, {}, b"")  # an empty pool: connects, opens no spare
+    await body_of(first)
+    await asyncio.sleep(0.05)
+    assert len(connections) == 1 and not first._connection.reused
+    hold.clear()
+    second = asyncio.ensure_future(client.request("POST", url, {}, b""))  # takes the last idle one
+    assert await _until(lambda: len(connections) == 2)  # the spare, opened in the background
+    assert await _until(lambda: len(client._idle[next(iter(client._idle))]) == 1)
+    third = asyncio.ensure_future(client.request("POST", url, {}, b""))
+    hold.set()
+    for response in (await second, await third):
+        assert response._connection.reused  # both found their connection open
+        assert await body_of(response) == b"x"
+    await client.aclose()
+    server.close()
+
+
+async def _until(predicate, timeout: float = 5.0) -> bool:
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.01)
+    return predicate()
+
+
+async def test_prepare_opens_the_spares_ahead_with_their_tls_handshake_done():
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    connections: list[asyncio.StreamWriter] = []
+    server, port = await serve(keep_answering(connections), server_ctx)
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    client = HTTPClient(ssl_context=trusted, spares=2)
+    client.prepare(f"https://127.0.0.1:{port}/v1")
+    client.prepare(f"https://127.0.0.1:{port}/v1/other")  # the same origin: nothing more to open
+    assert await _until(lambda: sum(map(len, client._idle.values())) == 2)
+    assert len(connections) == 2 and not client._spare_tasks
+    response = await client.request("POST", f"https://127.0.0.1:{port}/v1/chat", {}, b"")
+    assert response._connection.reused and await body_of(response) == b"x"
+    await client.aclose()
+    server.close()
+
+
+async def test_no_spares_by_default_and_none_for_a_request_that_found_the_pool_empty():
+    connections: list[asyncio.StreamWriter] = []
+    server, port = await serve(keep_answering(connections))
+    for client in (HTTPClient(), HTTPClient(spares=1)):
+        connections.clear()
+        for _ in range(3):  # one after another: each takes the one the last gave back
+            await body_of(await client.request("POST", f"http://127.0.0.1:{port}/", {}, b""))
+        await asyncio.sleep(0.05)
+        # (spares=1: the second request took the last idle connection, and its spare is the one
+        # the third found; the third left the one it took back: one spare, never a stream of them)
+        assert len(connections) == (1 if client.spares == 0 else 2)
+        client.prepare(f"http://127.0.0.1:{port}/")  # enough idle already: nothing opened
+        await asyncio.sleep(0.05)
+        assert len(connections) == (1 if client.spares == 0 else 2)
+        await client.aclose()
+    server.close()
+
+
+async def test_a_spare_that_cannot_connect_is_logged_quietly_and_not_retried_at_once(caplog):
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()  # a port nobody listens on
+    client = HTTPClient(spares=1)
+    with caplog.at_level("DEBUG", logger="llmbridge.gateway"):
+        client.prepare(f"http://127.0.0.1:{port}/v1")
+        assert await _until(lambda: not client._spare_tasks)
+        client.prepare(f"http://127.0.0.1:{port}/v1")  # within SPARE_RETRY_AFTER: not tried again
+        assert not client._spare_tasks and not client._opening
+    assert [r.levelname for r in caplog.records] == ["DEBUG"]
+    assert "no spare connection to 127.0.0.1" in caplog.records[0].getMessage()
+    assert not caplog.records[0].exc_info
+    with pytest.raises(ConnectError):  # the request's own connect fails as it did
+        await client.request("POST", f"http://127.0.0.1:{port}/v1", {}, b"")
+    await client.aclose()
+
+
+async def test_closing_the_client_cancels_a_spare_still_opening():
+    accepted: list[asyncio.StreamWriter] = []
+    done = asyncio.Event()
+
+    async def silent(reader, writer):  # accepts, never answers the TLS handshake
+        accepted.append(writer)
+        await done.wait()
+        writer.close()
+
+    server, port = await serve(silent)
+    client = HTTPClient(spares=1)
+    client.prepare(f"https://127.0.0.1:{port}/")
+    assert await _until(lambda: len(accepted) == 1)
+    assert client._spare_tasks
+    await client.aclose()
+    assert not client._spare_tasks and not client._all and not client._idle
+    done.set()
+    await asyncio.sleep(0.01)
+    server.close()

@@ -213,6 +213,10 @@ def create_app(
             await gateway.teams.start()
         await gateway.pipeline.router.start()
         await gateway.memory.start()
+        for upstream in gateway.upstreams.values():  # their spare connections, in the background
+            prepare = getattr(upstream, "prepare", None)  # (an object a program put in place may have none)
+            if prepare is not None:
+                prepare()
         yield
         await gateway.aclose()
 

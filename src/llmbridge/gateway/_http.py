@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import ssl
@@ -47,6 +48,11 @@ __all__ = ["ConnectError", "HTTPClient", "Head", "Inbox", "ProtocolError", "Resp
 # to this plus one socket read; it says nothing about event sizes (those are capped later).
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
+# A spare connection that could not be opened: none is tried to that origin for this long
+# (an upstream that is down gets the requests' own connects, not a second stream of them).
+SPARE_RETRY_AFTER = 5.0
+
+log = logging.getLogger("llmbridge.gateway")
 
 
 class UpstreamHTTPError(Exception):
@@ -525,18 +531,36 @@ class _Connection(asyncio.Protocol):
 
 
 class HTTPClient:
-    """A pool of keep-alive HTTP/1.1 connections, per origin (scheme, host, port)."""
+    """A pool of keep-alive HTTP/1.1 connections, per origin (scheme, host, port).
+
+    ``spares``: connections kept ready per origin, opened ahead of the requests that will use
+    them (0: none, a request connects when the pool has no idle one). A connection costs a
+    request its TCP handshake, and to a vendor's API over TLS one or two round trips more and
+    the key exchange: tens of milliseconds before the request is even written, all of them on
+    the first token's path. A spare is opened in the background when a request takes the last
+    idle connection of its origin, and by :meth:`prepare` (at start-up, before any request);
+    it then waits in the pool like any idle connection (and leaves it if the upstream closes
+    it). A request that found the pool empty opens no spare: its origin's connections do not
+    outlive the gaps between its requests (the upstream's keep-alive is shorter), and a spare
+    would only be one more handshake for the upstream to drop.
+    """
 
     # Idle connections kept per origin: as many as the gateway serves streams at once by default
     # (max_connections, 1,000), so a burst finds its connections ready the second time, not 64 of
     # them (an idle connection the upstream closes leaves the pool: connection_lost -> forget).
-    def __init__(self, *, max_idle_per_origin: int = 1024, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, *, max_idle_per_origin: int = 1024, ssl_context: ssl.SSLContext | None = None, spares: int = 0
+    ) -> None:
         self._idle: dict[_Origin, list[_Connection]] = {}
         self._all: set[_Connection] = set()
         self._max_idle = max_idle_per_origin
         self._ssl = ssl_context
         self._heads: dict[tuple[object, ...], Head] = {}  # see head()
         self.closed = False
+        self.spares = spares
+        self._opening: dict[_Origin, int] = {}  # spares being opened, per origin
+        self._no_spare_until: dict[_Origin, float] = {}  # loop time: a spare failed (SPARE_RETRY_AFTER)
+        self._spare_tasks: set[asyncio.Task[None]] = set()
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -579,6 +603,45 @@ class HTTPClient:
                 connection.reused = True
                 return connection
         return None
+
+    def prepare(self, url: str, timeout: float | None = None) -> None:
+        """Open the spare connections to ``url``'s origin now, in the background: the first
+        request finds one ready, its handshakes done (nothing when :attr:`spares` is 0). Needs
+        a running loop; failures are logged (debug) and retried no sooner than
+        :data:`SPARE_RETRY_AFTER`. Raises :class:`UpstreamHTTPError` for a URL that is not http(s)."""
+        if self.spares and not self.closed:
+            self._top_up(self.head("GET", url, {})[0], timeout)
+
+    def _top_up(self, origin: _Origin, timeout: float | None) -> None:
+        """Open spares to ``origin`` in the background until :attr:`spares` are idle or opening."""
+        loop = asyncio.get_running_loop()
+        if self._no_spare_until and self._no_spare_until.get(origin, 0.0) > loop.time():
+            return
+        idle = self._idle.get(origin)
+        opening = self._opening.get(origin, 0)
+        for _ in range(self.spares - (len(idle) if idle else 0) - opening):
+            opening += 1
+            task = loop.create_task(self._open_spare(origin, timeout))
+            self._spare_tasks.add(task)
+            task.add_done_callback(self._spare_tasks.discard)
+        if opening:
+            self._opening[origin] = opening
+
+    async def _open_spare(self, origin: _Origin, timeout: float | None) -> None:
+        try:
+            connection = await self._connect(origin, timeout)
+        except Exception as exc:  # (a background task: nobody to raise to; no traceback in the log)
+            self._no_spare_until[origin] = asyncio.get_running_loop().time() + SPARE_RETRY_AFTER
+            log.debug("no spare connection to %s:%d: %s", origin.host, origin.port, exc)
+            return
+        finally:
+            left = self._opening.get(origin, 1) - 1
+            if left > 0:
+                self._opening[origin] = left
+            else:
+                self._opening.pop(origin, None)
+        self._no_spare_until.pop(origin, None)
+        self.put_back(connection)  # (aborted there if the client closed meanwhile)
 
     def put_back(self, connection: _Connection) -> None:
         if self.closed:
@@ -650,6 +713,8 @@ class HTTPClient:
             connection = self._checkout(origin) if attempt == 0 else None
             if connection is None:
                 connection = await self._connect(origin, connect_timeout)
+            elif self.spares and len(self._idle[origin]) < self.spares:  # the pool's last ones: a spare
+                self._top_up(origin, connect_timeout)
             response = connection.send(data, body)
             # The head's timeout fails the head future itself (no asyncio.timeout around the
             # await: that is a context manager, a task lookup and a cancellation to undo per
@@ -674,6 +739,11 @@ class HTTPClient:
 
     async def aclose(self) -> None:
         self.closed = True
+        spares = list(self._spare_tasks)
+        for task in spares:
+            task.cancel()
+        if spares:
+            await asyncio.gather(*spares, return_exceptions=True)
         for connection in list(self._all):
             connection.abort()
         self._all.clear()

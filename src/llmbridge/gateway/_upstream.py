@@ -138,6 +138,11 @@ class Upstream(Protocol):
         ``response.inbox``; close it after). Raises :class:`UpstreamFailed` before any byte."""
         ...
 
+    def prepare(self) -> None:
+        """Make ready ahead of the first request what can be (an HTTP upstream's spare
+        connections, in the background: ``spare_connections``); never raises. Needs a running loop."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -157,7 +162,7 @@ class HTTPUpstream:
         self.base_url = config.base_url
         self.dialect = dialects.get(config.format)
         self.timeouts = config.timeouts
-        self.client = client or _http.HTTPClient()
+        self.client = client or _http.HTTPClient(spares=config.spare_connections)
         self._config_headers = {k.lower(): v for k, v in config.headers.items()}
         # The dialect's (URL, headers) for a request -> the request head they make: the few
         # distinct ones an upstream sees, merged with the config's headers once, not per request.
@@ -350,6 +355,12 @@ class HTTPUpstream:
             error.status = status
         return error
 
+    def prepare(self) -> None:
+        try:
+            self.client.prepare(self.base_url, self.timeouts.connect)
+        except _http.UpstreamHTTPError as exc:  # (a Config made in code: its requests will say it)
+            logger.debug("upstream %r: no spare connection: %s", self.name, exc)
+
     async def aclose(self) -> None:
         await self.client.aclose()
 
@@ -383,6 +394,9 @@ class InProcessUpstream:
 
     async def post_json_at(self, url: str, headers: dict[str, str], body: Any) -> Any:
         raise UpstreamFailed(self._no_api(url))
+
+    def prepare(self) -> None:
+        pass  # (in this process: nothing to connect to)
 
     def _no_api(self, path: str) -> hub.Error:
         message = f"upstream {self.name!r} ({self.format}) serves no {path.rsplit(':', 1)[-1]!r}"

@@ -46,6 +46,7 @@ LOCAL_EMBED = "local-embed"  # the in-process embedding model, served by any "lo
 MODEL_KINDS = ("chat", "embedding")
 ROUTING = ("ordered", "weighted", "least-busy", "latency")  # how a model picks among its deployments
 FORMATS = (*dialects.NAMES, LOCAL)
+MAX_SPARE_CONNECTIONS = 64  # spare_connections per upstream: a few cover a burst's first requests
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -79,6 +80,9 @@ class UpstreamConfig:
     # for upstreams that accept it (another llmbridge gateway, the replay server): vendor APIs
     # reject unknown fields, so by default those keys are left out (and logged).
     extensions: bool = False
+    # Connections kept open ahead of the requests (opened at start-up, and again when a request
+    # takes the last idle one): a request then skips the TCP and TLS handshakes (_http.HTTPClient).
+    spare_connections: int = 1
 
 
 @dataclass(frozen=True)
@@ -360,7 +364,7 @@ def _origins(value: Any) -> tuple[str, ...]:
 
 def _upstream(name: str, t: dict[str, Any], env: Mapping[str, str]) -> UpstreamConfig:
     where = f"upstreams.{name}"
-    _known(t, where, {"format", "base_url", "api_key", "timeouts", "headers", "extensions"})
+    _known(t, where, {"format", "base_url", "api_key", "timeouts", "headers", "extensions", "spare_connections"})
     fmt = t.get("format")
     if not isinstance(fmt, str):
         raise ConfigError(f"{where}.format", f"missing; one of {', '.join(FORMATS)}")
@@ -389,7 +393,10 @@ def _upstream(name: str, t: dict[str, Any], env: Mapping[str, str]) -> UpstreamC
     extensions = t.get("extensions", False)
     if not isinstance(extensions, bool):
         raise ConfigError(f"{where}.extensions", "must be true or false")
-    return UpstreamConfig(name, fmt, base_url, api_key, timeouts, headers, extensions)
+    spares = t.get("spare_connections", 1)
+    if type(spares) is not int or not 0 <= spares <= MAX_SPARE_CONNECTIONS:
+        raise ConfigError(f"{where}.spare_connections", f"must be an integer from 0 to {MAX_SPARE_CONNECTIONS}")
+    return UpstreamConfig(name, fmt, base_url, api_key, timeouts, headers, extensions, spares)
 
 
 def _model(t: dict[str, Any], where: str, upstreams: dict[str, UpstreamConfig]) -> ModelConfig:
