@@ -147,6 +147,7 @@ def _tls_upstream(loop: asyncio.AbstractEventLoop, delay: float) -> tuple[int, i
     ca.configure_trust(trusted)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -165,6 +166,7 @@ def _tls_upstream(loop: asyncio.AbstractEventLoop, delay: float) -> tuple[int, i
             writer.close()
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", direct)
         await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
 
@@ -182,16 +184,20 @@ def _tls_upstream(loop: asyncio.AbstractEventLoop, delay: float) -> tuple[int, i
 
 
 servers: list[asyncio.Server] = []  # the first-request part's, closed with their loop
+writers: list[asyncio.StreamWriter] = []  # and their connections' ends
 
 
 async def _stop_servers() -> None:
+    """Close the servers and reset their connections; their handlers end on their own (a
+    cancelled one would have asyncio log its CancelledError)."""
     for server in servers:
         server.close()
+    for writer in writers:
+        writer.transport.abort()
     servers.clear()
+    writers.clear()
     tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.wait(tasks, timeout=1) if tasks else None
 
 
 async def _first_request(url: str, trusted: ssl.SSLContext, spare: bool) -> float:
