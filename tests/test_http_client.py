@@ -544,3 +544,23 @@ async def test_closing_the_client_cancels_a_spare_still_opening():
     done.set()
     await asyncio.sleep(0.01)
     server.close()
+
+
+async def test_a_connection_idle_longer_than_the_expiry_is_closed_not_reused():
+    """A NAT or a load balancer may drop an idle connection without a word; one idle past
+    ``idle_expiry`` is closed and the request connects afresh (no wait for its head timeout)."""
+    connections: list[asyncio.StreamWriter] = []
+    server, port = await serve(keep_answering(connections))
+    client = HTTPClient()
+    client.idle_expiry = 0.2
+    url = f"http://127.0.0.1:{port}/"
+    first = await client.request("POST", url, {}, b"")
+    await body_of(first)
+    again = await client.request("POST", url, {}, b"")  # within the expiry: the same connection
+    assert again._connection is first._connection and await body_of(again) == b"x"
+    await asyncio.sleep(0.3)
+    late = await client.request("POST", url, {}, b"")
+    assert not late._connection.reused and await body_of(late) == b"x"
+    assert len(connections) == 2 and first._connection.closed
+    await client.aclose()
+    server.close()

@@ -21,8 +21,9 @@ head's cost no longer grows with its fields, only (in C) with its bytes.
 Scope, on purpose: HTTP/1.1 over TCP or TLS (the vendor APIs all speak it), bodies with
 ``content-length``, chunked or close-delimited framing, ``gzip``/``deflate`` bodies (we ask for
 ``identity``; a server may ignore that), keep-alive reuse with one retry when a pooled
-connection turns out to be closed before any response byte.  Heads up to 64 KiB; trailers
-are not read.  No proxies and no HTTP/2 to upstreams; an operator who needs a proxy puts the
+connection turns out to be closed before any response byte (and no reuse of one idle for more
+than :data:`IDLE_EXPIRY`), spare connections opened ahead of the requests.  Heads up to 64
+KiB; trailers are not read.  No proxies and no HTTP/2 to upstreams; an operator who needs a proxy puts the
 gateway's upstream ``base_url`` on it.
 """
 
@@ -34,6 +35,7 @@ import logging
 import math
 import os
 import ssl
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -48,6 +50,12 @@ __all__ = ["ConnectError", "HTTPClient", "Head", "Inbox", "ProtocolError", "Resp
 # to this plus one socket read; it says nothing about event sizes (those are capped later).
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
+# An idle pooled connection older than this is closed instead of reused: a NAT gateway, a
+# firewall or a load balancer may have dropped it without a word (AWS's NAT gateways after 350
+# s idle), and a request sent on it would wait out its whole head timeout (an upstream's
+# first_byte, 120 s by default) before failing. Servers that close idle connections themselves
+# say so (FIN), which the pool sees at once; this is for the ones that cannot.
+IDLE_EXPIRY = 60.0
 # A spare connection that could not be opened: none is tried to that origin for this long
 # (an upstream that is down gets the requests' own connects, not a second stream of them).
 SPARE_RETRY_AFTER = 5.0
@@ -285,6 +293,7 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(_Callbacks(self))
         self.closed = False
         self.reused = False
+        self.idle_since = 0.0  # time.monotonic() when it last went back to the pool
         self._keep_alive = True
         self._reading_paused = False  # pause_reading() was the last of the two called
         # The head timeout, as a lazy timer: sending moves the due time, the head's arrival
@@ -558,6 +567,7 @@ class HTTPClient:
         self._heads: dict[tuple[object, ...], Head] = {}  # see head()
         self.closed = False
         self.spares = spares
+        self.idle_expiry = IDLE_EXPIRY  # seconds an idle connection stays reusable
         self._opening: dict[_Origin, int] = {}  # spares being opened, per origin
         self._no_spare_until: dict[_Origin, float] = {}  # loop time: a spare failed (SPARE_RETRY_AFTER)
         self._spare_tasks: set[asyncio.Task[None]] = set()
@@ -597,6 +607,12 @@ class HTTPClient:
 
     def _checkout(self, origin: _Origin) -> _Connection | None:
         idle = self._idle.get(origin)
+        if idle and time.monotonic() - idle[-1].idle_since > self.idle_expiry:
+            # (the list is in the order the connections came back: the last is the youngest,
+            # so when it has expired they all have)
+            for connection in idle:
+                connection.abort()
+            idle.clear()
         while idle:
             connection = idle.pop()
             if not connection.closed and connection.transport is not None and not connection.transport.is_closing():
@@ -651,6 +667,7 @@ class HTTPClient:
         if len(idle) >= self._max_idle:
             connection.abort()
         else:
+            connection.idle_since = time.monotonic()
             idle.append(connection)
 
     def forget(self, connection: _Connection) -> None:
