@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -562,5 +563,46 @@ async def test_a_connection_idle_longer_than_the_expiry_is_closed_not_reused():
     late = await client.request("POST", url, {}, b"")
     assert not late._connection.reused and await body_of(late) == b"x"
     assert len(connections) == 2 and first._connection.closed
+    await client.aclose()
+    server.close()
+
+
+async def test_expired_connections_deep_in_the_pool_are_not_reused_and_are_closed_as_others_return():
+    """After a burst the pool holds many connections; steady traffic reuses the youngest, and
+    the rest go stale below it. They are closed as soon as a connection comes back after their
+    expiry, and a later burst never reaches one."""
+    connections: list[asyncio.StreamWriter] = []
+    hold = asyncio.Event()
+    server, port = await serve(keep_answering(connections, hold))
+    client = HTTPClient()
+    client.idle_expiry = expiry = 0.6
+    url = f"http://127.0.0.1:{port}/"
+    burst = [asyncio.ensure_future(client.request("POST", url, {}, b"")) for _ in range(4)]
+    await asyncio.sleep(0.05)
+    hold.set()
+    for response in burst:
+        await body_of(await response)
+    came_back = time.monotonic()
+    idle = next(iter(client._idle.values()))
+    assert len(idle) == 4 and len(connections) == 4
+    stale = idle[:3]
+    await asyncio.sleep(expiry / 2)
+    await body_of(await client.request("POST", url, {}, b""))  # steady traffic: the youngest only
+    youngest_back = time.monotonic()
+    assert len(idle) == 4 and not any(c.closed for c in stale)
+    # Past the stale ones' expiry, inside the youngest's: it is reused, and as it comes back the
+    # three below it are closed.
+    await asyncio.sleep(max(0.0, came_back + expiry + 0.1 - time.monotonic()))
+    assert time.monotonic() < youngest_back + expiry
+    again = await client.request("POST", url, {}, b"")
+    assert again._connection.reused
+    await body_of(again)
+    assert all(c.closed for c in stale) and idle == [again._connection]
+    await asyncio.sleep(expiry + 0.1)
+    late = [asyncio.ensure_future(client.request("POST", url, {}, b"")) for _ in range(2)]
+    for response in late:  # every idle one expired: both connect afresh
+        response = await response
+        assert not response._connection.reused and await body_of(response) == b"x"
+    assert len(connections) == 6
     await client.aclose()
     server.close()

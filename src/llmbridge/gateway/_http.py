@@ -23,8 +23,8 @@ Scope, on purpose: HTTP/1.1 over TCP or TLS (the vendor APIs all speak it), bodi
 ``identity``; a server may ignore that), keep-alive reuse with one retry when a pooled
 connection turns out to be closed before any response byte (and no reuse of one idle for more
 than :data:`IDLE_EXPIRY`), spare connections opened ahead of the requests.  Heads up to 64
-KiB; trailers are not read.  No proxies and no HTTP/2 to upstreams; an operator who needs a proxy puts the
-gateway's upstream ``base_url`` on it.
+KiB; trailers are not read.  No proxies and no HTTP/2 to upstreams; an operator who needs a
+proxy puts the gateway's upstream ``base_url`` on it.
 """
 
 from __future__ import annotations
@@ -607,14 +607,17 @@ class HTTPClient:
 
     def _checkout(self, origin: _Origin) -> _Connection | None:
         idle = self._idle.get(origin)
-        if idle and time.monotonic() - idle[-1].idle_since > self.idle_expiry:
-            # (the list is in the order the connections came back: the last is the youngest,
-            # so when it has expired they all have)
-            for connection in idle:
-                connection.abort()
-            idle.clear()
+        if not idle:
+            return None
+        oldest = time.monotonic() - self.idle_expiry  # (came back before this: expired)
         while idle:
             connection = idle.pop()
+            if connection.idle_since < oldest:
+                # The list is in the order the connections came back, the youngest last: the
+                # ones left came back earlier still, and have expired too.
+                _abort_all(idle)
+                connection.abort()
+                return None
             if not connection.closed and connection.transport is not None and not connection.transport.is_closing():
                 connection.reused = True
                 return connection
@@ -664,10 +667,15 @@ class HTTPClient:
             connection.abort()
             return
         idle = self._idle.setdefault(connection.origin, [])
+        now = time.monotonic()
+        if idle and idle[0].idle_since < now - self.idle_expiry:  # the oldest ones expired: closed
+            expired = next((i for i, c in enumerate(idle) if c.idle_since >= now - self.idle_expiry), len(idle))
+            _abort_all(idle[:expired])
+            del idle[:expired]
         if len(idle) >= self._max_idle:
             connection.abort()
         else:
-            connection.idle_since = time.monotonic()
+            connection.idle_since = now
             idle.append(connection)
 
     def forget(self, connection: _Connection) -> None:
@@ -772,6 +780,13 @@ _ONE_WRITE = 65536  # bytes of body sent in one write with the head (a larger bo
 # The most bytes a response's heads may take, interim ones included (llhttp has no bound; a
 # vendor's head is about 1 KB).  Past it the response fails, so the reads kept stay bounded.
 _MAX_HEAD = 64 * 1024
+
+
+def _abort_all(connections: list[_Connection]) -> None:
+    """Close ``connections`` (idle ones: nothing is in flight on them) and empty the list."""
+    for connection in connections:
+        connection.abort()
+    connections.clear()
 
 
 def _head_too_long() -> ProtocolError:
