@@ -262,15 +262,24 @@ def _profile(config: Path, path: str, dialect: str) -> tuple[dict[str, float], l
     import uvicorn
 
     from llmbridge.gateway import load
-    from llmbridge.gateway._server import GuardedConfig, GuardedHttpToolsProtocol, build_app, log_config
+    from llmbridge.gateway._server import (
+        GuardedConfig,
+        GuardedHttpToolsProtocol,
+        build_app,
+        freeze_startup_objects,
+        log_config,
+    )
 
     port = _port()
-    # As `llmbridge serve` runs it (access log, redaction, the guarded protocol), in this process.
+    # As `llmbridge serve` runs it (access log, redaction, the guarded protocol, the collector's
+    # settings), in this process.
     logging = log_config()
     logging["handlers"]["access"]["stream"] = "ext://sys.stderr"  # (stdout is this report)
+    app = build_app(load(config))
+    freeze_startup_objects()
     server = uvicorn.Server(
         GuardedConfig(
-            build_app(load(config)),
+            app,
             host="127.0.0.1",
             port=port,
             loop="uvloop",
@@ -397,7 +406,9 @@ def _path_run(config: Path, model: str) -> dict[str, list[tuple[float, float]]]:
     logging = log_config()
     logging["handlers"]["access"]["stream"] = "ext://sys.stderr"
     options = {"host": "127.0.0.1", "port": port, "loop": "uvloop", "log_level": "warning", "log_config": logging}
-    server = uvicorn.Server(GuardedConfig(build_app(load(config)), http=GuardedHttpToolsProtocol, **options))
+    app = build_app(load(config))
+    _server.freeze_startup_objects()  # (as `llmbridge serve` does: the collector's settings too)
+    server = uvicorn.Server(GuardedConfig(app, http=GuardedHttpToolsProtocol, **options))
 
     def drive() -> None:
         while not server.started:
