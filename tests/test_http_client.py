@@ -606,3 +606,32 @@ async def test_expired_connections_deep_in_the_pool_are_not_reused_and_are_close
     assert len(connections) == 6
     await client.aclose()
     server.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+async def test_upstream_connections_are_probed_by_tcp_when_quiet(tls):
+    """SO_KEEPALIVE with the idle, interval and count of _http: a middlebox keeps the mapping of
+    a quiet connection, and a peer that is gone is found in about a minute."""
+    import socket
+
+    from llmbridge.gateway import _http
+
+    server_ctx = trusted = None
+    if tls:
+        ca = trustme.CA()
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+        trusted = ssl.create_default_context()
+        ca.configure_trust(trusted)
+    connections: list[asyncio.StreamWriter] = []
+    server, port = await serve(keep_answering(connections), server_ctx)
+    client = HTTPClient(ssl_context=trusted)
+    response = await client.request("POST", f"{'https' if tls else 'http'}://127.0.0.1:{port}/", {}, b"")
+    sock = response._connection.transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == _http.KEEPALIVE_IDLE
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == _http.KEEPALIVE_INTERVAL
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == _http.KEEPALIVE_COUNT
+    assert await body_of(response) == b"x"
+    await client.aclose()
+    server.close()

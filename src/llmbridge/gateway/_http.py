@@ -22,7 +22,8 @@ Scope, on purpose: HTTP/1.1 over TCP or TLS (the vendor APIs all speak it), bodi
 ``content-length``, chunked or close-delimited framing, ``gzip``/``deflate`` bodies (we ask for
 ``identity``; a server may ignore that), keep-alive reuse with one retry when a pooled
 connection turns out to be closed before any response byte (and no reuse of one idle for more
-than :data:`IDLE_EXPIRY`), spare connections opened ahead of the requests.  Heads up to 64
+than :data:`IDLE_EXPIRY`), TCP keep-alive probes on quiet connections, spare connections
+opened ahead of the requests.  Heads up to 64
 KiB; trailers are not read.  No proxies and no HTTP/2 to upstreams; an operator who needs a
 proxy puts the gateway's upstream ``base_url`` on it.
 """
@@ -34,6 +35,7 @@ import contextlib
 import logging
 import math
 import os
+import socket
 import ssl
 import time
 import zlib
@@ -50,12 +52,18 @@ __all__ = ["ConnectError", "HTTPClient", "Head", "Inbox", "ProtocolError", "Resp
 # to this plus one socket read; it says nothing about event sizes (those are capped later).
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
-# An idle pooled connection older than this is closed instead of reused: a NAT gateway, a
-# firewall or a load balancer may have dropped it without a word (AWS's NAT gateways after 350
-# s idle), and a request sent on it would wait out its whole head timeout (an upstream's
-# first_byte, 120 s by default) before failing. Servers that close idle connections themselves
-# say so (FIN), which the pool sees at once; this is for the ones that cannot.
-IDLE_EXPIRY = 60.0
+# A connection silent for KEEPALIVE_IDLE seconds is probed by TCP every KEEPALIVE_INTERVAL, and
+# given up after KEEPALIVE_COUNT probes unanswered. A NAT gateway, a firewall or a load balancer
+# may drop a quiet connection without a word (AWS's NAT gateways after 350 s): the probes keep
+# its mapping alive, and a peer that is gone is found in about a minute -- for an idle pooled
+# connection, and for a request whose upstream says nothing for minutes (a long answer that is
+# not streamed), which would otherwise wait out its deadline on a connection that is dead.
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 30, 10, 3
+# An idle pooled connection older than this is closed instead of reused, whatever the probes
+# said: the backstop for a middlebox that forgets a connection they kept busy. A request sent on
+# a dropped connection would wait out its whole head timeout (first_byte, 120 s by default).
+# Servers that close idle connections themselves say so (FIN), which the pool sees at once.
+IDLE_EXPIRY = 300.0
 # A spare connection that could not be opened: none is tried to that origin for this long
 # (an upstream that is down gets the requests' own connects, not a second stream of them).
 SPARE_RETRY_AFTER = 5.0
@@ -602,6 +610,7 @@ class HTTPClient:
             raise ConnectError(f"connecting to {origin.host}:{origin.port} timed out") from None
         except (OSError, ssl.SSLError) as exc:
             raise ConnectError(f"cannot connect to {origin.host}:{origin.port}: {exc.strerror or exc}") from None
+        _probe_when_quiet(connection.transport)
         self._all.add(connection)
         return connection
 
@@ -780,6 +789,23 @@ _ONE_WRITE = 65536  # bytes of body sent in one write with the head (a larger bo
 # The most bytes a response's heads may take, interim ones included (llhttp has no bound; a
 # vendor's head is about 1 KB).  Past it the response fails, so the reads kept stay bounded.
 _MAX_HEAD = 64 * 1024
+
+
+def _probe_when_quiet(transport: asyncio.BaseTransport | None) -> None:
+    """Turn on TCP keep-alive probes for ``transport``'s socket (see :data:`KEEPALIVE_IDLE`),
+    where the platform has them; a socket that refuses is left as it is."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):  # (Linux; macOS names the first TCP_KEEPALIVE)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
+        if hasattr(socket, "TCP_KEEPINTVL"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
+    except OSError:
+        pass
 
 
 def _abort_all(connections: list[_Connection]) -> None:
