@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from .common import table
 
@@ -43,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 STREAMS = int(os.environ.get("HTTP_BENCH_STREAMS", "200"))
 FIRST = int(os.environ.get("HTTP_BENCH_FIRST", "30"))
 DELAY_MS = float(os.environ.get("HTTP_BENCH_DELAY_MS", "10"))
+BURST = int(os.environ.get("HTTP_BENCH_BURST", "50"))
 BODY = json.dumps({"model": "fast-200-0", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
 
 
@@ -239,6 +241,70 @@ def first_request() -> str:
     return "the first request: time from request() to the response head\n" + table(head, rows)
 
 
+# -- a burst of new connections to a host name: its addresses asked once, or once per connection
+
+
+def _per_connection_lookups(client: Any, wait: float) -> None:
+    """``client`` asking the resolver at every connect, as before the addresses were kept (a
+    lookup occupying an executor thread ``wait`` seconds more, as a query to a DNS server does)."""
+
+    async def addresses_of(origin: Any) -> list[tuple[int, str]]:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+        if wait:
+            await loop.run_in_executor(None, time.sleep, wait)
+        return [(int(f), str(a[0])) for f, _, _, _, a in infos]
+
+    client._addresses_of = addresses_of
+
+
+async def _burst(url: str, n: int, kept: bool, wait: float) -> float:
+    """Seconds until ``n`` requests at once on a fresh pool all have their heads."""
+    from llmbridge.gateway._http import HTTPClient
+
+    client = HTTPClient()
+    if kept:
+        real = client._resolve
+
+        async def resolve(host: str, port: int) -> list[tuple[int, str]]:
+            if wait:
+                await asyncio.get_running_loop().run_in_executor(None, time.sleep, wait)
+            return await real(host, port)
+
+        client._resolve = resolve  # type: ignore[method-assign]
+    else:
+        _per_connection_lookups(client, wait)
+    t0 = time.perf_counter()
+    body = b'{"model": "fast-1-0"}'  # (a one-token answer: the connects are the work)
+    responses = await asyncio.gather(*(client.request("POST", url, {}, body) for _ in range(n)))
+    took = time.perf_counter() - t0
+    for response in responses:
+        await response.read(1 << 20)
+    await client.aclose()
+    return took
+
+
+def dns_burst() -> str:
+    import uvloop
+
+    port = _port()
+    upstream = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "serve", str(port)])
+    rows = []
+    try:
+        time.sleep(1.0)
+        url = f"http://localhost:{port}/v1/chat/completions"
+        for wait, where in ((0.0, "/etc/hosts"), (0.005, "a DNS server answering in 5 ms")):
+            for kept in (False, True, False, True):
+                took = [uvloop.run(_burst(url, BURST, kept, wait)) for _ in range(FIRST)]
+                label = "once for the burst, kept" if kept else "once per connection"
+                rows.append([where, label, BURST, statistics.median(took) * 1e3])
+    finally:
+        upstream.terminate()
+        upstream.wait()
+    head = ["localhost resolved by", "addresses asked", "requests at once", "until all heads p50 ms"]
+    return "a burst on a fresh pool, by host name\n" + table(head, rows)
+
+
 def run() -> str:
     port = _port()
     upstream = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "serve", str(port)])
@@ -257,7 +323,7 @@ def run() -> str:
         upstream.terminate()
         upstream.wait()
     head = ["client", "conc", "streams", "reads/stream", "client CPU µs/event", "events/s (wall)"]
-    return table(head, rows) + "\n\n" + first_request()
+    return table(head, rows) + "\n\n" + first_request() + "\n\n" + dns_burst()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -632,6 +633,104 @@ async def test_upstream_connections_are_probed_by_tcp_when_quiet(tls):
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == _http.KEEPALIVE_IDLE
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == _http.KEEPALIVE_INTERVAL
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == _http.KEEPALIVE_COUNT
+    assert await body_of(response) == b"x"
+    await client.aclose()
+    server.close()
+
+
+# -- host names: resolved once for a burst's connects, kept DNS_TTL seconds
+
+
+def counting_resolver(client: HTTPClient, answer=None) -> list[str]:
+    """Count ``client``'s lookups (and answer them with ``answer``, when given)."""
+    asked: list[str] = []
+    real = client._resolve
+
+    async def resolve(host: str, port: int):
+        asked.append(host)
+        if answer is None:
+            return await real(host, port)
+        client._addresses[host] = (asyncio.get_running_loop().time() + client.dns_ttl, answer)
+        return answer
+
+    client._resolve = resolve  # type: ignore[method-assign]
+    return asked
+
+
+async def test_a_burst_to_a_host_name_asks_the_resolver_once_and_again_after_the_ttl():
+    connections: list[asyncio.StreamWriter] = []
+    hold = asyncio.Event()
+    server, port = await serve(keep_answering(connections, hold))
+    client = HTTPClient()
+    client.dns_ttl = 0.3
+    asked = counting_resolver(client, [(socket.AF_INET, "127.0.0.1")])
+    burst = [asyncio.ensure_future(client.request("POST", f"http://example.test:{port}/", {}, b"")) for _ in range(10)]
+    await asyncio.sleep(0.05)
+    hold.set()
+    for response in burst:
+        assert await body_of(await response) == b"x"
+    assert asked == ["example.test"] and len(connections) == 10
+    await asyncio.sleep(0.4)  # past the TTL: the next new connection asks again
+    client.idle_expiry = 0.0  # (so that it needs one)
+    assert await body_of(await client.request("POST", f"http://example.test:{port}/", {}, b"")) == b"x"
+    assert asked == ["example.test"] * 2
+    await client.aclose()
+    server.close()
+
+
+async def test_the_next_address_is_tried_when_one_refuses_and_a_dead_one_is_not_kept():
+    connections: list[asyncio.StreamWriter] = []
+    server, port = await serve(keep_answering(connections))  # on 127.0.0.1 only
+    client = HTTPClient()
+    asked = counting_resolver(client, [(socket.AF_INET, "127.0.0.2"), (socket.AF_INET, "127.0.0.1")])
+    response = await client.request("POST", f"http://example.test:{port}/", {}, b"")
+    assert response._connection.transport.get_extra_info("peername")[0] == "127.0.0.1"
+    assert await body_of(response) == b"x"
+    await client.aclose()
+    client = HTTPClient()
+    asked = counting_resolver(client, [(socket.AF_INET, "127.0.0.2")])
+    with pytest.raises(ConnectError, match=r"cannot connect to example\.test"):
+        await client.request("POST", f"http://example.test:{port}/", {}, b"")
+    assert "example.test" not in client._addresses and asked == ["example.test"]  # asked afresh next time
+    await client.aclose()
+    server.close()
+
+
+async def test_a_name_that_does_not_resolve_is_a_connect_error_and_an_address_needs_no_lookup():
+    client = HTTPClient()
+    asked: list[str] = []
+
+    async def unknown(host: str, port: int):  # (the resolver's answer for a name nobody has)
+        asked.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    client._resolve = unknown  # type: ignore[method-assign]
+    with pytest.raises(ConnectError, match=r"cannot connect to no-such-host\.test:80: .*not known"):
+        await client.request("POST", "http://no-such-host.test/", {}, b"")
+    assert asked == ["no-such-host.test"] and not client._addresses and not client._resolving
+    connections: list[asyncio.StreamWriter] = []
+    server, port = await serve(keep_answering(connections))
+    assert await body_of(await client.request("POST", f"http://127.0.0.1:{port}/", {}, b"")) == b"x"
+    assert asked == ["no-such-host.test"]  # (an address is used as it is)
+    await client.aclose()
+    real = HTTPClient()  # the system's resolver (localhost: /etc/hosts, no network)
+    assert await body_of(await real.request("POST", f"http://localhost:{port}/", {}, b"")) == b"x"
+    assert "localhost" in real._addresses
+    await real.aclose()
+    server.close()
+
+
+async def test_tls_to_a_host_name_is_verified_against_the_name_while_connecting_to_its_address():
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("api.example.test").configure_cert(server_ctx)
+    connections: list[asyncio.StreamWriter] = []
+    server, port = await serve(keep_answering(connections), server_ctx)
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    client = HTTPClient(ssl_context=trusted)
+    counting_resolver(client, [(socket.AF_INET, "127.0.0.1")])
+    response = await client.request("POST", f"https://api.example.test:{port}/v1", {}, b"")
     assert await body_of(response) == b"x"
     await client.aclose()
     server.close()

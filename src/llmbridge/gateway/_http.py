@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import math
 import os
@@ -40,6 +41,7 @@ import ssl
 import time
 import zlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -64,6 +66,10 @@ KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 30, 10, 3
 # a dropped connection would wait out its whole head timeout (first_byte, 120 s by default).
 # Servers that close idle connections themselves say so (FIN), which the pool sees at once.
 IDLE_EXPIRY = 300.0
+# A host name's addresses are kept this long for new connections (aiohttp's default): a burst
+# that opens a hundred connections asks the resolver once, not a hundred times through the
+# loop's few executor threads (each a query to the DNS server where nothing caches it).
+DNS_TTL = 10.0
 # A spare connection that could not be opened: none is tried to that origin for this long
 # (an upstream that is down gets the requests' own connects, not a second stream of them).
 SPARE_RETRY_AFTER = 5.0
@@ -579,6 +585,9 @@ class HTTPClient:
         self._opening: dict[_Origin, int] = {}  # spares being opened, per origin
         self._no_spare_until: dict[_Origin, float] = {}  # loop time: a spare failed (SPARE_RETRY_AFTER)
         self._spare_tasks: set[asyncio.Task[None]] = set()
+        self.dns_ttl = DNS_TTL  # seconds a host name's addresses are kept for new connections
+        self._addresses: dict[str, tuple[float, list[tuple[int, str]]]] = {}  # host -> (until, addresses)
+        self._resolving: dict[str, asyncio.Task[list[tuple[int, str]]]] = {}  # lookups under way
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -599,13 +608,26 @@ class HTTPClient:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(self, origin),
-                    origin.host,
-                    origin.port,
-                    ssl=self._ssl_context() if origin.tls else None,
-                    server_hostname=origin.host if origin.tls else None,
-                )
+                addresses = await self._addresses_of(origin)
+                failed: OSError | None = None
+                for family, address in addresses:  # (in the resolver's order, as asyncio tries them)
+                    try:
+                        _, connection = await loop.create_connection(
+                            lambda: _Connection(self, origin),
+                            address,
+                            origin.port,
+                            family=family,
+                            ssl=self._ssl_context() if origin.tls else None,
+                            server_hostname=origin.host if origin.tls else None,  # (the name, not the address)
+                        )
+                        break
+                    except ssl.SSLError:
+                        raise  # (the server's certificate, not the address: no other one will do better)
+                    except OSError as exc:
+                        failed = exc
+                else:
+                    self._addresses.pop(origin.host, None)  # (perhaps moved: asked afresh next time)
+                    raise failed or OSError(f"no address for {origin.host}")
         except TimeoutError:
             raise ConnectError(f"connecting to {origin.host}:{origin.port} timed out") from None
         except (OSError, ssl.SSLError) as exc:
@@ -613,6 +635,41 @@ class HTTPClient:
         _probe_when_quiet(connection.transport)
         self._all.add(connection)
         return connection
+
+    async def _addresses_of(self, origin: _Origin) -> list[tuple[int, str]]:
+        """``origin``'s host as (family, address) pairs: an address as it is; a name as the
+        resolver gave it, kept :data:`DNS_TTL` seconds, and asked once for all the connections
+        a burst opens at the same time. Raises OSError (``socket.gaierror``) when it cannot be
+        resolved."""
+        host = origin.host
+        literal = _literal_family(host)
+        if literal:
+            return [(literal, host)]
+        loop = asyncio.get_running_loop()
+        kept = self._addresses.get(host)
+        if kept is not None and kept[0] > loop.time():
+            return kept[1]
+        lookup = self._resolving.get(host)
+        if lookup is None:
+            lookup = self._resolving[host] = loop.create_task(self._resolve(host, origin.port))
+            lookup.add_done_callback(partial(self._resolved, host))
+        # (shielded: a connect that gives up does not end the lookup the others wait for)
+        return await asyncio.shield(lookup)
+
+    async def _resolve(self, host: str, port: int) -> list[tuple[int, str]]:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = list(dict.fromkeys((int(family), str(sockaddr[0])) for family, _, _, _, sockaddr in infos))
+        if len(self._addresses) >= _MAX_HOSTS:
+            self._addresses.clear()
+        self._addresses[host] = (loop.time() + self.dns_ttl, addresses)
+        return addresses
+
+    def _resolved(self, host: str, lookup: asyncio.Task[list[tuple[int, str]]]) -> None:
+        if self._resolving.get(host) is lookup:
+            del self._resolving[host]
+        if not lookup.cancelled():
+            lookup.exception()  # (retrieved: the connects that waited raise it; none may be left)
 
     def _checkout(self, origin: _Origin) -> _Connection | None:
         idle = self._idle.get(origin)
@@ -773,6 +830,8 @@ class HTTPClient:
 
     async def aclose(self) -> None:
         self.closed = True
+        for lookup in list(self._resolving.values()):
+            lookup.cancel()
         spares = list(self._spare_tasks)
         for task in spares:
             task.cancel()
@@ -785,6 +844,7 @@ class HTTPClient:
 
 
 _MAX_HEADS = 256  # distinct (method, URL, headers) heads kept per client
+_MAX_HOSTS = 256  # host names whose addresses are kept per client
 _ONE_WRITE = 65536  # bytes of body sent in one write with the head (a larger body: its own write)
 # The most bytes a response's heads may take, interim ones included (llhttp has no bound; a
 # vendor's head is about 1 KB).  Past it the response fails, so the reads kept stay bounded.
@@ -806,6 +866,15 @@ def _probe_when_quiet(transport: asyncio.BaseTransport | None) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
     except OSError:
         pass
+
+
+def _literal_family(host: str) -> int:
+    """``AF_INET``/``AF_INET6`` when ``host`` is an IP address, else 0 (a name to resolve)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return 0
+    return socket.AF_INET6 if address.version == 6 else socket.AF_INET
 
 
 def _abort_all(connections: list[_Connection]) -> None:
