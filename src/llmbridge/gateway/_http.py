@@ -23,7 +23,7 @@ Scope, on purpose: HTTP/1.1 over TCP or TLS (the vendor APIs all speak it), bodi
 ``identity``; a server may ignore that), keep-alive reuse with one retry when a pooled
 connection turns out to be closed before any response byte (and no reuse of one idle for more
 than :data:`IDLE_EXPIRY`), TCP keep-alive probes on quiet connections, spare connections
-opened ahead of the requests.  Heads up to 64
+opened ahead of the requests, host names resolved once for a burst (kept :data:`DNS_TTL`).  Heads up to 64
 KiB; trailers are not read.  No proxies and no HTTP/2 to upstreams; an operator who needs a
 proxy puts the gateway's upstream ``base_url`` on it.
 """
