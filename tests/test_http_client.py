@@ -158,10 +158,19 @@ async def test_body_framings_and_gzip(framing):
     server.close()
 
 
-async def test_tls_with_a_trusted_ca_and_a_clear_error_without_it():
+def tls_contexts(name: str = "127.0.0.1") -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a certificate for ``name`` from a throwaway CA, and a client
+    context that trusts that CA (and no other)."""
     ca = trustme.CA()
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    ca.issue_cert(name).configure_cert(server_ctx)
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    return server_ctx, trusted
+
+
+async def test_tls_with_a_trusted_ca_and_a_clear_error_without_it():
+    server_ctx, trusted = tls_contexts()
 
     async def handler(reader, writer):
         try:
@@ -173,8 +182,6 @@ async def test_tls_with_a_trusted_ca_and_a_clear_error_without_it():
         writer.close()
 
     server, port = await serve(handler, server_ctx)
-    trusted = ssl.create_default_context()
-    ca.configure_trust(trusted)
     client = HTTPClient(ssl_context=trusted)
     assert await body_of(await client.request("POST", f"https://127.0.0.1:{port}/", {}, b"")) == b"secure"
     await client.aclose()
@@ -472,13 +479,9 @@ async def _until(predicate, timeout: float = 5.0) -> bool:
 
 
 async def test_prepare_opens_the_spares_ahead_with_their_tls_handshake_done():
-    ca = trustme.CA()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    server_ctx, trusted = tls_contexts()
     connections: list[asyncio.StreamWriter] = []
     server, port = await serve(keep_answering(connections), server_ctx)
-    trusted = ssl.create_default_context()
-    ca.configure_trust(trusted)
     client = HTTPClient(ssl_context=trusted, spares=2)
     client.prepare(f"https://127.0.0.1:{port}/v1")
     client.prepare(f"https://127.0.0.1:{port}/v1/other")  # the same origin: nothing more to open
@@ -617,13 +620,7 @@ async def test_upstream_connections_are_probed_by_tcp_when_quiet(tls):
 
     from llmbridge.gateway import _http
 
-    server_ctx = trusted = None
-    if tls:
-        ca = trustme.CA()
-        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
-        trusted = ssl.create_default_context()
-        ca.configure_trust(trusted)
+    server_ctx, trusted = tls_contexts() if tls else (None, None)
     connections: list[asyncio.StreamWriter] = []
     server, port = await serve(keep_answering(connections), server_ctx)
     client = HTTPClient(ssl_context=trusted)
@@ -721,13 +718,9 @@ async def test_a_name_that_does_not_resolve_is_a_connect_error_and_an_address_ne
 
 
 async def test_tls_to_a_host_name_is_verified_against_the_name_while_connecting_to_its_address():
-    ca = trustme.CA()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("api.example.test").configure_cert(server_ctx)
+    server_ctx, trusted = tls_contexts("api.example.test")
     connections: list[asyncio.StreamWriter] = []
     server, port = await serve(keep_answering(connections), server_ctx)
-    trusted = ssl.create_default_context()
-    ca.configure_trust(trusted)
     client = HTTPClient(ssl_context=trusted)
     counting_resolver(client, [(socket.AF_INET, "127.0.0.1")])
     response = await client.request("POST", f"https://api.example.test:{port}/v1", {}, b"")
