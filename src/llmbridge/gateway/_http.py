@@ -734,10 +734,12 @@ class HTTPClient:
             return
         idle = self._idle.setdefault(connection.origin, [])
         now = time.monotonic()
-        if idle and idle[0].idle_since < now - self.idle_expiry:  # the oldest ones expired: closed
-            expired = next((i for i, c in enumerate(idle) if c.idle_since >= now - self.idle_expiry), len(idle))
-            _abort_all(idle[:expired])
-            del idle[:expired]
+        oldest = now - self.idle_expiry  # (came back before this: expired)
+        if idle and idle[0].idle_since < oldest:  # the ones at the bottom expired: closed
+            fresh = next((i for i, c in enumerate(idle) if c.idle_since >= oldest), len(idle))
+            expired = idle[:fresh]
+            del idle[:fresh]
+            _abort_all(expired)
         if len(idle) >= self._max_idle:
             connection.abort()
         else:
