@@ -180,16 +180,17 @@ def _request(url: str, dialect: str, model: str) -> tuple[str, int, bytes]:
 class Progress:
     """What one stream has received so far (read back when the stream is cut)."""
 
-    __slots__ = ("body", "first")
+    __slots__ = ("body", "first", "sent")
 
     def __init__(self) -> None:
         self.body = bytearray()
-        self.first: float | None = None
+        self.first: float | None = None  # seconds from the request's write to the first token
+        self.sent = 0.0  # the request's write, on perf_counter (CLOCK_MONOTONIC: comparable across processes)
 
 
 async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: bytes, token: re.Pattern, p: Progress):
     """One streaming exchange: (ttft, total, tokens, keep_alive); raises on HTTP errors."""
-    start = time.perf_counter()
+    start = p.sent = time.perf_counter()
     writer.write(req)
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
@@ -219,6 +220,7 @@ async def load(url: str, dialect: str, model: str, concurrency: int, requests: i
     host, port, req = _request(url, dialect, model)
     token = TOKEN[dialect]
     results: list[tuple[float, float, int]] = []
+    marks: list[tuple[int, float, float]] = []  # per finished stream: (client port, request written, first token)
     partial: list[tuple[float | None, int]] = []  # the cut streams: (ttft, tokens so far)
     errors: list[str] = []
     started = 0
@@ -247,6 +249,7 @@ async def load(url: str, dialect: str, model: str, concurrency: int, requests: i
                 finally:
                     open_now -= 1
                 results.append((ttft, total, tokens))
+                marks.append((conn[1].get_extra_info("sockname")[1], progress.sent, progress.sent + ttft))
                 if not keep:
                     conn[1].close()
                     conn = None
@@ -269,6 +272,7 @@ async def load(url: str, dialect: str, model: str, concurrency: int, requests: i
     wall = time.perf_counter() - wall
     return {
         "results": results,
+        "marks": marks,
         "partial": partial,
         "errors": len(errors),
         "error_samples": sorted(set(errors))[:3],

@@ -27,9 +27,17 @@ Two parts, both with 2-token streams (``fast-2-0``: a role chunk, two tokens, fi
    the upstream request, the answer's head until the wait for the first token, and from the
    first token's write to the next request): the five add up to what one paced request costs.
 
+4. **A burst's first tokens** (``burst``): rounds of ten paced streams arriving together
+   (``fast-20-10``, ``REQUEST_PROFILE_BURST_N`` streams, 80), as the gateway bench's 10-paced
+   row, direct and through a gateway served here. The load generator's marks (a stream's
+   request written, its first token read) and the gateway's (request in, upstream request
+   out, first token in, first token out) are on one clock, CLOCK_MONOTONIC, so each stream's
+   added time splits into five stretches; beside each, how many of the *other* streams'
+   events the gateway handled inside it: a stretch that holds them is a queue.
+
 ``python -m bench request``; env REQUEST_PROFILE_N (2000), REQUEST_PROFILE_ROUNDS (3),
 REQUEST_PROFILE_PATH_N (300), REQUEST_PROFILE_PARTS (cpu,profile; path adds the first
-token's path; callgrind adds instruction counts, which do not move
+token's path; burst adds a burst's first tokens, below; callgrind adds instruction counts, which do not move
 with the machine's load: the server runs under ``valgrind --tool=callgrind``, counting only
 while the load runs; REQUEST_PROFILE_CG_N streams, 300; REQUEST_PROFILE_CG_CONC concurrent, 10;
 REQUEST_PROFILE_CG_TEAMS=0 skips the run with team features on).
@@ -48,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -367,41 +376,22 @@ PATH_N = int(os.environ.get("REQUEST_PROFILE_PATH_N", "300"))
 PACED_MODEL = "fast-2-10"  # the first token 10 ms after the head (fast_upstream.py)
 
 
-def _path_run(config: Path, model: str) -> dict[str, list[tuple[float, float]]]:
-    """One client's ``PATH_N`` streams through a gateway served here, with timestamps at the
-    first token's four points; per stretch, a (wall µs, CPU µs) pair per stream."""
+Probe = tuple[type, str, Callable[[Any], Any]]  # (class, method, wrap(original) -> the probed method)
+
+
+def _serve_here(config: Path, probes: list[Probe], drive: Callable[[int], None]) -> None:
+    """Serve the gateway from ``config`` in this process, as ``llmbridge serve`` does (start-up
+    objects frozen), with each ``(class, method, wrap)`` of ``probes`` replaced by
+    ``wrap(original)`` until the server stops; ``drive(port)`` runs in a thread once it is
+    up, and the server stops when it returns."""
     import uvicorn
 
-    from llmbridge.gateway import _http, _server, load
+    from llmbridge.gateway import _server, load
     from llmbridge.gateway._server import GuardedConfig, GuardedHttpToolsProtocol, build_app, log_config
 
-    marks: list[tuple[str, int, int]] = []  # (point, perf_counter_ns, thread_time_ns)
-    wall, cpu = time.perf_counter_ns, time.thread_time_ns
-    # The probes wrap the four methods at the points (a call each: ~0.2 µs, against stretches
-    # of a hundred; the client's side at its body messages, which put the token on the wire);
-    # the classes are restored after the run.
-    patched = [
-        (GuardedHttpToolsProtocol, "data_received", "request in"),
-        (_http._Connection, "send", "upstream out"),
-        (_http._Connection, "data_received", "upstream in"),
-        (_server.GuardedCycle, "send", "client out"),
-    ]
-    originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
-
-    def probe(original: Any, point: str) -> Any:
-        def probed(*args: Any) -> Any:
-            marks.append((point, wall(), cpu()))
-            return original(*args)
-
-        def body_probed(cycle: Any, message: Any) -> Any:  # (the token is on the wire with a body message)
-            if message["type"] == "http.response.body":
-                marks.append((point, wall(), cpu()))
-            return original(cycle, message)
-
-        return body_probed if point == "client out" else probed
-
-    for (cls, name, point), (_, _, original) in zip(patched, originals, strict=True):
-        setattr(cls, name, probe(original, point))
+    originals = [(cls, name, getattr(cls, name)) for cls, name, _ in probes]
+    for (cls, name, wrap), (_, _, original) in zip(probes, originals, strict=True):
+        setattr(cls, name, wrap(original))
     port = _port()
     logging = log_config()
     logging["handlers"]["access"]["stream"] = "ext://sys.stderr"
@@ -410,23 +400,64 @@ def _path_run(config: Path, model: str) -> dict[str, list[tuple[float, float]]]:
     _server.freeze_startup_objects()  # (as `llmbridge serve` does: the collector's settings too)
     server = uvicorn.Server(GuardedConfig(app, http=GuardedHttpToolsProtocol, **options))
 
-    def drive() -> None:
+    def run_drive() -> None:
         while not server.started:
             time.sleep(0.05)
+        try:
+            drive(port)
+        finally:
+            server.should_exit = True
+
+    threading.Thread(target=run_drive, daemon=True).start()
+    try:
+        server.run()
+    finally:
+        for cls, name, original in originals:
+            setattr(cls, name, original)
+
+
+def _path_run(config: Path, model: str) -> dict[str, list[tuple[float, float]]]:
+    """One client's ``PATH_N`` streams through a gateway served here, with timestamps at the
+    first token's four points; per stretch, a (wall µs, CPU µs) pair per stream."""
+    from llmbridge.gateway import _http, _server
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    marks: list[tuple[str, int, int]] = []  # (point, perf_counter_ns, thread_time_ns)
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    # The probes wrap the four methods at the points (a call each: ~0.2 µs, against stretches
+    # of a hundred; the client's side at its body messages, which put the token on the wire).
+
+    def probe(point: str) -> Callable[[Any], Any]:
+        def wrap(original: Any) -> Any:
+            def probed(*args: Any) -> Any:
+                marks.append((point, wall(), cpu()))
+                return original(*args)
+
+            def body_probed(cycle: Any, message: Any) -> Any:  # (the token is on the wire with a body message)
+                if message["type"] == "http.response.body":
+                    marks.append((point, wall(), cpu()))
+                return original(cycle, message)
+
+            return body_probed if point == "client out" else probed
+
+        return wrap
+
+    probes = [
+        (GuardedHttpToolsProtocol, "data_received", probe("request in")),
+        (_http._Connection, "send", probe("upstream out")),
+        (_http._Connection, "data_received", probe("upstream in")),
+        (_server.GuardedCycle, "send", probe("client out")),
+    ]
+
+    def drive(port: int) -> None:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         argv = [sys.executable, str(HERE / "fast_upstream.py"), "load", url, "openai-chat", model, "1", "20", "60"]
         subprocess.run(argv, capture_output=True, check=False)  # warm: imports, pools, caches
         marks.clear()
         argv[-2] = str(PATH_N)
         subprocess.run(argv, capture_output=True, check=False)
-        server.should_exit = True
 
-    threading.Thread(target=drive, daemon=True).start()
-    try:
-        server.run()
-    finally:
-        for cls, name, original in originals:
-            setattr(cls, name, original)
+    _serve_here(config, probes, drive)
     stretches: dict[str, list[tuple[float, float]]] = {name: [] for name in STRETCHES}
     streams, current = [], None
     for mark in marks:  # one stream: its request, the upstream's reads, the client's messages
@@ -503,11 +534,173 @@ def first_token_path(tmp: Path) -> str:
     )
 
 
+BURST_N = int(os.environ.get("REQUEST_PROFILE_BURST_N", "80"))
+BURST_MODEL = "fast-20-10"  # 20 tokens 10 ms apart: a round of ten lasts 0.2 s
+BURST_CONC = 10
+# The first token's stretches in a burst, on one clock (CLOCK_MONOTONIC: the load generator's
+# perf_counter and the gateway's monotonic_ns read it alike), and the other streams' events
+# the gateway handled inside each: a stretch that holds them is a queue.
+BURST_STRETCHES = (
+    ("client's write → request in", "sent", "request in"),
+    ("request in → upstream out", "request in", "upstream out"),
+    ("upstream out → first token in", "upstream out", "token in"),
+    ("first token in → out", "token in", "client out"),
+    ("first token out → client's read", "client out", "first"),
+)
+
+
+def _burst_run(config: Path, path: str, dialect: str) -> tuple[list[dict[str, int]], list[tuple[int, str, int]]]:
+    """Rounds of ``BURST_CONC`` paced streams arriving together through a gateway served here:
+    the load generator's per-stream marks (client port, request written, first token) and the
+    gateway's, each tagged with the client's port."""
+    import contextvars
+
+    from llmbridge.gateway import _http, _server
+    from llmbridge.gateway._server import GuardedHttpToolsProtocol
+
+    marks: list[tuple[int, str, int]] = []  # (monotonic ns, point, client port)
+    now = time.monotonic_ns
+    port_of: contextvars.ContextVar[int] = contextvars.ContextVar("port_of", default=0)  # the request's task
+    conns: dict[int, int] = {}  # upstream connection → client port (its reads are callbacks, not the task)
+
+    def request_in(original: Any) -> Any:
+        def probed(protocol: Any, data: bytes) -> Any:
+            marks.append((now(), "request in", protocol.transport.get_extra_info("peername")[1]))
+            return original(protocol, data)
+
+        return probed
+
+    def tagged(original: Any) -> Any:
+        async def probed(cycle: Any, *args: Any) -> Any:
+            port_of.set(cycle.scope["client"][1])
+            return await original(cycle, *args)
+
+        return probed
+
+    def upstream_out(original: Any) -> Any:
+        def probed(conn: Any, *args: Any) -> Any:
+            conns[id(conn)] = port_of.get()
+            marks.append((now(), "upstream out", port_of.get()))
+            return original(conn, *args)
+
+        return probed
+
+    def upstream_in(original: Any) -> Any:
+        def probed(conn: Any, data: bytes) -> Any:
+            marks.append((now(), "upstream in", conns.get(id(conn), 0)))
+            return original(conn, data)
+
+        return probed
+
+    def client_out(original: Any) -> Any:
+        def probed(cycle: Any, message: Any) -> Any:
+            if message["type"] == "http.response.body":
+                marks.append((now(), "client out", cycle.scope["client"][1]))
+            return original(cycle, message)
+
+        return probed
+
+    probes: list[Probe] = [
+        (GuardedHttpToolsProtocol, "data_received", request_in),
+        (_server.GuardedCycle, "run_asgi", tagged),
+        (_http._Connection, "send", upstream_out),
+        (_http._Connection, "data_received", upstream_in),
+        (_server.GuardedCycle, "send", client_out),
+    ]
+    streams: list[dict[str, int]] = []
+
+    def drive(port: int) -> None:
+        url = f"http://127.0.0.1:{port}{path}"
+        argv = [sys.executable, str(HERE / "fast_upstream.py"), "load", url, dialect, BURST_MODEL, str(BURST_CONC)]
+        subprocess.run([*argv, "20", "60"], capture_output=True, check=False)  # warm
+        marks.clear()
+        data = _load_marks([*argv, str(BURST_N), "60"])
+        streams.extend({"port": p, "sent": round(a * 1e9), "first": round(b * 1e9)} for p, a, b in data)
+
+    _serve_here(config, probes, drive)
+    return streams, marks
+
+
+def _load_marks(argv: list[str]) -> list[tuple[int, float, float]]:
+    with tempfile.TemporaryFile() as out:
+        subprocess.run(argv, stdout=out, env={**os.environ, "LLMBRIDGE_BENCH_KEY": KEY}, check=False)
+        out.seek(0)
+        return [tuple(m) for m in json.loads(out.read())["marks"]]
+
+
+def _burst_stretches(
+    streams: list[dict[str, int]], marks: list[tuple[int, str, int]]
+) -> dict[str, list[tuple[float, float]]]:
+    """Per stretch, a (µs, other streams' events inside) pair per stream."""
+    by_port: dict[int, list[tuple[int, str]]] = collections.defaultdict(list)
+    for t, point, port in marks:
+        by_port[port].append((t, point))
+    out: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in BURST_STRETCHES}
+    for stream in streams:
+        own = [(t, p) for t, p in by_port[stream["port"]] if stream["sent"] <= t <= stream["first"]]
+        at: dict[str, int] = {"sent": stream["sent"], "first": stream["first"]}
+        for t, point in own:
+            if point == "upstream in" and "upstream out" in at and "head in" not in at:
+                at["head in"] = t  # the head and role chunk; the token is the next read
+            elif point == "upstream in" and "head in" in at and "token in" not in at:
+                at["token in"] = t
+            elif point == "client out" and "token in" in at and "client out" not in at:
+                at["client out"] = t
+            elif point in ("request in", "upstream out"):
+                at.setdefault(point, t)
+        if len(at) < 7:  # (a stream whose token came with its head: not a paced one)
+            continue
+        for name, a, b in BURST_STRETCHES:
+            lo, hi = at[a], at[b]
+            inside = sum(1 for t, _, p in marks if lo < t < hi and p != stream["port"]) if hi > lo else 0
+            out[name].append(((hi - lo) / 1e3, inside))
+    return out
+
+
+def burst_path(tmp: Path) -> str:
+    up_port = _port()
+    upstream = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)])
+    config = _config(tmp, "burst", f"http://127.0.0.1:{up_port}", [])
+    config.write_text(config.read_text() + f'[[models]]\nname = "{BURST_MODEL}"\nupstream = "fast"\n')
+    rows = []
+    try:
+        time.sleep(1.0)
+        argv = [
+            sys.executable,
+            str(HERE / "fast_upstream.py"),
+            "load",
+            f"http://127.0.0.1:{up_port}/v1/chat/completions",
+        ]
+        argv += ["openai-chat", BURST_MODEL, str(BURST_CONC)]
+        subprocess.run([*argv, "20", "60"], capture_output=True, check=False)
+        direct = statistics.median(b - a for _, a, b in _load_marks([*argv, str(BURST_N), "60"])) * 1e6
+        rows.append(["direct: first token", BURST_N, direct, "", ""])
+        for what, (path, dialect) in PATHS.items():
+            streams, marks = _burst_run(config, path, dialect)
+            stretches = _burst_stretches(streams, marks)
+            total = statistics.median((s["first"] - s["sent"]) / 1e3 for s in streams)
+            rows.append([f"{what}: first token", len(streams), total, total - direct, ""])
+            for name, pairs in stretches.items():
+                if pairs:
+                    rows.append([f"  {name}", len(pairs), statistics.median(us for us, _ in pairs), "",
+                                 statistics.mean(n for _, n in pairs)])  # fmt: skip
+    finally:
+        upstream.terminate()
+        upstream.wait()
+    head = ["a burst's first token, µs", "streams", "p50", "added p50", "others' events inside (mean)"]
+    return (
+        f"rounds of {BURST_CONC} paced streams ({BURST_MODEL}) arriving together, {BURST_N} streams; "
+        "one clock for the load generator and the gateway (bench/request_profile.py)\n" + table(head, rows)
+    )
+
+
 def run() -> str:
     tmp = Path(tempfile.mkdtemp(prefix="reqprofile-"))
     parts = []
     if "path" in PARTS:
         parts.append(first_token_path(tmp))
+    if "burst" in PARTS:
+        parts.append(burst_path(tmp))
     if "cpu" in PARTS:
         parts.append(cpu_per_request(tmp))
     if "callgrind" in PARTS:
