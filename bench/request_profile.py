@@ -508,11 +508,18 @@ def _between(a: tuple[str, int, int], b: tuple[str, int, int]) -> tuple[float, f
     return (b[1] - a[1]) / 1e3, (b[2] - a[2]) / 1e3
 
 
-def first_token_path(tmp: Path) -> str:
+def _paced_upstream(tmp: Path, name: str, model: str) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """A fast upstream started (its process and port) and a gateway config for it that also
+    serves ``model`` (a paced one)."""
     up_port = _port()
     upstream = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)])
-    config = _config(tmp, "path", f"http://127.0.0.1:{up_port}", [])
-    config.write_text(config.read_text() + f'[[models]]\nname = "{PACED_MODEL}"\nupstream = "fast"\n')
+    config = _config(tmp, name, f"http://127.0.0.1:{up_port}", [])
+    config.write_text(config.read_text() + f'[[models]]\nname = "{model}"\nupstream = "fast"\n')
+    return upstream, up_port, config
+
+
+def first_token_path(tmp: Path) -> str:
+    upstream, _, config = _paced_upstream(tmp, "path", PACED_MODEL)
     rows = []
     try:
         time.sleep(1.0)
@@ -658,10 +665,7 @@ def _burst_stretches(
 
 
 def burst_path(tmp: Path) -> str:
-    up_port = _port()
-    upstream = subprocess.Popen([sys.executable, str(HERE / "fast_upstream.py"), "serve", str(up_port)])
-    config = _config(tmp, "burst", f"http://127.0.0.1:{up_port}", [])
-    config.write_text(config.read_text() + f'[[models]]\nname = "{BURST_MODEL}"\nupstream = "fast"\n')
+    upstream, up_port, config = _paced_upstream(tmp, "burst", BURST_MODEL)
     rows = []
     try:
         time.sleep(1.0)
