@@ -529,7 +529,8 @@ def test_deadlines_are_armed_at_the_first_wait_and_count_from_the_start(got_data
 
 def test_one_keepalive_timer_serves_a_slow_start_and_the_stream_after_it():
     """A start slower than the keep-alive interval: prime returns on the keep-alive, and the
-    same timer (armed while priming) goes on raising keep-alives while the stream is silent."""
+    same timer (armed while priming: the deadlines' own) goes on raising keep-alives while the
+    stream is silent."""
 
     async def run() -> list[tuple[float, bytes]]:
         loop = asyncio.get_running_loop()
@@ -540,7 +541,7 @@ def test_one_keepalive_timer_serves_a_slow_start_and_the_stream_after_it():
         role = chat_chunk({"role": "assistant", "content": ""})
         source.inbox.put(role, len(role))  # the start, no content yet
         assert await exchange.prime() is None  # slow to start: after one keep-alive interval
-        timer = exchange._keepalive_timer
+        timer = exchange._deadlines
         assert timer is not None
         began = loop.time()
         got: list[tuple[float, bytes]] = []
@@ -548,7 +549,7 @@ def test_one_keepalive_timer_serves_a_slow_start_and_the_stream_after_it():
         while len(got) < 4:  # the start (held while priming), then keep-alives
             part = await body.__anext__()
             got.append((loop.time() - began, part))
-        assert exchange._keepalive_timer is timer
+        assert exchange._deadlines is timer
         rest = chat_chunk({"content": "Hi"}) + chat_chunk({}, "stop") + chunk("[DONE]")
         source.inbox.put(rest, len(rest))
         source.inbox.finish()

@@ -17,7 +17,7 @@ from .. import hub
 from ..dialects.base import StreamDecoder
 from ._failures import as_hub_error
 from ._http import HIGH_WATER, Inbox, Response
-from ._timers import Deadlines
+from ._timers import NEVER_WRITTEN, Deadlines, Written
 from .config import Timeouts
 
 __all__ = ["EVENTS_AHEAD", "EventSource", "HTTPSource", "Source"]
@@ -41,9 +41,12 @@ class Source:
         self.timeouts = timeouts
         self.started = started
 
-    def start_deadlines(self, got_data: bool = False) -> Deadlines:
-        """The answer's deadlines, counted from ``started``; ``got_data``: its first data is in."""
-        return Deadlines(self.inbox, self.timeouts, self.name, self.started, got_data)
+    def start_deadlines(
+        self, got_data: bool = False, keepalive: float | None = None, client: Written = NEVER_WRITTEN
+    ) -> Deadlines:
+        """The answer's deadlines, counted from ``started``; ``got_data``: its first data is in;
+        with ``keepalive``, the client's keep-alive on the same timer (:class:`Deadlines`)."""
+        return Deadlines(self.inbox, self.timeouts, self.name, self.started, got_data, keepalive, client)
 
     async def aclose(self) -> None:  # pragma: no cover - every source overrides it
         raise NotImplementedError

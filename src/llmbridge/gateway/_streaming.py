@@ -9,9 +9,9 @@ The shape of the data path, and why (docs/gateway.md, "Data path", has the profi
 - **Whatever is ready leaves in one write.**  What one wake-up took is decoded, translated
   (or relayed) and sent as one ASGI message, so when events arrive together they leave
   together and the cost per event falls as load rises.
-- **Deadlines and keep-alives are timers**, re-armed lazily: data only moves a timestamp, and
-  the timer, when it fires, either finds it moved (and sleeps again) or raises an alarm in the
-  inbox.  No ``asyncio.wait``/``wait_for`` per read.
+- **Deadlines and keep-alives are one timer** an exchange, re-armed lazily: data only moves a
+  timestamp, and the timer, when it fires, either finds it moved (and sleeps again) or raises
+  an alarm in the inbox.  No ``asyncio.wait``/``wait_for`` per read.
 - **The relay watches, it does not keep.**  A same-dialect stream goes out byte for byte; the
   decoder still reads it to note usage, finish and errors, but the exchange keeps only what
   it needs to end the stream properly if the upstream breaks off (the start, the blocks still
@@ -43,7 +43,7 @@ from ..dialects.base import KEEPALIVE_COMMENT, StreamDecoder, StreamEncoder
 from ..sse import EventBoundaries, marked_events, next_event_end
 from ._failures import as_hub_error
 from ._sources import HTTPSource, Source
-from ._timers import Deadlines, LazyTimer
+from ._timers import Deadlines
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -187,8 +187,6 @@ class Exchange:
         "_got_data",
         "_held",
         "_held_events",
-        "_keepalive_timer",
-        "_last_write",
         "_loop",
         "_observer",
         "_on_end",
@@ -209,6 +207,7 @@ class Exchange:
         "first_byte_at",
         "inbox",
         "keepalive",
+        "last_write",
         "options",
         "relay",
         "request_id",
@@ -257,10 +256,9 @@ class Exchange:
         # (_start_deadlines): an answer that is all in when it starts, as a fast upstream's
         # short one often is, never arms or cancels a timer.  Their due times count from
         # ``source.started`` either way.
-        self._deadlines: Deadlines | None = None
-        self._keepalive_timer: LazyTimer | None = None
+        self._deadlines: Deadlines | None = None  # (and the client's keep-alive: one timer)
         self._got_data = False
-        self._last_write = self._loop.time()
+        self.last_write = self._loop.time()
         self.upstream_done = False  # the inbox reached its end (or was abandoned)
         self.ended = False  # the client's stream reached its terminal event
         self.error: hub.Error | None = None
@@ -286,9 +284,7 @@ class Exchange:
                 # (timers only once there is something to wait for: a quick upstream's answer is
                 # often in the inbox already; due times count from the exchange's start either way)
                 if self._deadlines is None:
-                    self._start_deadlines()
-                if self._keepalive_timer is None and self.keepalive is not None:
-                    self._start_keepalives()  # (body() keeps it; aclose() stops it)
+                    self._start_deadlines()  # (and the keep-alive: body() keeps it, aclose() stops it)
                 await inbox.wait()
             self.upstream_at = time.perf_counter()
             if "keepalive" in inbox.alarms:  # slow to start: start the stream, keep-alives follow
@@ -331,15 +327,14 @@ class Exchange:
             if self.relay:
                 self._skim = self._relay_markers
             inbox = self.inbox
-            self._last_write = loop.time()
-            timer = self._keepalive_timer
+            self.last_write = loop.time()
+            timer = self._deadlines
             if timer is not None:  # armed while priming: a due time moved later costs nothing,
-                timer.rearm()  # and one that fired (a slow start) is armed again
+                timer.keep_alive_again()  # and a keep-alive raised (a slow start) counts again
                 inbox.alarms.discard("keepalive")  # (one raised since prime returned: the client just had bytes)
-            elif self.keepalive is not None:
-                timer = self._start_keepalives()
-            if self._deadlines is None:
+            else:
                 self._start_deadlines()
+                timer = self._deadlines
             while not self.upstream_done and not self.ended:
                 await inbox.wait()
                 _, out = self._step()
@@ -348,7 +343,7 @@ class Exchange:
                     if not out:
                         out = KEEPALIVE_BYTES.get(self.dialect, KEEPALIVE_COMMENT)
                     if timer is not None:  # (always: only the timer raises this alarm)
-                        timer.rearm()
+                        timer.keep_alive_again()
                 if self.upstream_done or self.ended:  # the last bytes and the terminal event: one write
                     out += self._finish()
                     self.finished = True
@@ -358,7 +353,7 @@ class Exchange:
                         yield out
                     return
                 if out:
-                    self._last_write = now = loop.time()
+                    self.last_write = now = loop.time()
                     if self.first_byte_at is None:
                         self.first_byte_at = now
                     yield out
@@ -409,20 +404,12 @@ class Exchange:
             return b""
 
     def _start_deadlines(self) -> None:
-        """Arm the upstream's first-byte, idle and total deadlines (before the first wait)."""
+        """Arm the upstream's first-byte, idle and total deadlines (before the first wait), and
+        on the same timer the client's keep-alive, one for the exchange's life (priming, then
+        the stream): a ``"keepalive"`` alarm when the *client* has had no bytes for an interval
+        (a silent upstream, or one whose events the encoder is still buffering)."""
         if not self.closed and not self.upstream_done:
-            self._deadlines = self.source.start_deadlines(self._got_data)
-
-    def _start_keepalives(self) -> LazyTimer:
-        """The keep-alive timer, one for the exchange's life (priming, then the stream): it
-        raises a ``"keepalive"`` alarm when the *client* has had no bytes for an interval (a
-        silent upstream, or one whose events the encoder is still buffering)."""
-        keepalive, inbox = self.keepalive, self.inbox
-        assert keepalive is not None
-        timer = self._keepalive_timer = LazyTimer(
-            lambda: self._last_write + keepalive, lambda: inbox.alarm("keepalive")
-        )
-        return timer
+            self._deadlines = self.source.start_deadlines(self._got_data, self.keepalive, self)
 
     def _step(self) -> tuple[list[hub.Event], bytes]:
         """Take everything the inbox holds; the hub events seen and the client bytes made."""
@@ -757,8 +744,6 @@ class Exchange:
         self.closed = True
         if self._deadlines is not None:
             self._deadlines.cancel()
-        if self._keepalive_timer is not None:
-            self._keepalive_timer.cancel()
         source = self.source
         if type(source) is HTTPSource:  # (closing an HTTP response is immediate: no coroutine)
             source.response.close()

@@ -3,7 +3,8 @@
 Moving a due time later is free: the timer wakes at the time it was armed for, finds the new
 due time, and sleeps again — so the data path never pays for a ``call_at``/``cancel`` pair
 per event, and no task waits per read. :class:`Deadlines` is an upstream answer's
-first-byte, idle and total deadlines as one such timer, raising an alarm in its inbox.
+first-byte, idle and total deadlines as one such timer, raising an alarm in its inbox; a
+streamed answer's client keep-alive rides the same timer.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 from .. import hub
 from ._http import Inbox
 from .config import Timeouts
 
-__all__ = ["Deadlines", "LazyTimer"]
+__all__ = ["NEVER_WRITTEN", "Deadlines", "LazyTimer", "Written"]
 
 
 class LazyTimer:
@@ -77,15 +79,43 @@ def _nothing() -> None:
     return None
 
 
+class Written(Protocol):
+    """What a keep-alive counts from: when the client last had bytes (a loop time)."""
+
+    last_write: float
+
+
+class _NeverWritten:
+    last_write = math.inf
+
+
+NEVER_WRITTEN: Written = _NeverWritten()  # (no client to keep alive: a keep-alive never comes due)
+
+
 class Deadlines:
     """The first-byte, idle and total deadlines of one upstream answer, as one lazy timer.
 
     ``missed`` is the hub error once a deadline passed (and the inbox has a ``"deadline"``
     alarm); the first byte is the first body data (or event) after the response head
     (``got_data``: it had come before these deadlines were armed).
+
+    With ``keepalive`` (seconds) and ``client`` (whose ``last_write`` it counts from), the
+    same timer also raises a ``"keepalive"`` alarm when the client has had no bytes for that
+    interval. One timer an answer, not two (issue 23): each is a
+    timer handle in the loop, an object and two closures, made and cancelled per request, and
+    in front of a real model every object a request touches is touched cold.
     """
 
-    def __init__(self, inbox: Inbox, timeouts: Timeouts, upstream: str, started: float, got_data: bool = False) -> None:
+    def __init__(
+        self,
+        inbox: Inbox,
+        timeouts: Timeouts,
+        upstream: str,
+        started: float,
+        got_data: bool = False,
+        keepalive: float | None = None,
+        client: Written = NEVER_WRITTEN,
+    ) -> None:
         self._inbox = inbox
         self._timeouts = timeouts
         self._upstream = upstream
@@ -93,21 +123,45 @@ class Deadlines:
         self._first_at = started + timeouts.first_byte if timeouts.first_byte else math.inf
         self._total_at = started + timeouts.total if timeouts.total else math.inf
         self._idle = timeouts.idle or math.inf
+        # The client's keep-alive: its interval, and whose last write it counts from. It waits
+        # when none is asked for, and once raised until answered (keep_alive_again).
+        self._keepalive = keepalive or math.inf
+        self._client = client
+        self._keepalive_waits = keepalive is None or client is NEVER_WRITTEN
         self.missed: hub.Error | None = None
         # Set by the consumer, not derived from timestamps: uvloop's clock moves in whole
         # milliseconds, so "data came after the start" cannot be read off the times.
         self.got_data = got_data
         self._timer = LazyTimer(self._due, self._fire)
 
-    def _due(self) -> float:
+    def _deadline(self) -> float:
         if self.missed is not None:
             return math.inf
         nearest = self._inbox.last_put + self._idle if self.got_data else self._first_at
         return min(nearest, self._total_at)
 
+    def _due(self) -> float:
+        # (_deadline's lines again, not a call: this runs at every re-arm, _deadline at a fire)
+        if self.missed is not None:
+            due = math.inf
+        else:
+            due = self._inbox.last_put + self._idle if self.got_data else self._first_at
+            if self._total_at < due:
+                due = self._total_at
+        if not self._keepalive_waits:
+            keepalive = self._client.last_write + self._keepalive
+            if keepalive < due:
+                due = keepalive
+        return due
+
     def _fire(self) -> None:
         t = self._timeouts
         now = asyncio.get_running_loop().time()
+        if now < self._deadline():  # the client's keep-alive: raised once, until answered
+            self._keepalive_waits = True
+            self._inbox.alarm("keepalive")
+            self._timer.rearm()  # (the deadlines go on meanwhile)
+            return
         if now >= self._total_at:
             what = f"took longer than {t.total:g} s in total"
         elif not self.got_data:
@@ -122,5 +176,16 @@ class Deadlines:
         self.got_data = True
         self._timer.rearm()
 
+    def keep_alive_again(self) -> None:
+        """The client has had bytes, or is about to (a raised keep-alive answered): the next
+        keep-alive counts from ``client.last_write`` again (nothing to do if none was raised:
+        the armed timer finds the later due time when it wakes)."""
+        if self._keepalive_waits and self._keepalive != math.inf and self._client is not NEVER_WRITTEN:
+            self._keepalive_waits = False
+            self._timer.rearm()
+
     def cancel(self) -> None:
+        """Stop for good (the timer's callbacks and the client dropped: they are, or hold,
+        the owner of this, a cycle the cyclic GC would be left to break)."""
         self._timer.cancel()
+        self._client, self._keepalive_waits = NEVER_WRITTEN, True
