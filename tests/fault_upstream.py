@@ -54,6 +54,7 @@ class FaultUpstream:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._writers: set[asyncio.StreamWriter] = set()
         self._waiting: set[asyncio.StreamWriter] = set()  # connected, no request yet
+        self._refusing = False  # down (or stopped): a connection served from now on is reset
 
     @property
     def url(self) -> str:
@@ -87,11 +88,13 @@ class FaultUpstream:
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(5)  # type: ignore[arg-type]
 
     async def _listen(self) -> None:
+        self._refusing = False
         if self._server is None:
             self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, reuse_address=True,
                                                       backlog=1024)  # fmt: skip
 
     async def _close(self, abort: bool, idle: bool = False) -> None:
+        self._refusing = True
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -99,6 +102,11 @@ class FaultUpstream:
             w.transport.abort()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._refusing:  # accepted just before the listener closed: reset as the others were
+            # (asyncio accepts, then makes the connection's protocol and this task later: a
+            # gateway's spare connection opened in that window came through down() unreset)
+            writer.transport.abort()
+            return
         self._writers.add(writer)
         self._waiting.add(writer)
         try:
