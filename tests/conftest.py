@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,22 @@ def _fast_tier_opens_no_socket(request: pytest.FixtureRequest, monkeypatch: pyte
 
     for method in ("connect", "connect_ex", "bind", "listen"):
         monkeypatch.setattr(socket.socket, method, refuse)
+
+
+@pytest.fixture
+def no_collector_pause() -> Iterator[None]:
+    """The cyclic collector off for the test (after one collection), for tests that time a
+    gateway served in this process against a clock: keep-alive intervals, idle deadlines.
+
+    The gateway runs in a thread of the test process, and a full collection of that process
+    holds the GIL throughout: late in the suite it walks ~800,000 objects for up to 0.73 s
+    on this 2-core machine (measured with ``gc.callbacks`` over a whole run), long enough to
+    swallow every keep-alive of a one-second stall. A served gateway never pauses so:
+    ``llmbridge serve`` freezes its start-up heap (``freeze_startup_objects``), and its
+    requests leave no cycles (``tests/test_gateway_overhead.py``)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -28,6 +28,7 @@ SOURCES = TEXT_CAPTURES
 HI = [{"role": "user", "content": "hi"}]
 HTTP = httpx.Client(timeout=30)
 HTTP2 = httpx2.Client(timeout=30)
+pytestmark = pytest.mark.usefixtures("no_collector_pause")  # (keep-alives counted within a stall)
 
 
 @pytest.fixture(scope="module")
