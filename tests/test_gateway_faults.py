@@ -9,6 +9,7 @@ upstream is silent; fallback happens before the first byte and never after.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 
@@ -356,6 +357,9 @@ def test_stall_hits_the_idle_timeout_with_keepalives(gw, client):
         response = hub.assemble(client_events(client, r.content))
         assert response.error is not None and response.error.type == "timeout"
         assert not response.complete
+        if client == "openai-responses":  # failed before its start, it still opens as every Responses stream
+            kinds = re.findall(rb"^event: (\S+)", r.content, re.M)
+            assert kinds == [b"response.created", b"response.in_progress", b"error", b"response.failed"]
     else:
         assert_error_shape(client, r, 504, "timeout")
 

@@ -407,6 +407,34 @@ def test_sdk_raw_stream_parses_every_event_and_raises_on_errors():
         list(sdk_client(encode_all(R.StreamEncoder(), FOREIGN[3])).responses.create(model="m", input="x", stream=True))
 
 
+@pytest.mark.parametrize("end", ["error", "end"])
+def test_a_stream_that_ends_before_its_start_still_opens(end):
+    """A slow upstream's keep-alives committed the answer, then it failed (or ended empty):
+    the stream still opens with response.created, and its terminal event names that response."""
+    encoder = R.stream_encoder(hub.Request(model="gpt-x", messages=[]))
+    events = (
+        [hub.Error("upstream 'u' sent nothing for 1 s", "timeout", "upstream_timeout", 504)] if end == "error" else []
+    )
+    body = encode_all(encoder, [*events, hub.ResponseEnd()])
+    seen = [json.loads(line[5:]) for line in body.decode().splitlines() if line.startswith("data:")]
+    kinds = [e["type"] for e in seen]
+    terminal = "response.failed" if end == "error" else "response.completed"
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == terminal
+    assert [e["sequence_number"] for e in seen] == list(range(len(seen)))
+    created, last = seen[0]["response"], seen[-1]["response"]
+    assert last["id"] == created["id"] and last["model"] == created["model"] == "gpt-x"
+    assert created["object"] == "response" and created["status"] == "in_progress"
+    if end == "error":  # the SDK raises the error, as it does on the vendor's own
+        with (
+            pytest.raises(openai.APIError, match="sent nothing"),
+            sdk_client(body).responses.stream(model="m", input="hi") as stream,
+        ):
+            list(stream)
+    decoded = decode_all(R.StreamDecoder(), body)
+    assert decoded[0] == hub.ResponseStart(model="gpt-x")  # the made-up id and time: not the source's
+    assert (hub.assemble(decoded).error is not None) == (end == "error")
+
+
 def test_delta_fast_path_matches_generic_event():
     encoder = R.StreamEncoder()
     encoder.encode(hub.ResponseStart("resp_1"))

@@ -22,6 +22,13 @@ from ._response import decode_response, encode_response
 
 STREAM_CONTENT_TYPE = "text/event-stream"
 
+
+def stream_encoder(request: hub.Request) -> StreamEncoder:
+    """The encoder for an answer to ``request``: a stream that fails before the answer's start
+    still opens with ``response.created``, of a response that names the requested model."""
+    return StreamEncoder(model=request.model)
+
+
 # How the gateway serves this dialect (dialects.base.Served).
 GATEWAY = Served(
     paths=("/v1/responses",),

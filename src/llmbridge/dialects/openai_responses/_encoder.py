@@ -155,7 +155,8 @@ class StreamEncoder(EncoderDispatch):
     is not a hub event (``TypeError``); after the end it writes nothing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
+        self._model = model  # the response's model when the stream ends before it started
         self._seq = 0
         self._response: dict = {}
         self._tag = "0"
@@ -642,8 +643,19 @@ class StreamEncoder(EncoderDispatch):
     def _output(self) -> list[dict]:
         return [self._items[n] for n in sorted(self._items)]
 
+    def _opened(self) -> bytes:
+        """``response.created`` and ``response.in_progress``, if the stream has not started.
+
+        Every Responses stream opens with them, and the terminal event names the response they
+        announced. A stream can end before its start when a slow upstream's keep-alives committed
+        the answer and it then failed (a deadline, a refusal, an empty body): the client still
+        gets a whole stream, of a response whose id and time are made up (and marked so)."""
+        if self._state is not EncoderState.IDLE:
+            return b""
+        return self.on_response_start(hub.ResponseStart(model=self._model))
+
     def on_response_end(self, event: hub.ResponseEnd) -> bytes:
-        out = self._close_open()
+        out = self._opened() + self._close_open()
         finish = self._finish
         reason = finish.reason if finish else "end_turn"
         response = dict(self._response)
@@ -677,7 +689,7 @@ class StreamEncoder(EncoderDispatch):
         return out + self._close_message()
 
     def on_error(self, error: hub.Error) -> bytes:
-        out = self._close_message()
+        out = self._opened() + self._close_message()
         word = ERROR_WORD.get(error.type, "server_error")
         code = error.code or word
         body: dict[str, Any] = {"type": word, "code": code, "message": error.message, "param": None}
