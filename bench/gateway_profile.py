@@ -28,27 +28,29 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 STREAMS = int(os.environ.get("PROFILE_STREAMS", "300"))
 TOKENS = int(os.environ.get("PROFILE_TOKENS", "200"))
+EXCHANGE = "exchange (streaming, relay, timers, sources)"
+SERVER = "server (uvicorn, starlette, our ASGI side)"
 GROUPS = (  # (substring of the code's path, group), first match wins
     ("llmbridge/gateway/_http", "upstream HTTP client"),
     ("httpx", "upstream HTTP client"),
     ("httpcore", "upstream HTTP client"),
     ("anyio", "upstream HTTP client"),
-    ("llmbridge/gateway/_streaming", "exchange (streaming, relay, timers, sources)"),
-    ("llmbridge/gateway/_relay", "exchange (streaming, relay, timers, sources)"),
-    ("llmbridge/gateway/_timers", "exchange (streaming, relay, timers, sources)"),
-    ("llmbridge/gateway/_sources", "exchange (streaming, relay, timers, sources)"),
+    ("llmbridge/gateway/_streaming", EXCHANGE),
+    ("llmbridge/gateway/_relay", EXCHANGE),
+    ("llmbridge/gateway/_timers", EXCHANGE),
+    ("llmbridge/gateway/_sources", EXCHANGE),
     ("llmbridge/gateway/_extensions", "client dialect encoder"),  # (the plain wrapper around it)
     ("llmbridge/sse", "upstream dialect decoder"),
     ("_decoder", "upstream dialect decoder"),
     ("decoder.py", "upstream dialect decoder"),
     ("_encoder", "client dialect encoder"),
     ("encoder.py", "client dialect encoder"),
-    ("llmbridge/gateway/_server", "server (uvicorn, starlette, our ASGI side)"),
-    ("llmbridge/gateway/_response", "server (uvicorn, starlette, our ASGI side)"),
-    ("llmbridge/gateway/_hotpath", "server (uvicorn, starlette, our ASGI side)"),
+    ("llmbridge/gateway/_server", SERVER),
+    ("llmbridge/gateway/_response", SERVER),
+    ("llmbridge/gateway/_hotpath", SERVER),
     ("llmbridge/", "per request (app, request codecs, hub)"),
-    ("uvicorn", "server (uvicorn, starlette, our ASGI side)"),
-    ("starlette", "server (uvicorn, starlette, our ASGI side)"),
+    ("uvicorn", SERVER),
+    ("starlette", SERVER),
     ("asyncio/runners", "event loop itself"),
     ("asyncio", "asyncio (tasks, futures)"),
     ("~", "builtins called from Python"),
